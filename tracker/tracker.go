@@ -1,0 +1,464 @@
+// Package tracker tells which keys have gone quiet, with a ring of slots (a
+// hashed timing wheel) instead of a timer per key.
+//
+// Every Touch of a key is a keepalive. A cursor steps once per Tick over a
+// ring of Slots slots; a key that is not touched again is reported offline by
+// the Slots-th step after its last touch, that is between (Slots-1)*Tick and
+// Slots*Tick of wall time later. With the defaults (31 slots, 1 s) the
+// timeout is 30 s.
+//
+// A keepalive of a tracked key is one map lookup and at most one atomic store:
+// the key keeps its deadline (a step number) and stays in the slot where it
+// was put; when the cursor reaches that slot, the key is re-checked and either
+// reported or moved to the slot of its new deadline. A step therefore costs
+// only the keys in the scanned slot.
+//
+// All methods of a Tracker are safe for concurrent use. Callbacks run one at a
+// time on a goroutine of the tracker's own, in the order the events happened,
+// never on the goroutine that steps the cursor and never under the tracker's
+// locks, so a callback may call Touch, Remove or any other method except
+// Close.
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults used when a Config field is zero.
+const (
+	DefaultSlots = 31
+	DefaultTick  = time.Second
+)
+
+const (
+	maxSlots = 1 << 16
+	// maxTTL bounds a TouchFor deadline, in steps, so that step arithmetic
+	// never overflows (2^40 steps of 1 ms is 34 years).
+	maxTTL = 1 << 40
+	// chunk bounds how many entries a step handles per hold of a shard's lock,
+	// so a Touch never waits behind a whole slot.
+	chunk = 256
+)
+
+// Config configures a Tracker. The zero value is a 31-slot ring stepping once a
+// second (a 30 s timeout) with no callbacks.
+type Config[K comparable] struct {
+	Slots     int           // ring size; 0 means 31
+	Tick      time.Duration // cursor step; 0 means 1 s
+	IdleAfter time.Duration // 0: off. Else OnIdle fires once per silence, at step ceil(IdleAfter/Tick)+1 after the last touch; must be < the timeout
+	OnOnline  func(key K)   // first Touch of a key that was not tracked
+	OnIdle    func(key K)   // probe stage: e.g. send a WebSocket ping
+	OnOffline func(key K)   // the key timed out
+}
+
+// Tracker tracks keys that must keep touching to stay online. Create one with
+// New.
+type Tracker[K comparable] struct {
+	slots     int64
+	tick      time.Duration
+	idleSteps int64 // 0: no probe stage
+	onOnline  func(K)
+	onIdle    func(K)
+	onOffline func(K)
+
+	seed   maphash.Seed
+	shards []shard[K]
+	mask   uint64
+	n      atomic.Int64 // keys tracked
+
+	stepMu  sync.Mutex   // serialises steps, by Advance and Run
+	now     atomic.Int64 // steps taken; the cursor is now % slots
+	scratch []event[K]   // per-chunk events, owned by the holder of stepMu
+
+	events dispatcher[K]
+
+	runMu     sync.Mutex // held by the one Run that steps
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// shard is one stripe of the key space with its own lock and its own copy of
+// the ring. Its lock order: shard.mu, then dispatcher.mu; never the reverse.
+type shard[K comparable] struct {
+	mu sync.RWMutex
+	// now is the step this shard has reached. A step advances it under the
+	// write lock, so a Touch under the read lock sees one value from start to
+	// end and concurrent touches of a key compute the same deadline.
+	now   int64
+	keys  map[K]*entry[K]
+	slots [][]*entry[K] // by slot; may hold stale entries (word == 0)
+	spare []*entry[K]   // emptied list, reused so a step does not allocate
+	_     [40]byte      // keep shards on separate cache lines
+}
+
+// entry is one tracked key. Its word holds deadline<<1 | idled, where the
+// deadline is the step that reports the key offline and idled says OnIdle has
+// fired since the deadline was last moved. A word of 0 marks an entry that is
+// no longer tracked; its reference in a slot list is dropped when scanned.
+//
+// Invariant: a live entry sits in the slot list that the cursor reaches at or
+// before min(its deadline, its next idle step). Touch only ever moves both
+// later, so it needs no move; only a shorter TouchFor moves an entry.
+type entry[K comparable] struct {
+	key  K
+	word atomic.Uint64
+	ttl  int64 // steps from a touch to the deadline; changed under the write lock
+}
+
+// New returns a Tracker for cfg, or an error if cfg is invalid. The Tracker
+// does not step until Run or Advance is called.
+func New[K comparable](cfg Config[K]) (*Tracker[K], error) {
+	slots, tick := cfg.Slots, cfg.Tick
+	if slots == 0 {
+		slots = DefaultSlots
+	}
+	if tick == 0 {
+		tick = DefaultTick
+	}
+	if slots < 2 || slots > maxSlots {
+		return nil, fmt.Errorf("tracker: Slots must be between 2 and %d (0 for %d), got %d", maxSlots, DefaultSlots, cfg.Slots)
+	}
+	if tick < 0 {
+		return nil, fmt.Errorf("tracker: Tick must be positive (0 for %v), got %v", DefaultTick, cfg.Tick)
+	}
+	if tick > time.Duration(1<<62)/time.Duration(slots) {
+		return nil, fmt.Errorf("tracker: Tick %v times %d slots overflows a time.Duration", tick, slots)
+	}
+	timeout := time.Duration(slots-1) * tick
+	if cfg.IdleAfter < 0 || cfg.IdleAfter >= timeout {
+		return nil, fmt.Errorf("tracker: IdleAfter must be 0 (off) or less than the timeout %v, got %v", timeout, cfg.IdleAfter)
+	}
+
+	// Keep shards*slots bounded so a large ring stays cheap to allocate.
+	nshards := 64
+	for nshards > 1 && nshards*slots > 1<<18 {
+		nshards /= 2
+	}
+	t := &Tracker[K]{
+		slots:     int64(slots),
+		tick:      tick,
+		onOnline:  cfg.OnOnline,
+		onIdle:    cfg.OnIdle,
+		onOffline: cfg.OnOffline,
+		seed:      maphash.MakeSeed(),
+		shards:    make([]shard[K], nshards),
+		mask:      uint64(nshards - 1),
+		closing:   make(chan struct{}),
+	}
+	if cfg.IdleAfter > 0 && cfg.OnIdle != nil {
+		t.idleSteps = ceilSteps(cfg.IdleAfter, tick) + 1
+	}
+	t.events.cond.L = &t.events.mu
+	t.events.t = t
+	for i := range t.shards {
+		t.shards[i].keys = make(map[K]*entry[K])
+		t.shards[i].slots = make([][]*entry[K], slots)
+	}
+	return t, nil
+}
+
+// ceilSteps returns ceil(d/tick) for d >= 0, capped at maxTTL.
+func ceilSteps(d, tick time.Duration) int64 {
+	n := int64(d / tick)
+	if d%tick != 0 {
+		n++
+	}
+	return min(n, maxTTL)
+}
+
+// Timeout returns how long a key may stay silent: (Slots-1)*Tick.
+func (t *Tracker[K]) Timeout() time.Duration {
+	return time.Duration(t.slots-1) * t.tick
+}
+
+// Touch records a keepalive of key: it is reported offline by the Slots-th
+// step from now unless touched again. It returns true if key was not tracked,
+// in which case OnOnline is called. Touching a key twice between two steps is
+// the same as touching it once.
+func (t *Tracker[K]) Touch(key K) (added bool) {
+	return t.touch(key, t.slots)
+}
+
+// TouchFor is Touch with a timeout of its own for key: the key is reported
+// offline by step ceil(d/Tick)+1 from now. d may span many turns of the ring;
+// d <= 0 means the next step. The timeout holds until the next Touch or
+// TouchFor of key.
+func (t *Tracker[K]) TouchFor(key K, d time.Duration) (added bool) {
+	return t.touch(key, ceilSteps(max(d, 0), t.tick)+1)
+}
+
+func (t *Tracker[K]) touch(key K, ttl int64) bool {
+	s := t.shard(key)
+	s.mu.RLock()
+	if e, ok := s.keys[key]; ok && e.ttl == ttl {
+		// The common keepalive: one load, and a store only when the deadline
+		// moves; a store clears the idled bit, starting a new silence.
+		if w := uint64(s.now+ttl) << 1; e.word.Load()>>1 != w>>1 {
+			e.word.Store(w)
+		}
+		s.mu.RUnlock()
+		return false
+	}
+	s.mu.RUnlock()
+	return t.touchSlow(s, key, ttl)
+}
+
+// touchSlow adds key or changes its timeout, under the shard's write lock.
+func (t *Tracker[K]) touchSlow(s *shard[K], key K, ttl int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deadline := s.now + ttl
+	e, ok := s.keys[key]
+	if ok {
+		old := int64(e.word.Load() >> 1)
+		switch {
+		case deadline == old && e.ttl == ttl:
+			// Another touch got here first.
+		case deadline >= old:
+			e.ttl = ttl
+			e.word.Store(uint64(deadline) << 1)
+		default:
+			// A shorter timeout: the entry may sit in a slot that the cursor
+			// reaches too late. Retire it and place a new one.
+			e.word.Store(0)
+			s.keys[key] = t.place(s, key, ttl, deadline)
+		}
+		return false
+	}
+	s.keys[key] = t.place(s, key, ttl, deadline)
+	t.n.Add(1)
+	if t.onOnline != nil {
+		t.events.push(event[K]{kind: online, key: key})
+	}
+	return true
+}
+
+// place returns a new live entry for key, put in the slot of its first check.
+func (t *Tracker[K]) place(s *shard[K], key K, ttl, deadline int64) *entry[K] {
+	e := &entry[K]{key: key, ttl: ttl}
+	e.word.Store(uint64(deadline) << 1)
+	at := deadline
+	if t.idleSteps > 0 && t.idleSteps < ttl {
+		at = s.now + t.idleSteps
+	}
+	t.putAt(s, e, at)
+	return e
+}
+
+// putAt puts e in the slot that step `at` scans: step k scans slot (k-1) mod
+// Slots, so after k steps the cursor is at k mod Slots and a Touch lands in
+// slot (k-1) mod Slots, just behind it, reached last. For at more than a turn
+// ahead, the slot is reached earlier and the entry is re-checked then.
+func (t *Tracker[K]) putAt(s *shard[K], e *entry[K], at int64) {
+	i := (at - 1) % t.slots
+	s.slots[i] = append(s.slots[i], e)
+}
+
+// Remove stops tracking key, as on an explicit logout; OnOffline is not
+// called. It returns true if key was tracked.
+func (t *Tracker[K]) Remove(key K) (removed bool) {
+	s := t.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.keys[key]
+	if !ok {
+		return false
+	}
+	delete(s.keys, key)
+	e.word.Store(0)
+	t.n.Add(-1)
+	return true
+}
+
+// Online reports whether key is tracked.
+func (t *Tracker[K]) Online(key K) bool {
+	s := t.shard(key)
+	s.mu.RLock()
+	_, ok := s.keys[key]
+	s.mu.RUnlock()
+	return ok
+}
+
+// Len returns the number of keys tracked.
+func (t *Tracker[K]) Len() int {
+	return int(t.n.Load())
+}
+
+func (t *Tracker[K]) shard(key K) *shard[K] {
+	return &t.shards[maphash.Comparable(t.seed, key)&t.mask]
+}
+
+// Advance steps the cursor once by hand and returns the keys that timed out
+// in that step, which are also passed to OnOffline. It returns nil after
+// Close.
+func (t *Tracker[K]) Advance() []K {
+	select {
+	case <-t.closing:
+		return nil
+	default:
+	}
+	return t.step(true)
+}
+
+// step moves the cursor one slot and checks every entry in the slot it
+// leaves, shard by shard and chunk by chunk.
+func (t *Tracker[K]) step(collect bool) []K {
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
+	now := t.now.Load() + 1
+	var expired []K
+	for i := range t.shards {
+		expired = t.stepShard(&t.shards[i], now, expired, collect)
+	}
+	t.now.Store(now)
+	return expired
+}
+
+func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool) []K {
+	s.mu.Lock()
+	s.now = now
+	i := (now - 1) % t.slots
+	list := s.slots[i]
+	if len(list) == 0 {
+		s.mu.Unlock()
+		return expired
+	}
+	// Detach the list: entries re-placed in this same slot go to a fresh one.
+	s.slots[i], s.spare = s.spare, nil
+	evs := t.scratch[:0]
+	for j, e := range list {
+		if j > 0 && j%chunk == 0 {
+			t.flush(evs)
+			evs = evs[:0]
+			s.mu.Unlock()
+			s.mu.Lock()
+		}
+		w := e.word.Load()
+		if w == 0 {
+			continue // removed, expired or replaced
+		}
+		deadline := int64(w >> 1)
+		if deadline <= now {
+			delete(s.keys, e.key)
+			e.word.Store(0)
+			t.n.Add(-1)
+			if collect {
+				expired = append(expired, e.key)
+			}
+			if t.onOffline != nil {
+				evs = append(evs, event[K]{kind: offline, key: e.key})
+			}
+			continue
+		}
+		at := deadline
+		if t.idleSteps > 0 && t.idleSteps < e.ttl {
+			idleAt := deadline - e.ttl + t.idleSteps
+			switch {
+			case w&1 == 0 && idleAt <= now:
+				e.word.Store(w | 1)
+				evs = append(evs, event[K]{kind: idle, key: e.key})
+				fallthrough
+			case w&1 == 1:
+				// A touch from now on probes no earlier than this.
+				at = min(deadline, now+t.idleSteps)
+			default:
+				at = idleAt
+			}
+		}
+		t.putAt(s, e, at)
+	}
+	t.flush(evs)
+	clear(evs)
+	t.scratch = evs[:0]
+	clear(list)
+	s.spare = list[:0]
+	s.mu.Unlock()
+	return expired
+}
+
+// flush hands a chunk's events to the dispatcher while the shard lock is
+// still held, so they queue in order with the shard's other events.
+func (t *Tracker[K]) flush(evs []event[K]) {
+	if len(evs) > 0 {
+		t.events.push(evs...)
+	}
+}
+
+// Ring is a view of the ring at one moment, for display and monitoring.
+type Ring struct {
+	Slots  int           // ring size
+	Tick   time.Duration // cursor step
+	Cursor int           // the slot the next step scans
+	Due    []int         // per slot, the keys whose deadline falls in it, in this turn or a later one
+}
+
+// Ring returns a view of the ring. It visits every key, so it costs O(Len);
+// it is meant for a demo page or a metrics scrape, not a hot path.
+func (t *Tracker[K]) Ring() Ring {
+	r := Ring{Slots: int(t.slots), Tick: t.tick, Due: make([]int, t.slots)}
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.RLock()
+		for _, e := range s.keys {
+			r.Due[(int64(e.word.Load()>>1)-1)%t.slots]++
+		}
+		s.mu.RUnlock()
+	}
+	r.Cursor = int(t.now.Load() % t.slots)
+	return r
+}
+
+// Run steps the cursor from the wall clock, once per Tick, until ctx is done
+// or Close is called. It counts the steps due since it started, so after a
+// stall it catches up by stepping as many times as ticks were missed. Only one
+// Run steps at a time: a second concurrent call returns at once.
+func (t *Tracker[K]) Run(ctx context.Context) {
+	if !t.runMu.TryLock() {
+		return
+	}
+	defer t.runMu.Unlock()
+	start := time.Now()
+	ticker := time.NewTicker(t.tick)
+	defer ticker.Stop()
+	var done int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.closing:
+			return
+		case <-ticker.C:
+		}
+		// A Ticker drops ticks when its reader is slow; the clock does not.
+		for due := int64(time.Since(start) / t.tick); done < due; done++ {
+			if ctx.Err() != nil || t.isClosing() {
+				return
+			}
+			t.step(false)
+		}
+	}
+}
+
+func (t *Tracker[K]) isClosing() bool {
+	select {
+	case <-t.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops Run and Advance and waits until every pending callback has run.
+// Events after that are not reported. Close is idempotent; it must not be
+// called from a callback, which it would wait for.
+func (t *Tracker[K]) Close() {
+	t.closeOnce.Do(func() { close(t.closing) })
+	t.runMu.Lock() // wait for Run to return
+	t.runMu.Unlock()
+	t.events.close()
+}
