@@ -1,0 +1,458 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config[string]
+		ok   bool
+	}{
+		{"zero value", Config[string]{}, true},
+		{"two slots", Config[string]{Slots: 2}, true},
+		{"large ring", Config[string]{Slots: 3600}, true},
+		{"one slot", Config[string]{Slots: 1}, false},
+		{"negative slots", Config[string]{Slots: -5}, false},
+		{"too many slots", Config[string]{Slots: maxSlots + 1}, false},
+		{"negative tick", Config[string]{Tick: -time.Second}, false},
+		{"overflowing tick", Config[string]{Tick: time.Duration(1 << 62)}, false},
+		{"negative idle", Config[string]{IdleAfter: -1}, false},
+		{"idle at timeout", Config[string]{IdleAfter: 30 * time.Second}, false},
+		{"idle below timeout", Config[string]{IdleAfter: 29 * time.Second, OnIdle: func(string) {}}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := New(tc.cfg)
+			if !tc.ok {
+				require.Error(t, err)
+				assert.Nil(t, tr)
+				return
+			}
+			require.NoError(t, err)
+			tr.Close()
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	tr, err := New(Config[int]{})
+	require.NoError(t, err)
+	defer tr.Close()
+	assert.Equal(t, 30*time.Second, tr.Timeout())
+	r := tr.Ring()
+	assert.Equal(t, 31, r.Slots)
+	assert.Equal(t, time.Second, r.Tick)
+	assert.Len(t, r.Due, 31)
+}
+
+// expiresAt advances tr until key is reported and returns how many steps that
+// took; it fails if key is reported twice or not within limit steps.
+func expiresAt(t *testing.T, tr *Tracker[string], key string, limit int) int {
+	t.Helper()
+	at := 0
+	for step := 1; step <= limit; step++ {
+		for _, k := range tr.Advance() {
+			if k == key {
+				require.Zero(t, at, "%s reported twice, at steps %d and %d", key, at, step)
+				at = step
+			}
+		}
+		if at > 0 && step >= at+int(tr.slots)+1 {
+			break // watched a turn more for a second report
+		}
+	}
+	require.NotZero(t, at, "%s was not reported within %d steps", key, limit)
+	return at
+}
+
+func TestTimingEdges(t *testing.T) {
+	const S = 31
+	tick := time.Second
+	tests := []struct {
+		name   string
+		before int // steps taken before the touches
+		touch  func(tr *Tracker[string])
+		want   int // the step after the touches that reports "k"
+	}{
+		{"touch at cursor 0", 0, func(tr *Tracker[string]) { tr.Touch("k") }, S},
+		{"touch at the last slot", S - 1, func(tr *Tracker[string]) { tr.Touch("k") }, S},
+		{"touch after the cursor wrapped", S, func(tr *Tracker[string]) { tr.Touch("k") }, S},
+		{"touch after many turns", 5*S + 7, func(tr *Tracker[string]) { tr.Touch("k") }, S},
+		{"touch twice in one step", 3, func(tr *Tracker[string]) { tr.Touch("k"); tr.Touch("k") }, S},
+		{"TouchFor of 0 is the next step", 0, func(tr *Tracker[string]) { tr.TouchFor("k", 0) }, 1},
+		{"TouchFor of a negative is the next step", 4, func(tr *Tracker[string]) { tr.TouchFor("k", -time.Hour) }, 1},
+		{"TouchFor of a fraction of a tick", 0, func(tr *Tracker[string]) { tr.TouchFor("k", tick/10) }, 2},
+		{"TouchFor of an exact number of ticks", 2, func(tr *Tracker[string]) { tr.TouchFor("k", 5*tick) }, 6},
+		{"TouchFor of the timeout is Touch", 9, func(tr *Tracker[string]) { tr.TouchFor("k", (S-1)*tick) }, S},
+		// Deadline S+1 steps ahead: its slot is the one under the cursor, and
+		// it must survive the first pass over it.
+		{"target slot under the cursor", 0, func(tr *Tracker[string]) { tr.TouchFor("k", S*tick) }, S + 1},
+		{"target slot under the cursor at slot 0", S, func(tr *Tracker[string]) { tr.TouchFor("k", S*tick) }, S + 1},
+		{"several turns (rounds)", 0, func(tr *Tracker[string]) { tr.TouchFor("k", 3610*tick) }, 3611},
+		{"shorter TouchFor replaces a longer one", 1, func(tr *Tracker[string]) { tr.TouchFor("k", 100*tick); tr.TouchFor("k", 2*tick) }, 3},
+		{"Touch after a long TouchFor", 1, func(tr *Tracker[string]) { tr.TouchFor("k", 100*tick); tr.Touch("k") }, S},
+		{"longer TouchFor after Touch", 1, func(tr *Tracker[string]) { tr.Touch("k"); tr.TouchFor("k", 40*tick) }, 41},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := New(Config[string]{Slots: S, Tick: tick})
+			require.NoError(t, err)
+			defer tr.Close()
+			for range tc.before {
+				tr.Advance()
+			}
+			tc.touch(tr)
+			assert.Equal(t, tc.want, expiresAt(t, tr, "k", tc.want+2*S))
+			assert.False(t, tr.Online("k"))
+			assert.Zero(t, tr.Len())
+		})
+	}
+}
+
+func TestRetouchRestartsTheCount(t *testing.T) {
+	tr, err := New(Config[string]{Slots: 10})
+	require.NoError(t, err)
+	defer tr.Close()
+	require.True(t, tr.Touch("k"))
+	for i := range 100 {
+		require.Empty(t, tr.Advance(), "step %d", i)
+		if i%7 == 0 {
+			require.False(t, tr.Touch("k"))
+		}
+	}
+	// The last touch came after step 99 (i=98), so the deadline is step 109.
+	assert.Equal(t, 10-2+1, expiresAt(t, tr, "k", 30))
+}
+
+func TestRemove(t *testing.T) {
+	var r recorder
+	tr, err := New(r.config(5))
+	require.NoError(t, err)
+	defer tr.Close()
+
+	assert.False(t, tr.Remove("nobody"))
+	tr.Touch("a")
+	tr.Touch("b")
+	assert.True(t, tr.Remove("a"))
+	assert.False(t, tr.Remove("a"))
+	assert.False(t, tr.Online("a"))
+	assert.Equal(t, 1, tr.Len())
+	var got []string
+	for range 10 {
+		got = append(got, tr.Advance()...)
+	}
+	assert.Equal(t, []string{"b"}, got)
+	tr.drain()
+	assert.Equal(t, []string{"online:a", "online:b", "offline:b"}, r.take())
+
+	// Removed and touched again: a fresh key, with a fresh count.
+	tr.Touch("a")
+	tr.Advance()
+	tr.Remove("a")
+	tr.Touch("a")
+	assert.Equal(t, 5, expiresAt(t, tr, "a", 20))
+}
+
+func TestTouchFromOnOffline(t *testing.T) {
+	var tr *Tracker[string]
+	var readded atomic.Int32
+	tr, err := New(Config[string]{
+		Slots: 3,
+		OnOffline: func(k string) {
+			if readded.Add(1) == 1 {
+				tr.Touch(k) // re-adds the key, from the dispatcher
+			}
+		},
+	})
+	require.NoError(t, err)
+	defer tr.Close()
+
+	tr.Touch("k")
+	tr.Advance()
+	tr.Advance()
+	require.Equal(t, []string{"k"}, tr.Advance())
+	tr.drain()
+	assert.True(t, tr.Online("k"), "OnOffline's Touch re-added the key")
+	assert.Equal(t, 3, expiresAt(t, tr, "k", 10))
+	tr.drain()
+	assert.EqualValues(t, 2, readded.Load())
+}
+
+func TestCallbacksInOrder(t *testing.T) {
+	var r recorder
+	cfg := r.config(5)
+	cfg.IdleAfter = 2 * time.Second // idle at step 3 after a touch
+	tr, err := New(cfg)
+	require.NoError(t, err)
+	defer tr.Close()
+
+	tr.Touch("a")
+	tr.Advance() // 1
+	tr.Touch("b")
+	tr.Advance() // 2
+	tr.Advance() // 3: a idle
+	tr.Advance() // 4: b idle
+	tr.Touch("a")
+	tr.Advance() // 5: b offline
+	tr.Advance() // 6
+	tr.Advance() // 7
+	tr.Advance() // 8: a idle (touched after step 4)
+	tr.Advance() // 9: a offline
+	tr.drain()
+	assert.Equal(t, []string{
+		"online:a", "online:b",
+		"idle:a", "idle:b", "offline:b",
+		"idle:a", "offline:a",
+	}, r.take())
+}
+
+func TestIdleOncePerSilence(t *testing.T) {
+	var r recorder
+	cfg := r.config(31)
+	cfg.IdleAfter = 15 * time.Second // idle at step 16
+	tr, err := New(cfg)
+	require.NoError(t, err)
+	defer tr.Close()
+
+	tr.Touch("k")
+	for range 16 {
+		tr.Advance()
+	}
+	tr.drain()
+	assert.Equal(t, []string{"online:k", "idle:k"}, r.take())
+
+	// Touched right after the probe: a new silence, probed 16 steps later,
+	// even though the entry sits in the slot of its old deadline.
+	tr.Touch("k")
+	for i := 1; i <= 16; i++ {
+		tr.Advance()
+		tr.drain()
+		if i < 16 {
+			require.Empty(t, r.take(), "step %d", i)
+		}
+	}
+	assert.Equal(t, []string{"idle:k"}, r.take())
+	assert.Equal(t, 15, expiresAt(t, tr, "k", 40))
+	tr.drain()
+	assert.Equal(t, []string{"offline:k"}, r.take())
+}
+
+func TestIdleNotForLongerThanTimeout(t *testing.T) {
+	var r recorder
+	cfg := r.config(10)
+	cfg.IdleAfter = 5 * time.Second
+	tr, err := New(cfg)
+	require.NoError(t, err)
+	defer tr.Close()
+
+	tr.TouchFor("short", 2*time.Second) // deadline before its idle step: never idle
+	tr.TouchFor("long", 100*time.Second)
+	for range 101 {
+		tr.Advance()
+	}
+	tr.drain()
+	assert.Equal(t, []string{"online:short", "online:long", "offline:short", "idle:long", "offline:long"}, r.take())
+}
+
+func TestCloseWaitsForCallbacks(t *testing.T) {
+	var done atomic.Bool
+	tr, err := New(Config[int]{Slots: 2, OnOffline: func(int) {
+		time.Sleep(20 * time.Millisecond)
+		done.Store(true)
+	}})
+	require.NoError(t, err)
+	tr.Touch(1)
+	tr.Advance()
+	require.Equal(t, []int{1}, tr.Advance())
+	tr.Close()
+	assert.True(t, done.Load(), "Close returned before the callback ran")
+	tr.Close() // idempotent
+	assert.Nil(t, tr.Advance(), "Advance after Close steps nothing")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	tr.Run(ctx) // returns at once after Close
+	assert.NoError(t, ctx.Err())
+}
+
+func TestCloseStopsRun(t *testing.T) {
+	tr, err := New(Config[int]{Tick: time.Millisecond})
+	require.NoError(t, err)
+	stopped := make(chan struct{})
+	go func() {
+		tr.Run(context.Background())
+		close(stopped)
+	}()
+	require.Eventually(t, func() bool { return tr.now.Load() > 3 }, 5*time.Second, time.Millisecond)
+	tr.Close()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after Close")
+	}
+}
+
+func TestRunCatchesUp(t *testing.T) {
+	const tick = 5 * time.Millisecond
+	tr, err := New(Config[int]{Tick: tick})
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	go tr.Run(ctx)
+
+	// Stall the stepper for 20 ticks; afterwards it must make up for them.
+	tr.stepMu.Lock()
+	time.Sleep(20 * tick)
+	tr.stepMu.Unlock()
+	require.Eventually(t, func() bool {
+		return tr.now.Load() >= int64(time.Since(start)/tick)-2
+	}, 5*time.Second, time.Millisecond)
+	assert.LessOrEqual(t, tr.now.Load(), int64(time.Since(start)/tick), "never steps early")
+}
+
+func TestRunWallClock(t *testing.T) {
+	const (
+		slots = 6
+		tick  = 20 * time.Millisecond
+		keys  = 200
+	)
+	var (
+		mu      sync.Mutex
+		touched = map[int]time.Time{}
+		elapsed = map[int]time.Duration{}
+	)
+	done := make(chan struct{})
+	tr, err := New(Config[int]{Slots: slots, Tick: tick, OnOffline: func(k int) {
+		mu.Lock()
+		defer mu.Unlock()
+		elapsed[k] = time.Since(touched[k])
+		if len(elapsed) == keys {
+			close(done)
+		}
+	}})
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tr.Run(ctx)
+
+	for k := range keys {
+		mu.Lock()
+		touched[k] = time.Now()
+		mu.Unlock()
+		tr.Touch(k)
+		if k%20 == 0 {
+			time.Sleep(tick / 3) // spread touches over several steps
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not every key went offline")
+	}
+	timeout := tr.Timeout()
+	mu.Lock()
+	defer mu.Unlock()
+	for k, d := range elapsed {
+		assert.GreaterOrEqual(t, d, timeout, "key %d went offline early", k)
+		// Exactly between timeout and timeout+tick on a quiet machine; the
+		// slack absorbs scheduling under -race on a loaded one.
+		assert.Less(t, d, timeout+tick+250*time.Millisecond, "key %d went offline late", k)
+	}
+}
+
+func TestRing(t *testing.T) {
+	tr, err := New(Config[string]{Slots: 5})
+	require.NoError(t, err)
+	defer tr.Close()
+	assert.Equal(t, 0, tr.Ring().Cursor)
+	tr.Touch("a") // due at step 5: slot 4, just behind the cursor
+	tr.Advance()
+	tr.Advance()
+	tr.Touch("b") // due at step 7: slot 1, just behind the cursor at 2
+	tr.TouchFor("c", 0)
+	r := tr.Ring()
+	assert.Equal(t, 2, r.Cursor)
+	assert.Equal(t, []int{0, 1, 1, 0, 1}, r.Due)
+	for range 4 {
+		tr.Advance()
+	}
+	assert.Equal(t, 1, tr.Ring().Cursor, "cursor wraps round")
+}
+
+func TestConcurrentHotKeysNeverExpire(t *testing.T) {
+	const (
+		hot   = 200
+		steps = 300
+	)
+	var falseOffline atomic.Int32
+	tr, err := New(Config[string]{Slots: 4, OnOffline: func(k string) {
+		if k[0] == 'h' {
+			falseOffline.Add(1)
+		}
+	}, OnOnline: func(string) {}})
+	require.NoError(t, err)
+	defer tr.Close()
+
+	hotKeys := make([]string, hot)
+	for i := range hotKeys {
+		hotKeys[i] = fmt.Sprintf("h%d", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for g := range 3 { // noise: touch, remove and read other keys
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				k := fmt.Sprintf("c%d-%d", g, i%500)
+				switch i % 5 {
+				case 0, 1:
+					tr.Touch(k)
+				case 2:
+					tr.TouchFor(k, time.Duration(i%7)*time.Second)
+				case 3:
+					tr.Remove(k)
+				case 4:
+					tr.Online(k)
+					tr.Len()
+					if i%97 == 0 {
+						tr.Ring()
+					}
+				}
+			}
+		})
+	}
+	// Two goroutines share the hot keys and touch them all between steps.
+	for s := range steps {
+		var touch sync.WaitGroup
+		for half := range 2 {
+			touch.Go(func() {
+				for i := half; i < hot; i += 2 {
+					tr.Touch(hotKeys[i])
+				}
+			})
+		}
+		touch.Wait()
+		for _, k := range tr.Advance() {
+			require.NotEqual(t, byte('h'), k[0], "hot key %s expired at step %d", k, s)
+		}
+	}
+	cancel()
+	wg.Wait()
+	tr.drain()
+	assert.Zero(t, falseOffline.Load())
+	for _, k := range hotKeys {
+		assert.True(t, tr.Online(k))
+	}
+}
