@@ -1,0 +1,439 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// counters are cumulative over a worker's life.
+type counters struct {
+	Dialed      int64 `json:"dialed"`
+	Connected   int64 `json:"connected"`
+	FailedDials int64 `json:"failed_dials"`
+	Open        int64 `json:"open"`
+	Closed      int64 `json:"closed"`
+	Errors      int64 `json:"errors"`
+	Keepalives  int64 `json:"keepalives"` // frames sent: pong replies and app pings
+	Received    int64 `json:"received"`   // data frames received
+	PingsIn     int64 `json:"pings_in"`   // server pings received
+}
+
+// report is one line a worker writes to its coordinator.
+type report struct {
+	Kind   string `json:"kind"` // progress, ramped or final
+	Worker int    `json:"worker"`
+	counters
+	TimeoutMS    int64          `json:"timeout_ms,omitempty"`
+	Silent       int            `json:"silent,omitempty"`
+	SilentClosed int            `json:"silent_closed,omitempty"`
+	SilentOther  int            `json:"silent_other,omitempty"`
+	FalseClosed  int            `json:"false_closed,omitempty"`
+	DetectMS     []float64      `json:"detect_ms,omitempty"`
+	CloseCodes   map[string]int `json:"close_codes,omitempty"`
+	Err          string         `json:"err,omitempty"`
+}
+
+const (
+	kindProgress = "progress"
+	kindRamped   = "ramped"
+	kindFinal    = "final"
+
+	idleCloseCode = 4408
+	writeWait     = 5 * time.Second
+	dialTimeout   = 10 * time.Second
+)
+
+var appPing = []byte(`{"type":"ping"}`)
+
+type client struct {
+	conn     *websocket.Conn
+	silent   atomic.Bool
+	closed   atomic.Bool
+	lastSent atomic.Int64 // unix nanoseconds of the last frame this client sent
+}
+
+type worker struct {
+	spec    Spec
+	workers int
+	log     *slog.Logger
+	out     *json.Encoder
+	outMu   sync.Mutex
+
+	c counters // updated atomically
+
+	mu          sync.Mutex
+	clients     []*client
+	ending      bool // after the deadline closes are ours, not the server's
+	timeoutMS   int64
+	silent      int
+	silentDone  int
+	silentOther int
+	falseClosed int
+	detect      []float64
+	closeCodes  map[string]int
+}
+
+// RunWorker opens spec's clients, keeps them until spec.Start+spec.Duration
+// (or ctx is done), and writes JSON reports to out: progress every second, one
+// "ramped" when all of its dials are done, and one "final". workers is the
+// number of workers in the run, needed to place this worker's clients on the
+// common ramp.
+func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &worker{spec: spec, workers: workers, log: log, out: json.NewEncoder(out), closeCodes: map[string]int{}}
+	deadline := spec.Start.Add(spec.Duration)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	dialers := w.dialers()
+	progressDone := make(chan struct{})
+	stopProgress := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				w.emit(report{Kind: kindProgress})
+			}
+		}
+	}()
+
+	var readers sync.WaitGroup
+	w.ramp(ctx, dialers, &readers)
+	rampEnd := spec.Start.Add(spec.Ramp)
+	select {
+	case <-time.After(time.Until(rampEnd)):
+	case <-ctx.Done():
+	}
+	if ctx.Err() == nil {
+		w.silence()
+	}
+	w.emit(report{Kind: kindRamped})
+
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		w.appPings(ctx)
+	}()
+	<-ctx.Done()
+	<-pingDone
+
+	final := w.finish()
+	close(stopProgress)
+	<-progressDone
+	w.emit(final)
+
+	// Give the coordinator a moment to sample the server before the closes
+	// below make it work.
+	time.Sleep(lingerAfterDeadline)
+	w.closeAll()
+	readers.Wait()
+	return nil
+}
+
+func (w *worker) emit(r report) {
+	r.Worker = w.spec.Worker
+	r.counters = w.snapshot()
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	if err := w.out.Encode(r); err != nil {
+		w.log.Error("write report", "err", err)
+	}
+}
+
+func (w *worker) snapshot() counters {
+	return counters{
+		Dialed:      atomic.LoadInt64(&w.c.Dialed),
+		Connected:   atomic.LoadInt64(&w.c.Connected),
+		FailedDials: atomic.LoadInt64(&w.c.FailedDials),
+		Open:        atomic.LoadInt64(&w.c.Open),
+		Closed:      atomic.LoadInt64(&w.c.Closed),
+		Errors:      atomic.LoadInt64(&w.c.Errors),
+		Keepalives:  atomic.LoadInt64(&w.c.Keepalives),
+		Received:    atomic.LoadInt64(&w.c.Received),
+		PingsIn:     atomic.LoadInt64(&w.c.PingsIn),
+	}
+}
+
+// dialers returns one gorilla dialer per source address (one with the kernel's
+// choice when there are none). Small buffers keep the generator's own memory
+// down: the frames of this protocol are tiny.
+func (w *worker) dialers() []*websocket.Dialer {
+	mk := func(local net.Addr) *websocket.Dialer {
+		nd := &net.Dialer{Timeout: dialTimeout, LocalAddr: local}
+		return &websocket.Dialer{
+			NetDialContext:   nd.DialContext,
+			HandshakeTimeout: dialTimeout,
+			ReadBufferSize:   1024,
+			WriteBufferSize:  512,
+		}
+	}
+	if len(w.spec.Sources) == 0 {
+		return []*websocket.Dialer{mk(nil)}
+	}
+	ds := make([]*websocket.Dialer, len(w.spec.Sources))
+	for i, s := range w.spec.Sources {
+		ds[i] = mk(&net.TCPAddr{IP: net.ParseIP(s)})
+	}
+	return ds
+}
+
+// ramp dials the worker's clients at their places on the common ramp, with
+// at most DialLimit dials in flight.
+func (w *worker) ramp(ctx context.Context, dialers []*websocket.Dialer, readers *sync.WaitGroup) {
+	sem := make(chan struct{}, w.spec.DialLimit)
+	var dials sync.WaitGroup
+	total := max(w.spec.TotalConns, 1)
+	for i := range w.spec.Conns {
+		g := w.spec.globalIndex(i, w.workers)
+		at := w.spec.Start.Add(time.Duration(int64(w.spec.Ramp) * int64(g) / int64(total)))
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		dials.Add(1)
+		go func() {
+			defer dials.Done()
+			defer func() { <-sem }()
+			w.dial(ctx, dialers[g%len(dialers)], g, readers)
+		}()
+	}
+	dials.Wait()
+}
+
+func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *sync.WaitGroup) {
+	atomic.AddInt64(&w.c.Dialed, 1)
+	u, err := url.Parse(w.spec.URL)
+	if err != nil {
+		atomic.AddInt64(&w.c.FailedDials, 1)
+		return
+	}
+	q := u.Query()
+	q.Set("uid", w.spec.UIDPrefix+strconv.Itoa(g))
+	u.RawQuery = q.Encode()
+	conn, resp, err := d.DialContext(ctx, u.String(), http.Header{})
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		atomic.AddInt64(&w.c.FailedDials, 1)
+		atomic.AddInt64(&w.c.Errors, 1)
+		if atomic.LoadInt64(&w.c.FailedDials) <= 5 {
+			w.log.Warn("dial failed", "uid", q.Get("uid"), "err", err)
+		}
+		return
+	}
+	c := &client{conn: conn}
+	c.lastSent.Store(time.Now().UnixNano())
+	conn.SetPingHandler(func(data string) error {
+		atomic.AddInt64(&w.c.PingsIn, 1)
+		if c.silent.Load() {
+			return nil
+		}
+		if err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait)); err != nil {
+			return nil // the read loop sees the broken connection
+		}
+		c.lastSent.Store(time.Now().UnixNano())
+		atomic.AddInt64(&w.c.Keepalives, 1)
+		return nil
+	})
+	atomic.AddInt64(&w.c.Connected, 1)
+	atomic.AddInt64(&w.c.Open, 1)
+	w.mu.Lock()
+	w.clients = append(w.clients, c)
+	w.mu.Unlock()
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		w.read(c)
+	}()
+}
+
+// read consumes the client's frames until the connection ends and classifies
+// the end. A silent client keeps reading (it must see the close frame) but its
+// ping handler no longer answers.
+func (w *worker) read(c *client) {
+	first := true
+	var err error
+	for {
+		var typ int
+		var r io.Reader
+		typ, r, err = c.conn.NextReader()
+		if err != nil {
+			break
+		}
+		atomic.AddInt64(&w.c.Received, 1)
+		if first && typ == websocket.TextMessage {
+			first = false
+			w.welcome(r)
+			continue
+		}
+		if _, err = io.Copy(io.Discard, r); err != nil {
+			break
+		}
+	}
+	at := time.Now()
+	c.closed.Store(true)
+	atomic.AddInt64(&w.c.Open, -1)
+	atomic.AddInt64(&w.c.Closed, 1)
+
+	code := "eof"
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		code = strconv.Itoa(ce.Code)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ending {
+		return
+	}
+	w.closeCodes[code]++
+	switch {
+	case c.silent.Load() && ce != nil && ce.Code == idleCloseCode:
+		w.silentDone++
+		w.detect = append(w.detect, float64(at.UnixNano()-c.lastSent.Load())/1e6)
+	case c.silent.Load():
+		w.silentOther++
+		atomic.AddInt64(&w.c.Errors, 1)
+	default:
+		w.falseClosed++
+		atomic.AddInt64(&w.c.Errors, 1)
+		if w.falseClosed <= 5 {
+			w.log.Warn("live client closed", "code", code, "err", err)
+		}
+	}
+}
+
+func (w *worker) welcome(r io.Reader) {
+	var m struct {
+		Type      string `json:"type"`
+		TimeoutMS int64  `json:"timeout_ms"`
+	}
+	if err := json.NewDecoder(r).Decode(&m); err != nil || m.Type != "welcome" {
+		return
+	}
+	_, _ = io.Copy(io.Discard, r)
+	w.mu.Lock()
+	w.timeoutMS = max(w.timeoutMS, m.TimeoutMS)
+	w.mu.Unlock()
+}
+
+// silence makes spec.Silent of the open clients, spread evenly, stop
+// answering and sending.
+func (w *worker) silence() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var open []*client
+	for _, c := range w.clients {
+		if !c.closed.Load() {
+			open = append(open, c)
+		}
+	}
+	n := min(w.spec.Silent, len(open))
+	for k := range n {
+		open[k*len(open)/n].silent.Store(true)
+	}
+	w.silent = n
+}
+
+// appPings sends {"type":"ping"} from every live, non-silent client once per
+// spec.Every, spread evenly over the interval, from one goroutine so each
+// connection has a single writer.
+func (w *worker) appPings(ctx context.Context) {
+	if w.spec.Every <= 0 {
+		return
+	}
+	const step = 20 * time.Millisecond
+	t := time.NewTicker(step)
+	defer t.Stop()
+	start := time.Now()
+	var sent, pos int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			cs := w.clients
+			w.mu.Unlock()
+			if len(cs) == 0 {
+				continue
+			}
+			due := int(int64(len(cs)) * int64(now.Sub(start)) / int64(w.spec.Every))
+			for ; sent < due && ctx.Err() == nil; sent++ {
+				c := cs[pos%len(cs)]
+				pos++
+				if c.silent.Load() || c.closed.Load() {
+					continue
+				}
+				_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+				if err := c.conn.WriteMessage(websocket.TextMessage, appPing); err != nil {
+					atomic.AddInt64(&w.c.Errors, 1)
+					continue
+				}
+				c.lastSent.Store(time.Now().UnixNano())
+				atomic.AddInt64(&w.c.Keepalives, 1)
+			}
+		}
+	}
+}
+
+// finish freezes the outcome at the deadline.
+func (w *worker) finish() report {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ending = true
+	codes := make(map[string]int, len(w.closeCodes))
+	for k, v := range w.closeCodes {
+		codes[k] = v
+	}
+	return report{
+		Kind: kindFinal, TimeoutMS: w.timeoutMS, Silent: w.silent,
+		SilentClosed: w.silentDone, SilentOther: w.silentOther, FalseClosed: w.falseClosed,
+		DetectMS: append([]float64(nil), w.detect...), CloseCodes: codes,
+	}
+}
+
+// closeAll ends every connection with a normal close frame.
+func (w *worker) closeAll() {
+	w.mu.Lock()
+	cs := w.clients
+	w.mu.Unlock()
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "loadgen done")
+	for _, c := range cs {
+		if !c.closed.Load() {
+			_ = c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		}
+		if err := c.conn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			w.log.Debug("close", "err", fmt.Errorf("close client: %w", err))
+		}
+	}
+}
