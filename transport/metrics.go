@@ -1,0 +1,80 @@
+package transport
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Close reasons, the "reason" label of presenced_closes_total.
+const (
+	reasonIdle     = "idle"     // silent past the timeout: 4408
+	reasonSlow     = "slow"     // send queue full: CloseSlowConsumer
+	reasonShutdown = "shutdown" // Hub.Shutdown: 1001
+	reasonTooBig   = "too_big"  // frame over MaxMessage: 1009
+	reasonClient   = "client"   // the client closed or the network failed
+)
+
+type metrics struct {
+	connections prometheus.Gauge
+	users       prometheus.Gauge
+	keepalives  *prometheus.CounterVec
+	closes      *prometheus.CounterVec
+	steps       prometheus.Histogram
+	dropped     prometheus.Counter
+	chats       prometheus.Counter
+
+	// Pre-resolved children: the keepalive path must not hash labels.
+	kaText, kaBinary, kaPing, kaPong, kaHeartbeat prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "presenced_connections",
+			Help: "Live WebSocket connections on this node.",
+		}),
+		users: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "presenced_users_online",
+			Help: "Users with at least one live connection or heartbeat on this node (grace periods included).",
+		}),
+		keepalives: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_keepalives_total",
+			Help: "Inbound keepalives by kind: text, binary, ping and pong frames, and HTTP heartbeats.",
+		}, []string{"kind"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_closes_total",
+			Help: "Closed WebSocket connections by reason: idle, slow, shutdown, too_big, client.",
+		}, []string{"reason"}),
+		steps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "presenced_ring_step_seconds",
+			Help:    "Time taken by one step of the ring's cursor.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12), // 1µs .. ~4s
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_events_dropped_total",
+			Help: "Outbound frames not delivered because a connection's send queue was full (should stay 0).",
+		}),
+		chats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_chat_messages_total",
+			Help: "Chat messages received from this node's connections.",
+		}),
+	}
+	m.kaText = m.keepalives.WithLabelValues("text")
+	m.kaBinary = m.keepalives.WithLabelValues("binary")
+	m.kaPing = m.keepalives.WithLabelValues("ping")
+	m.kaPong = m.keepalives.WithLabelValues("pong")
+	m.kaHeartbeat = m.keepalives.WithLabelValues("heartbeat")
+	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient} {
+		m.closes.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.keepalives, m.closes, m.steps, m.dropped, m.chats} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("transport: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
