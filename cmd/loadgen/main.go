@@ -92,7 +92,7 @@ func run() int {
 		return 2
 	}
 	co := &loadgen.Coordinator{
-		Launch:   loadgen.ExecLauncher(self, []string{"-" + workerFlag, "-log", verbosity}, os.Stderr),
+		Launch:   loadgen.ExecLauncher(self, []string{"-" + workerFlag, "-log", verbosity}, nil, os.Stderr),
 		Progress: os.Stderr,
 		Log:      log,
 	}

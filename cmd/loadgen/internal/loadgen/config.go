@@ -31,13 +31,14 @@ type Config struct {
 	Silent   int           // clients that stop answering and sending when the ramp ends
 	Duration time.Duration // whole run, ramp included; clients are closed when it ends
 
-	Workers     int        // 0: one per PerWorker clients
-	PerWorker   int        // clients per worker when Workers is 0; 0 means 10,000
-	Sources     int        // source addresses to spread clients over; 0: one per 8,000 clients
-	SourceFirst netip.Addr // first source address; zero means 127.0.0.2
-	UIDPrefix   string     // user IDs are UIDPrefix followed by the client's index; "" means "lg"
-	DialLimit   int        // concurrent dials per worker; 0 means 64
-	ServerPID   int        // >0: sample this local process's CPU and RSS at the start and end of the hold
+	Workers     int           // 0: one per PerWorker clients
+	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000
+	Sources     int           // source addresses to spread clients over; 0: one per 8,000 clients
+	SourceFirst netip.Addr    // first source address; zero means 127.0.0.2
+	UIDPrefix   string        // user IDs are UIDPrefix followed by the client's index; "" means "lg"
+	DialLimit   int           // concurrent dials per worker; 0 means 64
+	ServerPID   int           // >0: sample this local process's CPU and RSS at the start and end of the hold
+	Linger      time.Duration // wait after the deadline before closing clients, so the server is sampled undisturbed; 0 means 1 s
 }
 
 const (
@@ -74,6 +75,9 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 	}
 	if c.Workers > c.Conns {
 		c.Workers = c.Conns
+	}
+	if c.Linger <= 0 {
+		c.Linger = lingerAfterDeadline
 	}
 	if c.DialLimit <= 0 {
 		c.DialLimit = defaultDialLimit
@@ -167,6 +171,7 @@ type Spec struct {
 	UIDPrefix  string        `json:"uid_prefix"`
 	DialLimit  int           `json:"dial_limit"`
 	TotalConns int           `json:"total_conns"` // to spread dial times over the whole ramp
+	Linger     time.Duration `json:"linger"`
 }
 
 // plan splits c over its workers. Clients are interleaved across workers
@@ -187,7 +192,7 @@ func plan(c Config, start time.Time) []Spec {
 			Worker: w, URL: c.URL, First: w, Conns: n, Silent: s,
 			Start: start, Ramp: c.Ramp, Every: c.Every, Duration: c.Duration,
 			Sources: c.sourceAddrs(), UIDPrefix: c.UIDPrefix, DialLimit: c.DialLimit,
-			TotalConns: c.Conns,
+			TotalConns: c.Conns, Linger: c.Linger,
 		}
 	}
 	return specs

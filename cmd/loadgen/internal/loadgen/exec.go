@@ -15,10 +15,11 @@ type WorkerJob struct {
 	Workers int  `json:"workers"`
 }
 
-// ExecLauncher starts each worker as a child process running path with args;
+// ExecLauncher starts each worker as a child process running path with args
+// and this process's environment plus env;
 // the child must call RunWorker with the WorkerJob it reads from stdin and
 // write its reports to stdout. Its stderr is passed to stderr.
-func ExecLauncher(path string, args []string, stderr io.Writer) Launcher {
+func ExecLauncher(path string, args, env []string, stderr io.Writer) Launcher {
 	return func(ctx context.Context, spec Spec, workers int) (io.ReadCloser, func() error, error) {
 		job, err := json.Marshal(WorkerJob{Spec: spec, Workers: workers})
 		if err != nil {
@@ -26,6 +27,7 @@ func ExecLauncher(path string, args []string, stderr io.Writer) Launcher {
 		}
 		cmd := exec.Command(path, args...)
 		cmd.Stderr = stderr
+		cmd.Env = append(os.Environ(), env...)
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return nil, nil, fmt.Errorf("worker stdin: %w", err)

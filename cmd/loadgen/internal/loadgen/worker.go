@@ -144,7 +144,7 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 
 	// Give the coordinator a moment to sample the server before the closes
 	// below make it work.
-	time.Sleep(lingerAfterDeadline)
+	time.Sleep(spec.Linger)
 	w.closeAll()
 	readers.Wait()
 	return nil

@@ -1,0 +1,309 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const workerEnv = "LOADGEN_TEST_WORKER"
+
+// TestMain lets the test binary serve as a worker process, so the
+// multi-process path runs for real.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		job, err := ReadJob(os.Stdin)
+		if err != nil {
+			os.Exit(2)
+		}
+		if err := RunWorker(context.Background(), job.Spec, job.Workers, os.Stdout, nil); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// idleServer is a small real server with presenced's idle semantics: any
+// inbound frame is a keepalive, pings go out at a third of the timeout, and
+// silence past the timeout ends with close 4408. closeLive, when set, makes it
+// close that uid with 4408 right after the welcome, as a buggy server would.
+type idleServer struct {
+	timeout   time.Duration
+	closeLive string
+	appPings  atomic.Int64
+	conns     atomic.Int64
+}
+
+func (s *idleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	up := websocket.Upgrader{}
+	ws, err := up.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	s.conns.Add(1)
+	var wmu sync.Mutex
+	write := func(b []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return ws.WriteMessage(websocket.TextMessage, b)
+	}
+	uid := r.URL.Query().Get("uid")
+	welcome, _ := json.Marshal(map[string]any{"type": "welcome", "uid": uid, "timeout_ms": s.timeout.Milliseconds(), "online": []string{}})
+	_ = write(welcome)
+	if uid == s.closeLive {
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4408, "idle timeout"), time.Now().Add(time.Second))
+		_ = ws.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(s.timeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+			}
+		}
+	}()
+	defer close(done)
+	extend := func() { _ = ws.SetReadDeadline(time.Now().Add(s.timeout)) }
+	extend()
+	ws.SetPongHandler(func(string) error { extend(); return nil })
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4408, "idle timeout"), time.Now().Add(time.Second))
+			}
+			_ = ws.Close()
+			return
+		}
+		extend()
+		if strings.Contains(string(msg), `"ping"`) {
+			s.appPings.Add(1)
+			_ = write([]byte(`{"type":"pong"}`))
+		}
+	}
+}
+
+func startIdleServer(t *testing.T, s *idleServer) string {
+	t.Helper()
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
+}
+
+// inProcess runs workers as goroutines connected through pipes.
+func inProcess(ctx context.Context, spec Spec, workers int) (io.ReadCloser, func() error, error) {
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := RunWorker(ctx, spec, workers, pw, nil)
+		_ = pw.CloseWithError(err)
+		errc <- err
+	}()
+	return pr, func() error { return <-errc }, nil
+}
+
+func TestRunDetectsSilentClientsAndNoFalseCloses(t *testing.T) {
+	t.Parallel()
+	srv := &idleServer{timeout: 400 * time.Millisecond}
+	url := startIdleServer(t, srv)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Conns: 60, Silent: 12, Ramp: 300 * time.Millisecond,
+		Linger: 50 * time.Millisecond, Duration: 1800 * time.Millisecond, Workers: 3, Every: 100 * time.Millisecond,
+		ServerPID: os.Getpid(),
+	})
+	require.NoError(t, err)
+	assert.True(t, sum.OK(), "%+v", sum)
+	assert.Equal(t, 60, sum.Conns)
+	assert.EqualValues(t, 60, sum.Connected)
+	assert.Zero(t, sum.FailedDials)
+	assert.Equal(t, 12, sum.Silent)
+	assert.Equal(t, 12, sum.SilentClosed)
+	assert.Zero(t, sum.FalseClosed)
+	assert.Zero(t, sum.SilentUnclosed)
+	assert.EqualValues(t, 400, sum.TimeoutMS)
+	assert.Equal(t, 3, sum.Workers)
+	// Detection is measured from the last frame sent, so it is at least the
+	// server's timeout; the slack allows for a loaded CI machine.
+	assert.GreaterOrEqual(t, sum.DetectP50MS, 390.0)
+	assert.LessOrEqual(t, sum.DetectP50MS, sum.DetectP99MS)
+	assert.LessOrEqual(t, sum.DetectP99MS, sum.DetectMaxMS)
+	assert.Less(t, sum.DetectMaxMS, 1000.0)
+	assert.Equal(t, map[string]int{"4408": 12}, sum.CloseCodes)
+	// 48 live clients pinging every 100 ms for about 1.5 s.
+	assert.Greater(t, srv.appPings.Load(), int64(48*8))
+	assert.Greater(t, sum.Keepalives, int64(48*8))
+	assert.Positive(t, sum.HoldMS)
+	assert.Positive(t, sum.HoldKeepalives)
+	assert.Positive(t, sum.ServerRSSHoldKB[0])
+}
+
+func TestRunCountsAClosedLiveClientAsFalseClose(t *testing.T) {
+	t.Parallel()
+	srv := &idleServer{timeout: time.Second, closeLive: "lg7"}
+	url := startIdleServer(t, srv)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Conns: 10, Ramp: 100 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 600 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.FalseClosed)
+	assert.Equal(t, map[string]int{"4408": 1}, sum.CloseCodes)
+	assert.False(t, sum.OK())
+}
+
+func TestRunReportsSilentClientsLeftOpen(t *testing.T) {
+	t.Parallel()
+	// The timeout is longer than the run: nobody is closed.
+	srv := &idleServer{timeout: 5 * time.Second}
+	url := startIdleServer(t, srv)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Conns: 8, Silent: 3, Ramp: 100 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 3, sum.Silent)
+	assert.Equal(t, 3, sum.SilentUnclosed)
+	assert.False(t, sum.OK())
+}
+
+func TestRunCountsFailedDials(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: "ws" + strings.TrimPrefix(srv.URL, "http"), Conns: 5, Ramp: 50 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, sum.FailedDials)
+	assert.Zero(t, sum.Connected)
+}
+
+func TestRunInWorkerProcesses(t *testing.T) {
+	t.Parallel()
+	srv := &idleServer{timeout: 400 * time.Millisecond}
+	url := startIdleServer(t, srv)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	var progress strings.Builder
+	co := &Coordinator{Launch: ExecLauncher(self, nil, []string{workerEnv + "=1"}, os.Stderr), Progress: &lockedWriter{w: &progress}}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Conns: 40, Silent: 6, Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 1500 * time.Millisecond, PerWorker: 15,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 3, sum.Workers)
+	assert.True(t, sum.OK(), "%+v", sum)
+	assert.Equal(t, 6, sum.SilentClosed)
+	assert.EqualValues(t, 40, srv.conns.Load())
+	assert.Contains(t, progress.String(), "open=40")
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestConfigRejects(t *testing.T) {
+	ok := Config{URL: "ws://127.0.0.1:1/ws", Conns: 10, Ramp: time.Second, Linger: 50 * time.Millisecond, Duration: 2 * time.Second}
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"remote host", func(c *Config) { c.URL = "ws://192.0.2.1:8080/ws" }, "not a loopback"},
+		{"tls", func(c *Config) { c.URL = "wss://127.0.0.1:8080/ws" }, "scheme"},
+		{"no conns", func(c *Config) { c.Conns = 0 }, "conns"},
+		{"too many silent", func(c *Config) { c.Silent = 11 }, "silent"},
+		{"duration inside ramp", func(c *Config) { c.Duration = c.Ramp }, "duration"},
+		{"sources leave loopback", func(c *Config) {
+			c.SourceFirst = netip.MustParseAddr("127.255.255.250")
+			c.Sources = 10
+		}, "127.0.0.0/8"},
+		{"non-loopback source", func(c *Config) { c.SourceFirst = netip.MustParseAddr("10.0.0.1") }, "loopback"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			_, err := c.withDefaults(context.Background())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	got, err := ok.withDefaults(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.2"}, got.sourceAddrs())
+}
+
+func TestConfigDefaultsSplitLargeRuns(t *testing.T) {
+	c, err := Config{URL: "ws://localhost:8080/ws", Conns: 18000, Silent: 1001, Ramp: time.Second, Linger: 50 * time.Millisecond, Duration: 2 * time.Second}.withDefaults(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Workers)
+	assert.Equal(t, 3, c.Sources)
+	assert.Equal(t, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}, c.sourceAddrs())
+
+	specs := plan(c, time.Now())
+	var conns, silent int
+	seen := map[int]bool{}
+	for _, s := range specs {
+		conns += s.Conns
+		silent += s.Silent
+		for i := range s.Conns {
+			g := s.globalIndex(i, len(specs))
+			assert.False(t, seen[g], "client %d planned twice", g)
+			seen[g] = true
+		}
+	}
+	assert.Equal(t, 18000, conns)
+	assert.Equal(t, 1001, silent)
+	assert.Len(t, seen, 18000)
+}
+
+func TestPercentile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
+	cases := []struct {
+		p    float64
+		want float64
+	}{{50, 5}, {99, 10}, {100, 10}, {0, 1}, {10, 1}, {11, 2}}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, percentile(xs, tc.p), "p%v", tc.p)
+	}
+	assert.Zero(t, percentile(nil, 99))
+}
+
+func TestSampleProc(t *testing.T) {
+	s, err := sampleProc(os.Getpid())
+	require.NoError(t, err)
+	assert.Positive(t, s.RSSKB)
+	_, err = sampleProc(1 << 30)
+	assert.Error(t, err)
+}
