@@ -1,0 +1,266 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// options sets the size and length of a run.
+type options struct {
+	Keys      int           // distinct keys
+	Period    int           // steps per timeout (and chunks the keys are spread over)
+	Tick      time.Duration // wall time of a step for the clock-driven peers
+	BenchTime string        // -test.benchtime for the keepalive benchmarks, e.g. "1s" or "1000x"
+	StepIters int           // timed steps per step benchmark, at most Period-2 (see measure)
+	Seed      uint64
+	Progress  io.Writer // where to say what is being measured; io.Discard to be quiet
+}
+
+// workload is the key set shared by every subject: keys are made once, so no
+// subject's memory figure includes key bytes, and all see the same order.
+type workload struct {
+	order  []string   // every key once, in a random order
+	chunks [][]string // order cut into Period chunks: the keys of one step
+}
+
+func newWorkload(o options) workload {
+	keys := make([]string, o.Keys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(10_000_000+i)
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	order := make([]string, len(keys))
+	for i, j := range rng.Perm(len(keys)) {
+		order[i] = keys[j]
+	}
+	chunks := make([][]string, o.Period)
+	for c := range chunks {
+		chunks[c] = order[c*len(order)/o.Period : (c+1)*len(order)/o.Period]
+	}
+	return workload{order: order, chunks: chunks}
+}
+
+// result is what the harness measured for one subject. A nil step result
+// means the subject cannot be stepped by hand.
+type result struct {
+	Impl        impl
+	BytesPerKey float64
+	Touch1      testing.BenchmarkResult
+	Touch2      testing.BenchmarkResult
+	StepExpire  *testing.BenchmarkResult
+	StepRecheck *testing.BenchmarkResult
+	KeysPerStep int
+	Fired       int64 // expiries reported while keepalives were being measured (should be 0)
+	Err         error
+}
+
+// measure builds one subject and measures it: memory after populating it,
+// then (if it can be stepped) the two step benchmarks, then keepalives at 1
+// and 2 goroutines. Steps come before keepalives because a keepalive
+// benchmark touches an arbitrary subset of keys, which would break the
+// exact per-step expiry counts the step benchmarks check.
+//
+// The re-check benchmark touches the chunk due at step s just before it, so
+// the chunk is next due at step s+Period-1, where it would join the chunk
+// already due there; it therefore stays within one turn: testing.Benchmark
+// runs StepIters+1 steps, at most Period-1.
+func measure(im impl, w workload, o options) (res result) {
+	res.Impl = im
+	var expired atomic.Int64
+	cfg := config{Keys: len(w.order), Period: o.Period, Tick: o.Tick, OnExpire: func(string) { expired.Add(1) }}
+
+	before := heapAfterGC()
+	s, err := im.New(cfg)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer s.Close()
+	st, canStep := s.(stepper)
+	for c, chunk := range w.chunks {
+		for _, k := range chunk {
+			s.Add(k)
+		}
+		// Steps between chunks spread the keys over the ring: the next step
+		// after populating expires chunk 0, the one after it chunk 1, ...
+		if canStep && c < len(w.chunks)-1 {
+			st.Step()
+		}
+	}
+	res.BytesPerKey = float64(int64(heapAfterGC())-int64(before)) / float64(len(w.order))
+
+	if canStep {
+		var want int64
+		next := 0 // chunk the next step expires or re-checks
+		expire := func(b *testing.B) error {
+			b.StopTimer()
+			for range b.N {
+				chunk := w.chunks[next]
+				b.StartTimer()
+				st.Step()
+				b.StopTimer()
+				want += int64(len(chunk))
+				if err := waitCount(&expired, want); err != nil {
+					return fmt.Errorf("step expiring chunk %d: %w", next, err)
+				}
+				for _, k := range chunk {
+					s.Add(k) // back in, due Period steps from now
+				}
+				next = (next + 1) % len(w.chunks)
+			}
+			return nil
+		}
+		recheck := func(b *testing.B) error {
+			b.StopTimer()
+			for range b.N {
+				chunk := w.chunks[next]
+				for _, k := range chunk {
+					s.Touch(k) // alive: the step must re-check these, not expire them
+				}
+				b.StartTimer()
+				st.Step()
+				b.StopTimer()
+				next = (next + 1) % len(w.chunks)
+			}
+			if err := settleCount(&expired, want); err != nil {
+				return fmt.Errorf("re-check steps: %w", err)
+			}
+			return nil
+		}
+		setBenchTime(strconv.Itoa(o.StepIters) + "x")
+		progress(o, im.Name, "step, keys expire")
+		re, err := runBench(expire)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		res.StepExpire = &re
+		progress(o, im.Name, "step, keys re-checked")
+		rc, err := runBench(recheck)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		res.StepRecheck = &rc
+		res.KeysPerStep = len(w.order) / o.Period
+	}
+
+	firedBefore := expired.Load()
+	setBenchTime(o.BenchTime)
+	n := len(w.order)
+	progress(o, im.Name, "keepalive, 1 goroutine")
+	res.Touch1, err = runBench(func(b *testing.B) error {
+		i := 0
+		for range b.N {
+			s.Touch(w.order[i])
+			if i++; i == n {
+				i = 0
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	progress(o, im.Name, "keepalive, 2 goroutines")
+	var starts atomic.Int64
+	res.Touch2, err = runBench(func(b *testing.B) error {
+		b.SetParallelism(1) // GOMAXPROCS goroutines
+		b.RunParallel(func(pb *testing.PB) {
+			// Each goroutine walks the same random order from its own
+			// place in it, so they rarely touch the same key at once.
+			i := int(starts.Add(1)*int64(n/2+1)) % n
+			for pb.Next() {
+				s.Touch(w.order[i])
+				if i++; i == n {
+					i = 0
+				}
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	res.Fired = expired.Load() - firedBefore
+	return res
+}
+
+func progress(o options, name, what string) {
+	fmt.Fprintf(o.Progress, "%-40s %s\n", name, what)
+}
+
+// runBench runs f with testing.Benchmark and returns the error f returned,
+// since testing.Benchmark itself discards a benchmark's log and failure.
+func runBench(f func(b *testing.B) error) (testing.BenchmarkResult, error) {
+	var ferr error // set on the benchmark's goroutine, read after it ended
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		if err := f(b); err != nil {
+			ferr = err
+			b.FailNow()
+		}
+	})
+	if ferr != nil {
+		return r, ferr
+	}
+	if r.N == 0 {
+		return r, errors.New("benchmark did not run")
+	}
+	return r, nil
+}
+
+// setBenchTime sets how long testing.Benchmark runs: a duration or "Nx".
+// testing.Init must have run (main and the test binary both do).
+func setBenchTime(v string) {
+	if err := flag.Set("test.benchtime", v); err != nil {
+		panic(fmt.Sprintf("setting test.benchtime to %q: %v", v, err))
+	}
+}
+
+func heapAfterGC() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// waitCount waits until c reaches want (expiry callbacks run on other
+// goroutines) and fails if it goes past it.
+func waitCount(c *atomic.Int64, want int64) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Load() < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d keys expired in all, want %d", c.Load(), want)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if got := c.Load(); got != want {
+		return fmt.Errorf("%d keys expired in all, want %d", got, want)
+	}
+	return nil
+}
+
+// settleCount is waitCount plus a short quiet period, to catch expiries that
+// should not have happened and are still on their way.
+func settleCount(c *atomic.Int64, want int64) error {
+	if err := waitCount(c, want); err != nil {
+		return err
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := c.Load(); got != want {
+		return fmt.Errorf("%d keys expired in all, want %d", got, want)
+	}
+	return nil
+}

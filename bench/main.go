@@ -1,0 +1,183 @@
+// Command bench measures this repository's tracker side by side with the
+// floor of any keepalive and with the usual ways of expiring idle sessions in
+// Go, in one process, and prints the figures as markdown tables.
+//
+//	cd bench && go run .
+//
+// Progress goes to stderr, the tables to stdout. It exits non-zero if a
+// subject failed its checks (a step that expired the wrong number of keys).
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func main() {
+	testing.Init() // registers test.benchtime, which the harness sets per benchmark
+	o := options{Progress: os.Stderr}
+	flag.IntVar(&o.Keys, "keys", 1_000_000, "distinct keys")
+	flag.IntVar(&o.Period, "period", 31, "steps per timeout: ring slots, and chunks the keys are spread over")
+	flag.DurationVar(&o.Tick, "tick", time.Second, "wall time of a step, for the peers that run on the clock")
+	flag.StringVar(&o.BenchTime, "benchtime", "1s", "run time of each keepalive benchmark (a duration, or Nx)")
+	flag.IntVar(&o.StepIters, "steps", 29, "timed steps per step benchmark, at most -period minus 2")
+	flag.Uint64Var(&o.Seed, "seed", 1, "seed of the random key order")
+	only := flag.String("only", "", "measure only subjects whose name contains this")
+	flag.Parse()
+	if o.Keys < o.Period || o.Period < 3 || o.StepIters < 1 || o.StepIters > o.Period-2 {
+		fmt.Fprintln(os.Stderr, "bench: need -keys >= -period >= 3 and 1 <= -steps <= -period minus 2")
+		os.Exit(2)
+	}
+
+	start := time.Now()
+	results := run(o, *only)
+	writeReport(os.Stdout, o, results, time.Since(start))
+	for _, r := range results {
+		if r.Err != nil {
+			os.Exit(1)
+		}
+	}
+}
+
+// run measures every subject (or those whose name contains only) in turn,
+// with one shared workload.
+func run(o options, only string) []result {
+	w := newWorkload(o)
+	var results []result
+	for _, im := range impls {
+		if only != "" && !strings.Contains(im.Name, only) {
+			continue
+		}
+		results = append(results, measure(im, w, o))
+		runtime.GC() // the subject is gone: give its memory back before the next
+	}
+	return results
+}
+
+func writeReport(out io.Writer, o options, results []result, took time.Duration) {
+	w := bufio.NewWriter(out)
+	defer w.Flush()
+	fmt.Fprintf(w, "%d string keys touched in a random order; %s %s/%s, GOMAXPROCS %d, %s; run took %s.\n\n",
+		o.Keys, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cpuModel(), took.Round(time.Second))
+	perStep := o.Keys / o.Period
+	fmt.Fprintf(w, "| implementation | keepalive, 1 goroutine | keepalive, 2 goroutines | allocs per keepalive | bytes per key | step: 1/%d of keys (%d) expire | step: 1/%d of keys (%d) re-checked, none expire |\n",
+		o.Period, perStep, o.Period, perStep)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		if r.Err != nil {
+			fmt.Fprintf(w, "| %s | failed: %v | | | | | |\n", r.Impl.Name, r.Err)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %s | %s |\n", r.Impl.Name,
+			nsPerOp(r.Touch1), nsPerOp(r.Touch2), allocs(r.Touch1, r.Touch2), r.BytesPerKey,
+			stepCell(r.StepExpire), stepCell(r.StepRecheck))
+	}
+	fmt.Fprintln(w)
+	for _, r := range results {
+		fmt.Fprintf(w, "- %s: %s.", r.Impl.Name, r.Impl.Notes)
+		if r.Fired > 0 {
+			fmt.Fprintf(w, " **%d keys expired while keepalives were measured: its keepalive figures include that work.**", r.Fired)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	writeTargets(w, results)
+}
+
+// writeTargets checks the tracker against the targets of the issue.
+func writeTargets(w io.Writer, results []result) {
+	find := func(prefix string) *result {
+		for i := range results {
+			if strings.HasPrefix(results[i].Impl.Name, prefix) && results[i].Err == nil {
+				return &results[i]
+			}
+		}
+		return nil
+	}
+	tr := find("presenced tracker")
+	if tr == nil {
+		return
+	}
+	fmt.Fprintln(w, "| target | measured | met |")
+	fmt.Fprintln(w, "|---|---|---|")
+	row := func(target, measured string, met bool) {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", target, measured, map[bool]string{true: "yes", false: "**no**"}[met])
+	}
+	type pair struct {
+		label    string
+		tr, peer testing.BenchmarkResult
+	}
+	if fl := find("floor"); fl != nil {
+		for _, p := range []pair{{"1 goroutine", tr.Touch1, fl.Touch1}, {"2 goroutines", tr.Touch2, fl.Touch2}} {
+			x := ns(p.tr) / ns(p.peer)
+			row("Touch within 1.25x of the floor, "+p.label,
+				fmt.Sprintf("%.2fx (%s vs %s)", x, nsPerOp(p.tr), nsPerOp(p.peer)), x <= 1.25)
+		}
+	}
+	for _, name := range []string{"map + time.AfterFunc/Reset, 1 mutex", "map + time.AfterFunc/Reset, 64 shards"} {
+		pr := find(name)
+		if pr == nil {
+			continue
+		}
+		for _, p := range []pair{{"1 goroutine", tr.Touch1, pr.Touch1}, {"2 goroutines", tr.Touch2, pr.Touch2}} {
+			x := ns(p.peer) / ns(p.tr)
+			row(fmt.Sprintf("Touch at least 2.5x faster than %s, %s", name, p.label),
+				fmt.Sprintf("%.2fx (%s vs %s)", x, nsPerOp(p.tr), nsPerOp(p.peer)), x >= 2.5)
+		}
+	}
+	a := max(tr.Touch1.AllocsPerOp(), tr.Touch2.AllocsPerOp())
+	row("0 allocs per Touch", fmt.Sprintf("%d", a), a == 0)
+	row("at most 64 bytes per key", fmt.Sprintf("%.0f", tr.BytesPerKey), tr.BytesPerKey <= 64)
+}
+
+func ns(r testing.BenchmarkResult) float64 {
+	return float64(r.T.Nanoseconds()) / float64(r.N)
+}
+
+func nsPerOp(r testing.BenchmarkResult) string { return fmt.Sprintf("%.1f ns", ns(r)) }
+
+// allocs shows allocations (and bytes) per keepalive at 1 goroutine, and at
+// 2 as well when that differs.
+func allocs(r1, r2 testing.BenchmarkResult) string {
+	s := fmt.Sprintf("%d (%d B)", r1.AllocsPerOp(), r1.AllocedBytesPerOp())
+	if r2.AllocsPerOp() != r1.AllocsPerOp() {
+		s += fmt.Sprintf("; %d (%d B) at 2", r2.AllocsPerOp(), r2.AllocedBytesPerOp())
+	}
+	return s
+}
+
+func stepCell(r *testing.BenchmarkResult) string {
+	if r == nil {
+		return "n/a"
+	}
+	d := time.Duration(ns(*r))
+	var t string
+	switch {
+	case d >= time.Millisecond:
+		t = fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	default:
+		t = fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+	}
+	return fmt.Sprintf("%s, %d allocs", t, r.AllocsPerOp())
+}
+
+// cpuModel names the processor, for the reader comparing runs.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
