@@ -1,0 +1,336 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no client", Config{}, "Client is nil"},
+		{"pipe in node", Config{Client: c, Node: "a|b"}, "contains '|'"},
+		{"brace in prefix", Config{Client: c, Prefix: "x{"}, "brace"},
+		{"negative shards", Config{Client: c, Shards: -1}, "Shards"},
+		{"tiny timeout", Config{Client: c, Timeout: time.Millisecond}, "too short"},
+		{"renew too slow", Config{Client: c, Timeout: time.Second, RenewEvery: time.Second}, "RenewEvery"},
+		{"negative claim", Config{Client: c, ClaimEvery: -1}, "ClaimEvery"},
+		{"negative batch", Config{Client: c, Batch: -1}, "Batch"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := New(tc.cfg)
+			require.Error(t, err)
+			assert.Nil(t, e)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	e, err := New(Config{Client: c})
+	require.NoError(t, err)
+	defer e.crash()
+	assert.NotEmpty(t, e.Node())
+	assert.Equal(t, 16, len(e.keys))
+	assert.Equal(t, 30*time.Second, e.cfg.Timeout)
+	assert.Equal(t, 10*time.Second, e.cfg.RenewEvery)
+	assert.Equal(t, 5*time.Second, e.cfg.ClaimEvery)
+	assert.Equal(t, "{presenced:3}:leases", e.keys[3].leases)
+}
+
+func TestCrossNodeOnlineOffline(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	ctx := context.Background()
+
+	a.SetLocal("alice", 1)
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, 2*time.Second, "alice online on "+n.Node(), func() bool { return n.rec.count("alice", true) == 1 })
+	}
+	conns, err := b.Lookup(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 1, conns)
+
+	// A second node and more tabs: connections add up, no new edge.
+	b.SetLocal("alice", 2)
+	a.rec.waitFor(t, 2*time.Second, "alice has 3 connections", func() bool {
+		n, err := a.Lookup(ctx, "alice")
+		return err == nil && n == 3
+	})
+	count, users, err := a.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+	assert.Equal(t, []string{"alice"}, users)
+
+	// Leaving node a keeps alice online through node b.
+	a.SetLocal("alice", 0)
+	b.rec.waitFor(t, 2*time.Second, "alice down to 2 connections", func() bool {
+		n, err := b.Lookup(ctx, "alice")
+		return err == nil && n == 2
+	})
+	b.SetLocal("alice", 0)
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, 2*time.Second, "alice offline on "+n.Node(), func() bool { return n.rec.count("alice", false) == 1 })
+	}
+	conns, err = a.Lookup(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 0, conns)
+	count, users, err = b.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 0, count)
+	assert.Empty(t, users)
+	for _, n := range []*node{a, b} {
+		assert.Equal(t, 1, n.rec.count("alice", true), "online edges on %s", n.Node())
+		assert.Equal(t, 1, n.rec.count("alice", false), "offline edges on %s", n.Node())
+	}
+}
+
+func TestUsersAcrossShardsInOrder(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	var want []string
+	for i := range 40 {
+		uid := fmt.Sprintf("u%02d", i)
+		want = append(want, uid)
+		if i%2 == 0 {
+			a.SetLocal(uid, 1)
+		} else {
+			b.SetLocal(uid, 1)
+		}
+	}
+	a.rec.waitFor(t, 2*time.Second, "40 users online", func() bool { return len(a.rec.all()) == 40 })
+	cases := []struct {
+		limit int
+		want  []string
+	}{
+		{0, nil},
+		{-1, nil},
+		{1, want[:1]},
+		{7, want[:7]},
+		{40, want},
+		{100, want},
+	}
+	for _, tc := range cases {
+		count, users, err := b.Users(context.Background(), tc.limit)
+		require.NoError(t, err)
+		assert.Equal(t, 40, count)
+		assert.Equal(t, tc.want, users, "limit %d", tc.limit)
+	}
+}
+
+func TestPublishReachesEveryNode(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	msg := `{"type":"chat","from":"alice","text":"hi"}`
+	require.NoError(t, a.Publish(context.Background(), []byte(msg)))
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, 2*time.Second, "chat on "+n.Node(), func() bool {
+			n.rec.mu.Lock()
+			defer n.rec.mu.Unlock()
+			return len(n.rec.chats) == 1 && n.rec.chats[0] == msg
+		})
+	}
+}
+
+// A user with tabs on two nodes stays online when one node dies.
+func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	ctx := context.Background()
+	a.SetLocal("bob", 1)
+	b.SetLocal("bob", 1)
+	a.SetLocal("carol", 1) // only on the node that dies: the control
+	b.rec.waitFor(t, 2*time.Second, "bob has 2 connections", func() bool {
+		n, err := b.Lookup(ctx, "bob")
+		return err == nil && n == 2
+	})
+
+	a.crash()
+	a.stopRun()
+	// carol's offline proves a's leases expired and were claimed.
+	b.rec.waitFor(t, 3*testTimeout, "carol offline", func() bool { return b.rec.count("carol", false) == 1 })
+	b.rec.waitFor(t, 2*testTimeout, "bob's lease on a claimed", func() bool {
+		n, err := b.Lookup(ctx, "bob")
+		return err == nil && n == 1
+	})
+	assert.Equal(t, 0, b.rec.count("bob", false), "bob must stay online")
+	count, users, err := b.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+	assert.Equal(t, []string{"bob"}, users)
+}
+
+// Users only on a crashed node go offline cluster-wide within about one
+// timeout, each with exactly one offline edge per observer.
+func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
+	srv := startRedis(t)
+	dead := startNode(t, testConfig(srv.client(t), "dead"))
+	obs := []*node{startNode(t, testConfig(srv.client(t), "b")), startNode(t, testConfig(srv.client(t), "c"))}
+	const users = 50
+	for i := range users {
+		dead.SetLocal(fmt.Sprintf("u%d", i), 1)
+	}
+	for _, o := range obs {
+		o.rec.waitFor(t, 2*time.Second, "all online", func() bool { return len(o.rec.all()) == users })
+	}
+
+	crashed := time.Now()
+	dead.crash()
+	dead.stopRun()
+	for _, o := range obs {
+		o.rec.waitFor(t, 2*testTimeout+time.Second, "all offline on "+o.Node(), func() bool { return len(o.rec.all()) == 2*users })
+	}
+	// Give a duplicate a chance to show up: two more claim rounds.
+	time.Sleep(2 * testClaim)
+	var worst time.Duration
+	for _, o := range obs {
+		for i := range users {
+			uid := fmt.Sprintf("u%d", i)
+			assert.Equal(t, 1, o.rec.count(uid, false), "offline edges of %s on %s", uid, o.Node())
+			worst = max(worst, o.rec.edgeTime(uid, false).Sub(crashed))
+		}
+	}
+	t.Logf("crash to offline: worst %v (timeout %v, renew every %v, claim every %v)", worst, testTimeout, testRenew, testClaim)
+	// Leases outlive the last renewal by one timeout; a claim round follows.
+	assert.Less(t, worst, testTimeout+testClaim+300*time.Millisecond)
+	assert.Greater(t, worst, testTimeout-testRenew-50*time.Millisecond, "offline before the leases could expire")
+	count, _, err := obs[0].Users(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, 0, count)
+}
+
+// A graceful Close drops a node's leases at once: no wait for expiry.
+func TestCloseDropsLeasesAtOnce(t *testing.T) {
+	srv := startRedis(t)
+	cfg := testConfig(srv.client(t), "a")
+	cfg.Timeout = time.Minute // an expiry would be far too late for this test
+	cfg.RenewEvery = 20 * time.Second
+	cfg.ClaimEvery = 20 * time.Second
+	a := startNode(t, cfg)
+	cfg.Node = "b"
+	b := startNode(t, cfg)
+	a.SetLocal("dave", 2)
+	a.SetLocal("erin", 1)
+	b.SetLocal("erin", 1)
+	b.rec.waitFor(t, 2*time.Second, "dave and erin online", func() bool {
+		n, err := b.Lookup(context.Background(), "erin")
+		return err == nil && n == 2 && b.rec.count("dave", true) == 1
+	})
+
+	start := time.Now()
+	require.NoError(t, a.Close(context.Background()))
+	b.rec.waitFor(t, 2*time.Second, "dave offline", func() bool { return b.rec.count("dave", false) == 1 })
+	assert.Less(t, time.Since(start), time.Second)
+	n, err := b.Lookup(context.Background(), "erin")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, 0, b.rec.count("erin", false))
+	require.NoError(t, a.Close(context.Background()), "Close is idempotent")
+	a.SetLocal("dave", 1) // ignored after Close
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, 1, b.rec.count("dave", true))
+}
+
+// Redis killed mid-test and restarted empty: nodes keep their users, re-assert
+// leases, and changes made during the outage come through, once.
+func TestRedisRestartedEmpty(t *testing.T) {
+	srv := startRedis(t)
+	regA := prometheus.NewRegistry()
+	cfgA := testConfig(srv.client(t), "a")
+	cfgA.Registerer = regA
+	a := startNode(t, cfgA)
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	ctx := context.Background()
+	a.SetLocal("stays-a", 1)
+	b.SetLocal("stays-b", 1)
+	a.SetLocal("leaves", 1)
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, 2*time.Second, "three online on "+n.Node(), func() bool { return len(n.rec.all()) == 3 })
+	}
+
+	srv.kill()
+	require.Error(t, a.Health(ctx))
+	assert.Equal(t, 0.0, testutil.ToFloat64(a.m.redisUp))
+	a.SetLocal("leaves", 0)     // goes offline while Redis is away
+	b.SetLocal("arrives", 1)    // comes online while Redis is away
+	time.Sleep(2 * testTimeout) // an outage longer than a lease
+	assert.Positive(t, testutil.ToFloat64(a.m.pending), "changes wait for Redis")
+	srv.restart()
+
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, 5*time.Second, "leaves offline and arrives online on "+n.Node(), func() bool {
+			return n.rec.count("leaves", false) == 1 && n.rec.count("arrives", true) == 1
+		})
+	}
+	a.rec.waitFor(t, 3*time.Second, "redis up again", func() bool { return testutil.ToFloat64(a.m.redisUp) == 1 })
+	require.NoError(t, a.Health(ctx))
+	b.rec.waitFor(t, 3*time.Second, "leases re-asserted", func() bool {
+		count, _, err := b.Users(ctx, 0)
+		return err == nil && count == 3
+	})
+	_, users, err := a.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"arrives", "stays-a", "stays-b"}, users)
+	assert.Positive(t, testutil.ToFloat64(a.m.reasserted))
+	// Wait past the reconciliation, then check that nobody flickered.
+	time.Sleep(testRenew + testTimeout)
+	for _, n := range []*node{a, b} {
+		for _, uid := range []string{"stays-a", "stays-b"} {
+			assert.Equal(t, 0, n.rec.count(uid, false), "%s false offline on %s", uid, n.Node())
+			assert.Equal(t, 1, n.rec.count(uid, true), "%s repeated online on %s", uid, n.Node())
+		}
+		assert.Equal(t, 1, n.rec.count("leaves", false), "on %s", n.Node())
+		assert.Equal(t, 1, n.rec.count("arrives", true), "on %s", n.Node())
+	}
+	// And the cluster still works after the restart.
+	a.SetLocal("late", 1)
+	b.rec.waitFor(t, 2*time.Second, "late online", func() bool { return b.rec.count("late", true) == 1 })
+}
+
+// A node that was cut off from Redis longer than a lease while Redis itself
+// stayed up is taken offline by the others, and comes back when it reconnects.
+func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
+	srv := startRedis(t)
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	// a reaches Redis through a proxy the test can cut.
+	p := startProxy(t, srv.addr())
+	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
+	t.Cleanup(func() { _ = ca.Close() })
+	a := startNode(t, testConfig(ca, "a"))
+	a.SetLocal("frank", 1)
+	b.rec.waitFor(t, 2*time.Second, "frank online", func() bool { return b.rec.count("frank", true) == 1 })
+
+	p.cut(true)
+	b.rec.waitFor(t, 3*testTimeout, "frank offline after a's lease expired", func() bool { return b.rec.count("frank", false) == 1 })
+	p.cut(false)
+	b.rec.waitFor(t, 3*time.Second, "frank online again", func() bool { return b.rec.count("frank", true) == 2 })
+	a.rec.waitFor(t, 3*time.Second, "a sees frank online", func() bool {
+		n, err := a.Lookup(context.Background(), "frank")
+		return err == nil && n == 1
+	})
+	// a's clients may have seen frank's cluster-wide offline; they end online.
+	a.rec.waitFor(t, 3*time.Second, "a's last edge for frank is online", func() bool {
+		edges := a.rec.all()
+		return len(edges) > 0 && edges[len(edges)-1].uid == "frank" && edges[len(edges)-1].on
+	})
+}

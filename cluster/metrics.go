@@ -1,0 +1,52 @@
+package cluster
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the engine's Prometheus collectors; registered only when the
+// Config has a Registerer.
+type metrics struct {
+	redisUp     prometheus.Gauge
+	redisErrors *prometheus.CounterVec
+	leases      prometheus.Gauge
+	pending     prometheus.Gauge
+	reasserted  prometheus.Counter
+	claimed     prometheus.Counter
+	edges       *prometheus.CounterVec
+	relayed     *prometheus.CounterVec
+	renew       prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "presenced", "cluster"
+	m := &metrics{
+		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "redis_up",
+			Help: "1 while the last Redis operation of this node succeeded, 0 while Redis is unreachable."}),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
+			Help: "Failed Redis operations by operation."}, []string{"op"}),
+		leases: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leases",
+			Help: "User leases this node holds in Redis."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_changes",
+			Help: "Local presence changes not yet written to Redis (grows while Redis is unreachable)."}),
+		reasserted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leases_reasserted_total",
+			Help: "Leases a renewal found missing in Redis (restarted empty or failed over) and added again."}),
+		claimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leases_claimed_total",
+			Help: "Expired leases of other nodes that this node claimed."}),
+		edges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "edges_emitted_total",
+			Help: "Presence edges this node's scripts wrote to the event streams, by edge (online, offline, claimed)."}, []string{"edge"}),
+		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "relayed_total",
+			Help: "Events relayed to this node's clients, by kind (online, offline, chat)."}, []string{"kind"}),
+		renew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "renew_seconds",
+			Help: "Time to renew all of this node's leases.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
+	}
+	m.redisUp.Set(1)
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.redisUp, m.redisErrors, m.leases, m.pending, m.reasserted,
+		m.claimed, m.edges, m.relayed, m.renew} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
