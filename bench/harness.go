@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ type options struct {
 	Period    int           // steps per timeout (and chunks the keys are spread over)
 	Tick      time.Duration // wall time of a step for the clock-driven peers
 	BenchTime string        // -test.benchtime for the keepalive benchmarks, e.g. "1s" or "1000x"
+	Rounds    int           // times each keepalive benchmark runs; the median is reported
 	StepIters int           // timed steps per step benchmark, at most Period-2 (see measure)
 	Seed      uint64
 	Progress  io.Writer // where to say what is being measured; io.Discard to be quiet
@@ -53,8 +56,8 @@ func newWorkload(o options) workload {
 type result struct {
 	Impl        impl
 	BytesPerKey float64
-	Touch1      testing.BenchmarkResult
-	Touch2      testing.BenchmarkResult
+	Touch1      rounds // keepalives at 1 goroutine
+	Touch2      rounds // keepalives at 2 goroutines
 	StepExpire  *testing.BenchmarkResult
 	StepRecheck *testing.BenchmarkResult
 	KeysPerStep int
@@ -156,8 +159,7 @@ func measure(im impl, w workload, o options) (res result) {
 	firedBefore := expired.Load()
 	setBenchTime(o.BenchTime)
 	n := len(w.order)
-	progress(o, im.Name, "keepalive, 1 goroutine")
-	res.Touch1, err = runBench(func(b *testing.B) error {
+	one := func(b *testing.B) error {
 		i := 0
 		for range b.N {
 			s.Touch(w.order[i])
@@ -166,14 +168,9 @@ func measure(im impl, w workload, o options) (res result) {
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		res.Err = err
-		return res
 	}
-	progress(o, im.Name, "keepalive, 2 goroutines")
 	var starts atomic.Int64
-	res.Touch2, err = runBench(func(b *testing.B) error {
+	two := func(b *testing.B) error {
 		b.SetParallelism(1) // GOMAXPROCS goroutines
 		b.RunParallel(func(pb *testing.PB) {
 			// Each goroutine walks the same random order from its own
@@ -187,13 +184,42 @@ func measure(im impl, w workload, o options) (res result) {
 			}
 		})
 		return nil
-	})
-	if err != nil {
-		res.Err = err
-		return res
 	}
+	// Rounds alternate 1 and 2 goroutines, so a burst of load from other
+	// processes lands on one round of one of them, not on all of either.
+	for round := range o.Rounds {
+		progress(o, im.Name, fmt.Sprintf("keepalive, round %d of %d", round+1, o.Rounds))
+		r1, err := runBench(one)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		r2, err := runBench(two)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		res.Touch1 = append(res.Touch1, r1)
+		res.Touch2 = append(res.Touch2, r2)
+	}
+	res.Touch1.sort()
+	res.Touch2.sort()
 	res.Fired = expired.Load() - firedBefore
 	return res
+}
+
+// rounds are the results of one benchmark run several times.
+type rounds []testing.BenchmarkResult
+
+func (r rounds) sort() {
+	slices.SortFunc(r, func(a, b testing.BenchmarkResult) int { return cmp.Compare(ns(a), ns(b)) })
+}
+
+// median is the middle round by time (the slower of two); rounds must be sorted.
+func (r rounds) median() testing.BenchmarkResult { return r[len(r)/2] }
+
+func ns(r testing.BenchmarkResult) float64 {
+	return float64(r.T.Nanoseconds()) / float64(r.N)
 }
 
 func progress(o options, name, what string) {

@@ -42,14 +42,16 @@ func TestWorkloadChunksPartitionARandomOrder(t *testing.T) {
 // due at each step and nothing when its keys were re-touched, so a broken
 // adapter fails here rather than producing a fast, meaningless figure.
 func TestRunMeasuresEverySubject(t *testing.T) {
-	o := options{Keys: 3100, Period: 31, Tick: time.Second, BenchTime: "300x", StepIters: 29, Seed: 1, Progress: io.Discard}
+	o := options{Keys: 3100, Period: 31, Tick: time.Second, BenchTime: "300x", Rounds: 2, StepIters: 29, Seed: 1, Progress: io.Discard}
 	results := run(o, "")
 	require.Len(t, results, len(impls))
 	for i, r := range results {
 		require.NoError(t, r.Err, r.Impl.Name)
 		assert.Equal(t, impls[i].Name, r.Impl.Name)
-		assert.Positive(t, r.Touch1.N, r.Impl.Name)
-		assert.Positive(t, r.Touch2.N, r.Impl.Name)
+		require.Len(t, r.Touch1, o.Rounds, r.Impl.Name)
+		require.Len(t, r.Touch2, o.Rounds, r.Impl.Name)
+		assert.Equal(t, 300, r.Touch1.median().N, r.Impl.Name)
+		assert.LessOrEqual(t, ns(r.Touch1[0]), ns(r.Touch1[1]), "rounds sorted by time")
 		assert.Positive(t, r.BytesPerKey, r.Impl.Name)
 		assert.Zero(t, r.Fired, "%s: keys expired while keepalives were measured", r.Impl.Name)
 

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +28,13 @@ func main() {
 	flag.IntVar(&o.Period, "period", 31, "steps per timeout: ring slots, and chunks the keys are spread over")
 	flag.DurationVar(&o.Tick, "tick", time.Second, "wall time of a step, for the peers that run on the clock")
 	flag.StringVar(&o.BenchTime, "benchtime", "1s", "run time of each keepalive benchmark (a duration, or Nx)")
+	flag.IntVar(&o.Rounds, "rounds", 3, "times each keepalive benchmark runs; the table shows the median and the range")
 	flag.IntVar(&o.StepIters, "steps", 29, "timed steps per step benchmark, at most -period minus 2")
 	flag.Uint64Var(&o.Seed, "seed", 1, "seed of the random key order")
 	only := flag.String("only", "", "measure only subjects whose name contains this")
 	flag.Parse()
-	if o.Keys < o.Period || o.Period < 3 || o.StepIters < 1 || o.StepIters > o.Period-2 {
-		fmt.Fprintln(os.Stderr, "bench: need -keys >= -period >= 3 and 1 <= -steps <= -period minus 2")
+	if o.Keys < o.Period || o.Period < 3 || o.StepIters < 1 || o.StepIters > o.Period-2 || o.Rounds < 1 {
+		fmt.Fprintln(os.Stderr, "bench: need -keys >= -period >= 3, 1 <= -steps <= -period minus 2 and -rounds >= 1")
 		os.Exit(2)
 	}
 
@@ -76,7 +78,7 @@ func writeReport(out io.Writer, o options, results []result, took time.Duration)
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %s | %s |\n", r.Impl.Name,
-			nsPerOp(r.Touch1), nsPerOp(r.Touch2), allocs(r.Touch1, r.Touch2), r.BytesPerKey,
+			keepaliveCell(r.Touch1), keepaliveCell(r.Touch2), allocs(r.Touch1.median(), r.Touch2.median()), r.BytesPerKey,
 			stepCell(r.StepExpire), stepCell(r.StepRecheck))
 	}
 	fmt.Fprintln(w)
@@ -115,7 +117,7 @@ func writeTargets(w io.Writer, results []result) {
 		tr, peer testing.BenchmarkResult
 	}
 	if fl := find("floor"); fl != nil {
-		for _, p := range []pair{{"1 goroutine", tr.Touch1, fl.Touch1}, {"2 goroutines", tr.Touch2, fl.Touch2}} {
+		for _, p := range []pair{{"1 goroutine", tr.Touch1.median(), fl.Touch1.median()}, {"2 goroutines", tr.Touch2.median(), fl.Touch2.median()}} {
 			x := ns(p.tr) / ns(p.peer)
 			row("Touch within 1.25x of the floor, "+p.label,
 				fmt.Sprintf("%.2fx (%s vs %s)", x, nsPerOp(p.tr), nsPerOp(p.peer)), x <= 1.25)
@@ -126,22 +128,30 @@ func writeTargets(w io.Writer, results []result) {
 		if pr == nil {
 			continue
 		}
-		for _, p := range []pair{{"1 goroutine", tr.Touch1, pr.Touch1}, {"2 goroutines", tr.Touch2, pr.Touch2}} {
+		for _, p := range []pair{{"1 goroutine", tr.Touch1.median(), pr.Touch1.median()}, {"2 goroutines", tr.Touch2.median(), pr.Touch2.median()}} {
 			x := ns(p.peer) / ns(p.tr)
 			row(fmt.Sprintf("Touch at least 2.5x faster than %s, %s", name, p.label),
 				fmt.Sprintf("%.2fx (%s vs %s)", x, nsPerOp(p.tr), nsPerOp(p.peer)), x >= 2.5)
 		}
 	}
-	a := max(tr.Touch1.AllocsPerOp(), tr.Touch2.AllocsPerOp())
+	var a int64
+	for _, r := range append(slices.Clone(tr.Touch1), tr.Touch2...) {
+		a = max(a, r.AllocsPerOp())
+	}
 	row("0 allocs per Touch", fmt.Sprintf("%d", a), a == 0)
 	row("at most 64 bytes per key", fmt.Sprintf("%.0f", tr.BytesPerKey), tr.BytesPerKey <= 64)
 }
 
-func ns(r testing.BenchmarkResult) float64 {
-	return float64(r.T.Nanoseconds()) / float64(r.N)
-}
-
 func nsPerOp(r testing.BenchmarkResult) string { return fmt.Sprintf("%.1f ns", ns(r)) }
+
+// keepaliveCell shows the median round and, if there were several, the range.
+func keepaliveCell(r rounds) string {
+	s := nsPerOp(r.median())
+	if len(r) > 1 {
+		s += fmt.Sprintf(" (%.0f–%.0f)", ns(r[0]), ns(r[len(r)-1]))
+	}
+	return s
+}
 
 // allocs shows allocations (and bytes) per keepalive at 1 goroutine, and at
 // 2 as well when that differs.
