@@ -239,6 +239,7 @@ function spawn(n) {
     client.addEventListener('frame', (ev) => {
       if (ev.detail.type === 'error') logEvent('error', client.uid, `server: ${ev.detail.error}`);
     });
+    client.addEventListener('change', renderSoon);
     sims.push(sim);
     client.connect();
   }
@@ -491,6 +492,19 @@ function loop() {
   setTimeout(loop, 200);
 }
 
+// Events redraw at once (in a microtask, so a burst draws once); the loop
+// above only keeps the ages and fading dots current.
+let renderQueued = false;
+function renderSoon() {
+  if (renderQueued) return;
+  renderQueued = true;
+  queueMicrotask(() => {
+    renderQueued = false;
+    render();
+  });
+}
+
+me.addEventListener('change', renderSoon);
 me.connect();
 pollRing();
 loop();

@@ -1,0 +1,466 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The e2e ring: 21 slots of 100 ms, so the timeout is 2 s.
+const (
+	e2eSlots   = 21
+	e2eTick    = 100 * time.Millisecond
+	e2eTimeout = (e2eSlots - 1) * e2eTick
+	// slack covers what is not the ring: the close reaching the server's
+	// presence, and polling /api/presence every 10 ms, on a busy machine.
+	slack = 750 * time.Millisecond
+)
+
+// findChromium returns the browser to drive, or "" when there is none.
+func findChromium() string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// needChromium skips the test where no browser is installed, except in CI,
+// where a missing browser means a broken setup and must fail.
+func needChromium(t *testing.T) string {
+	t.Helper()
+	p := findChromium()
+	if p == "" {
+		const msg = "no Chromium found (looked for chromium, chromium-browser, google-chrome, headless-shell and $CHROMIUM): " +
+			"install the Debian package with `apt-get install chromium` to run the browser tests"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + "; CI is set, so this is a failure")
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// server is a presenced process on a loopback port.
+type server struct {
+	base string // http://127.0.0.1:port
+	out  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startPresenced builds ./cmd/presenced (or takes $PRESENCED_BIN) and runs it on a free loopback port
+// with the given flags; it stops it with SIGTERM when the test ends.
+func startPresenced(t *testing.T, flags ...string) *server {
+	t.Helper()
+	bin := os.Getenv("PRESENCED_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "presenced")
+		build := exec.Command("go", "build", "-o", bin, "github.com/presenced/presenced/cmd/presenced")
+		out, err := build.CombinedOutput()
+		require.NoError(t, err, "go build ./cmd/presenced:\n%s", out)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	s := &server{base: "http://" + addr, out: &syncBuffer{}}
+	cmd := exec.Command(bin, append([]string{"-addr", addr}, flags...)...)
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	require.NoError(t, cmd.Start(), "start presenced")
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("presenced output:\n%s", s.out.String())
+		}
+	})
+
+	require.Eventually(t, func() bool {
+		select {
+		case <-done:
+			return true // exited: reported below
+		default:
+		}
+		res, err := http.Get(s.base + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 15*time.Second, 20*time.Millisecond, "presenced did not become healthy")
+	select {
+	case <-done:
+		t.Fatalf("presenced exited at start:\n%s", s.out.String())
+	default:
+	}
+	return s
+}
+
+func (s *server) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	res, err := http.Get(s.base + path)
+	require.NoError(t, err, "GET %s", path)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, "GET %s", path)
+	require.NoError(t, json.NewDecoder(res.Body).Decode(v), "decode %s", path)
+}
+
+type presenceOne struct {
+	UID         string `json:"uid"`
+	Online      bool   `json:"online"`
+	Connections int    `json:"connections"`
+}
+
+func (s *server) online(t *testing.T, uid string) bool {
+	t.Helper()
+	var p presenceOne
+	s.getJSON(t, "/api/presence/"+uid, &p)
+	return p.Online
+}
+
+// browser is a headless Chromium with a console watch on every tab.
+type browser struct {
+	t       *testing.T
+	ctx     context.Context // the first tab; its context owns the browser
+	mu      sync.Mutex
+	console []string // errors and exceptions, "tab: message"
+}
+
+// startBrowser starts Chromium with a fresh profile. The background-networking
+// flags matter here: without them this machine refuses the connections.
+func startBrowser(t *testing.T, path string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	b := &browser{t: t, ctx: ctx}
+	b.watch("page 1", ctx)
+	return b
+}
+
+// tab opens another tab in the same browser.
+func (b *browser) tab(name string) context.Context {
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	b.t.Cleanup(cancel)
+	b.watch(name, ctx)
+	return ctx
+}
+
+// watch records console errors and uncaught exceptions of a tab; Console
+// subscribes at once (and creates the tab), so nothing the page logs is lost.
+func (b *browser) watch(name string, ctx context.Context) {
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				b.mu.Lock()
+				b.console = append(b.console, fmt.Sprintf("%s: %s (%s:%d)", name, m, m.URL, m.Line))
+				b.mu.Unlock()
+			} else {
+				b.t.Logf("console %s: %s", name, m)
+			}
+		}
+	}()
+}
+
+func (b *browser) errors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.console...)
+}
+
+// do runs actions on a tab with a deadline, failing the test on error.
+func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, actions...), what)
+}
+
+func eval[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	require.NoError(t, err, js)
+	return v
+}
+
+// waitJS polls a JavaScript predicate in the page until it is true.
+func waitJS(t *testing.T, ctx context.Context, what, js string, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(20*time.Millisecond)))
+	require.NoError(t, err, "waiting for %s: %s", what, js)
+}
+
+func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+		})
+		return err
+	})
+}
+
+// artifactPath is where a screenshot goes: $ARTIFACTS_DIR when set, so CI can
+// keep it, else the test's temporary directory.
+func artifactPath(t *testing.T, name string) string {
+	t.Helper()
+	dir := os.Getenv("ARTIFACTS_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return filepath.Join(dir, name)
+}
+
+func screenshot(t *testing.T, ctx context.Context, file string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err, "screenshot")
+	require.NoError(t, os.WriteFile(file, png, 0o644))
+	t.Logf("screenshot: %s (%d bytes)", file, len(png))
+}
+
+func q(s string) string { return strconv.Quote(s) }
+
+// TestE2E drives the page in a real Chromium against a real presenced on a
+// short ring: the page connects, the ring turns, a silenced simulated client
+// goes idle and is dropped with 4408 within timeout+tick, chat crosses from
+// one tab to another, and the console stays clean.
+func TestE2E(t *testing.T) {
+	chromium := needChromium(t)
+	srv := startPresenced(t, "-slots", strconv.Itoa(e2eSlots), "-tick", e2eTick.String())
+	b := startBrowser(t, chromium)
+	a := b.ctx
+
+	// The page works with no parameters: it picks a guest ID and connects.
+	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(srv.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
+	uid := eval[string](t, a, `document.getElementById('me-uid').textContent`)
+	require.Regexp(t, `^guest-[0-9a-z]{4}$`, uid)
+	var list struct {
+		Count int      `json:"count"`
+		Users []string `json:"users"`
+	}
+	srv.getJSON(t, "/api/presence", &list)
+	assert.Contains(t, list.Users, uid, "the page's user is online at the server")
+	var me presenceOne
+	srv.getJSON(t, "/api/presence/"+uid, &me)
+	assert.Equal(t, presenceOne{UID: uid, Online: true, Connections: 1}, me)
+	waitJS(t, a, "own user listed", `!!document.querySelector('#users li[data-uid=`+q(uid)+`]')`, 5*time.Second)
+
+	t.Run("ring", func(t *testing.T) {
+		assert.Equal(t, e2eSlots, eval[int](t, a, `document.querySelectorAll('#ring .slot').length`), "one drawn slot per server slot")
+		assert.Contains(t, eval[string](t, a, `document.getElementById('ring-words').textContent`), "silent for 2.0 s",
+			"the timeout in words: (21-1) x 100 ms")
+		c0 := eval[string](t, a, `document.getElementById('ring').dataset.cursor`)
+		waitJS(t, a, "the cursor to move", `document.getElementById('ring').dataset.cursor !== `+q(c0), 5*time.Second)
+		// The drawn cursor follows the server's, which steps every 100 ms.
+		var r struct {
+			Slots  int   `json:"slots"`
+			TickMS int   `json:"tick_ms"`
+			Cursor int   `json:"cursor"`
+			Due    []int `json:"due"`
+		}
+		srv.getJSON(t, "/api/ring", &r)
+		assert.Equal(t, e2eSlots, r.Slots)
+		assert.Equal(t, int(e2eTick/time.Millisecond), r.TickMS)
+		drawn, err := strconv.Atoi(eval[string](t, a, `document.getElementById('ring').dataset.cursor`))
+		require.NoError(t, err)
+		lag := (r.Cursor - drawn + e2eSlots) % e2eSlots
+		assert.LessOrEqual(t, lag, 10, "drawn cursor %d, server cursor %d: more than a second apart", drawn, r.Cursor)
+	})
+
+	t.Run("silenced client drops with 4408", func(t *testing.T) {
+		do(t, a, "spawn 3", chromedp.SetValue(chromedp.CSS("#spawn-n"), "3"), chromedp.Click(chromedp.CSS("#spawn")))
+		waitJS(t, a, "3 live simulated clients", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 3`, 5*time.Second)
+		sims := eval[[]string](t, a, `[...document.querySelectorAll('#sims .sim')].map(li => li.dataset.uid)`)
+		require.Len(t, sims, 3)
+		for _, s := range sims {
+			assert.True(t, srv.online(t, s), "%s online at the server", s)
+		}
+		victim, others := sims[0], sims[1:]
+		row := `#sims .sim[data-uid=` + q(victim) + `]`
+
+		start := time.Now()
+		do(t, a, "silence "+victim, chromedp.Click(chromedp.CSS(row+` button[data-act="silence"]`)))
+		var gone time.Duration
+		require.Eventually(t, func() bool {
+			if srv.online(t, victim) {
+				return false
+			}
+			gone = time.Since(start)
+			return true
+		}, e2eTimeout+e2eTick+5*time.Second, 10*time.Millisecond, "%s never went offline", victim)
+		t.Logf("silenced %s went offline after %v (timeout %v, tick %v)", victim, gone, e2eTimeout, e2eTick)
+		// Offline comes from the ring, not from the page: not before the
+		// timeout has run, and within one more tick of it.
+		assert.GreaterOrEqual(t, gone, e2eTimeout-e2eTick, "dropped too early")
+		assert.LessOrEqual(t, gone, e2eTimeout+e2eTick+slack, "dropped too late")
+
+		// The others kept sending keepalives and outlived a whole timeout.
+		for _, s := range others {
+			assert.True(t, srv.online(t, s), "%s, not silenced, is still online", s)
+		}
+
+		// What the page shows: idle first, then the close and the offline edge.
+		waitJS(t, a, "the offline event in the log", `!!document.querySelector('#log li[data-kind="offline"][data-uid=`+q(victim)+`]')`, 5*time.Second)
+		closed := eval[string](t, a, `document.querySelector('#log li[data-kind="closed"][data-uid=`+q(victim)+`]')?.textContent || ''`)
+		assert.Contains(t, closed, "4408 idle timeout")
+		order := eval[[]string](t, a, `[...document.querySelectorAll('#log li[data-uid=`+q(victim)+`]')].reverse().map(li => li.dataset.kind)`)
+		require.GreaterOrEqual(t, len(order), 5, "log of %s, oldest first: %v", victim, order)
+		assert.Equal(t, []string{"online", "silenced", "idle"}, order[:3], "log of %s, oldest first", victim)
+		assert.ElementsMatch(t, []string{"closed", "offline"}, order[3:5], "log of %s, oldest first: %v", victim, order)
+		waitJS(t, a, "the row closed", `document.querySelector(`+q(row)+`).dataset.state === "closed"`, time.Second)
+		assert.Contains(t, eval[string](t, a, `document.querySelector(`+q(row+` .status`)+`).textContent`), "4408 idle timeout")
+		waitJS(t, a, "gone from the online list", `!document.querySelector('#users li[data-uid=`+q(victim)+`]')`, time.Second)
+
+		// Bring back reconnects it.
+		do(t, a, "bring back "+victim, chromedp.Click(chromedp.CSS(row+` button[data-act="back"]`)))
+		waitJS(t, a, victim+" live again", `document.querySelector(`+q(row)+`).dataset.state === "live"`, 5*time.Second)
+		assert.True(t, srv.online(t, victim), "%s online again", victim)
+	})
+
+	t.Run("chat between two pages", func(t *testing.T) {
+		bob := b.tab("page 2")
+		do(t, bob, "open a second page", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.base+"/?uid=e2e-bob"),
+			chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
+		assert.Equal(t, "e2e-bob", eval[string](t, bob, `document.getElementById('me-uid').textContent`), "?uid= is honoured")
+		waitJS(t, a, "bob listed on page 1", `!!document.querySelector('#users li[data-uid="e2e-bob"]')`, 5*time.Second)
+
+		text := `hello from the ring <b>not bold</b>`
+		do(t, a, "send a chat message", chromedp.SendKeys(chromedp.CSS("#chat-text"), text), chromedp.Click(chromedp.CSS("#chat-send")))
+		sel := `#chat li[data-from=` + q(uid) + `] p`
+		waitJS(t, bob, "the message on page 2", `!!document.querySelector(`+q(sel)+`)`, 5*time.Second)
+		assert.Equal(t, text, eval[string](t, bob, `document.querySelector(`+q(sel)+`).textContent`))
+		assert.Zero(t, eval[int](t, bob, `document.querySelectorAll('#chat b').length`), "chat text is shown as text, not HTML")
+		assert.Empty(t, eval[string](t, a, `document.getElementById('chat-text').value`), "the box is cleared after sending")
+
+		do(t, bob, "reply", chromedp.SendKeys(chromedp.CSS("#chat-text"), "hi, I can see your simulated clients"), chromedp.Click(chromedp.CSS("#chat-send")))
+		waitJS(t, a, "the reply on page 1", `!!document.querySelector('#chat li[data-from="e2e-bob"]')`, 5*time.Second)
+	})
+
+	t.Run("layout", func(t *testing.T) {
+		for _, vp := range []struct {
+			name string
+			w, h int64
+		}{{"desktop", 1280, 800}, {"phone", 390, 844}} {
+			do(t, a, "resize", chromedp.EmulateViewport(vp.w, vp.h))
+			overflow := eval[int](t, a, `document.documentElement.scrollWidth - document.documentElement.clientWidth`)
+			assert.LessOrEqual(t, overflow, 0, "%s: the page scrolls sideways by %dpx", vp.name, overflow)
+		}
+		bg := map[string]string{}
+		for _, scheme := range []string{"light", "dark"} {
+			do(t, a, scheme, colorScheme(scheme))
+			bg[scheme] = eval[string](t, a, `getComputedStyle(document.body).backgroundColor`)
+		}
+		assert.NotEqual(t, bg["light"], bg["dark"], "prefers-color-scheme changes the theme")
+		do(t, a, "back to light desktop", colorScheme("light"), chromedp.EmulateViewport(1280, 800))
+	})
+
+	// Silence one more so the screenshot shows every state.
+	do(t, a, "silence one", chromedp.Click(chromedp.CSS("#silence-one")))
+	waitJS(t, a, "an idle client", `!!document.querySelector('#sims .sim[data-state="idle"]')`, 5*time.Second)
+	screenshot(t, a, artifactPath(t, "presenced-e2e.png"))
+
+	assert.Empty(t, b.errors(), "console errors or exceptions")
+}
+
+// TestDemoScreenshot renders docs/demo.png against presenced with its default
+// ring (31 slots of 1 s). It takes about 25 s, so it runs only when asked:
+//
+//	PRESENCED_DEMO_PNG=$PWD/docs/demo.png go test ./web -run TestDemoScreenshot
+func TestDemoScreenshot(t *testing.T) {
+	out := os.Getenv("PRESENCED_DEMO_PNG")
+	if out == "" {
+		t.Skip("set PRESENCED_DEMO_PNG to the PNG to write")
+	}
+	chromium := needChromium(t)
+	srv := startPresenced(t)
+	b := startBrowser(t, chromium)
+	a := b.ctx
+	bob := b.tab("page 2")
+	do(t, bob, "open bob", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.base+"/?uid=bob"),
+		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
+	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), colorScheme("light"), chromedp.Navigate(srv.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)),
+		chromedp.SetValue(chromedp.CSS("#spawn-n"), "6"), chromedp.Click(chromedp.CSS("#spawn")))
+	waitJS(t, a, "6 live", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 6`, 5*time.Second)
+	do(t, a, "chat", chromedp.Sleep(1500*time.Millisecond),
+		chromedp.SendKeys(chromedp.CSS("#chat-text"), "hello! watch sim-2 and sim-3 go quiet"), chromedp.Click(chromedp.CSS("#chat-send")))
+	do(t, bob, "reply", chromedp.Sleep(800*time.Millisecond),
+		chromedp.SendKeys(chromedp.CSS("#chat-text"), "I see them on my ring too"), chromedp.Click(chromedp.CSS("#chat-send")))
+	// Two silenced clients, 5 s apart: one idle (pinged), one still counting down.
+	do(t, a, "silence", chromedp.Click(chromedp.CSS(`#sims .sim:nth-child(2) button[data-act="silence"]`)),
+		chromedp.Sleep(5*time.Second), chromedp.Click(chromedp.CSS(`#sims .sim:nth-child(3) button[data-act="silence"]`)))
+	waitJS(t, a, "an idle client", `!!document.querySelector('#sims .sim[data-state="idle"]')`, 20*time.Second)
+	do(t, a, "settle", chromedp.Sleep(2*time.Second))
+	screenshot(t, a, out)
+	assert.Empty(t, b.errors(), "console errors or exceptions")
+}
