@@ -7,9 +7,9 @@
 // Slots*Tick of wall time later. With the defaults (31 slots, 1 s) the
 // timeout is 30 s.
 //
-// A keepalive of a tracked key is one map lookup and at most one atomic store:
-// the key keeps its deadline (a step number) and stays in the slot where it
-// was put; when the cursor reaches that slot, the key is re-checked and either
+// A keepalive of a tracked key is one hash-table lookup and at most one atomic
+// store: the key keeps its deadline (a step number) and stays in the slot
+// where it was put; when the cursor reaches that slot, the key is re-checked and either
 // reported or moved to the slot of its new deadline. A step therefore costs
 // only the keys in the scanned slot.
 //
@@ -35,15 +35,7 @@ const (
 	DefaultTick  = time.Second
 )
 
-const (
-	maxSlots = 1 << 16
-	// maxTTL bounds a TouchFor deadline, in steps, so that step arithmetic
-	// never overflows (2^40 steps of 1 ms is 34 years).
-	maxTTL = 1 << 40
-	// chunk bounds how many entries a step handles per hold of a shard's lock,
-	// so a Touch never waits behind a whole slot.
-	chunk = 256
-)
+const maxSlots = 1 << 16 // and 2^24 steps of meta's next check cover a turn
 
 // Config configures a Tracker. The zero value is a 31-slot ring stepping once a
 // second (a 30 s timeout) with no callbacks.
@@ -73,41 +65,13 @@ type Tracker[K comparable] struct {
 
 	stepMu  sync.Mutex   // serialises steps, by Advance and Run
 	now     atomic.Int64 // steps taken; the cursor is now % slots
-	scratch []event[K]   // per-chunk events, owned by the holder of stepMu
+	scratch []event[K]   // a step's events, owned by the holder of stepMu
 
 	events dispatcher[K]
 
 	runMu     sync.Mutex // held by the one Run that steps
 	closing   chan struct{}
 	closeOnce sync.Once
-}
-
-// shard is one stripe of the key space with its own lock and its own copy of
-// the ring. Its lock order: shard.mu, then dispatcher.mu; never the reverse.
-type shard[K comparable] struct {
-	mu sync.RWMutex
-	// now is the step this shard has reached. A step advances it under the
-	// write lock, so a Touch under the read lock sees one value from start to
-	// end and concurrent touches of a key compute the same deadline.
-	now   int64
-	keys  map[K]*entry[K]
-	slots [][]*entry[K] // by slot; may hold stale entries (word == 0)
-	spare []*entry[K]   // emptied list, reused so a step does not allocate
-	_     [40]byte      // keep shards on separate cache lines
-}
-
-// entry is one tracked key. Its word holds deadline<<1 | idled, where the
-// deadline is the step that reports the key offline and idled says OnIdle has
-// fired since the deadline was last moved. A word of 0 marks an entry that is
-// no longer tracked; its reference in a slot list is dropped when scanned.
-//
-// Invariant: a live entry sits in the slot list that the cursor reaches at or
-// before min(its deadline, its next idle step). Touch only ever moves both
-// later, so it needs no move; only a shorter TouchFor moves an entry.
-type entry[K comparable] struct {
-	key  K
-	word atomic.Uint64
-	ttl  int64 // steps from a touch to the deadline; changed under the write lock
 }
 
 // New returns a Tracker for cfg, or an error if cfg is invalid. The Tracker
@@ -135,7 +99,7 @@ func New[K comparable](cfg Config[K]) (*Tracker[K], error) {
 	}
 
 	// Keep shards*slots bounded so a large ring stays cheap to allocate.
-	nshards := 64
+	nshards := nShards
 	for nshards > 1 && nshards*slots > 1<<18 {
 		nshards /= 2
 	}
@@ -156,8 +120,7 @@ func New[K comparable](cfg Config[K]) (*Tracker[K], error) {
 	t.events.cond.L = &t.events.mu
 	t.events.t = t
 	for i := range t.shards {
-		t.shards[i].keys = make(map[K]*entry[K])
-		t.shards[i].slots = make([][]*entry[K], slots)
+		t.shards[i].lists = make([][]uint32, slots)
 	}
 	return t, nil
 }
@@ -168,7 +131,7 @@ func ceilSteps(d, tick time.Duration) int64 {
 	if d%tick != 0 {
 		n++
 	}
-	return min(n, maxTTL)
+	return min(n, maxTTL-1)
 }
 
 // Timeout returns how long a key may stay silent: (Slots-1)*Tick.
@@ -193,11 +156,13 @@ func (t *Tracker[K]) TouchFor(key K, d time.Duration) (added bool) {
 }
 
 func (t *Tracker[K]) touch(key K, ttl int64) bool {
-	s := t.shard(key)
+	h := maphash.Comparable(t.seed, key)
+	s := &t.shards[h&t.mask]
 	s.mu.RLock()
-	if e, ok := s.keys[key]; ok && e.ttl == ttl {
+	if i := s.find(key, h); i >= 0 && int64(s.tab[i].ttl) == ttl {
 		// The common keepalive: one load, and a store only when the deadline
 		// moves; a store clears the idled bit, starting a new silence.
+		e := &s.tab[i]
 		if w := uint64(s.now+ttl) << 1; e.word.Load()>>1 != w>>1 {
 			e.word.Store(w)
 		}
@@ -205,32 +170,31 @@ func (t *Tracker[K]) touch(key K, ttl int64) bool {
 		return false
 	}
 	s.mu.RUnlock()
-	return t.touchSlow(s, key, ttl)
+	return t.touchSlow(s, key, h, ttl)
 }
 
 // touchSlow adds key or changes its timeout, under the shard's write lock.
-func (t *Tracker[K]) touchSlow(s *shard[K], key K, ttl int64) bool {
+func (t *Tracker[K]) touchSlow(s *shard[K], key K, h uint64, ttl int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	deadline := s.now + ttl
-	e, ok := s.keys[key]
-	if ok {
+	if i := s.find(key, h); i >= 0 {
+		e := &s.tab[i]
 		old := int64(e.word.Load() >> 1)
-		switch {
-		case deadline == old && e.ttl == ttl:
-			// Another touch got here first.
-		case deadline >= old:
-			e.ttl = ttl
-			e.word.Store(uint64(deadline) << 1)
-		default:
-			// A shorter timeout: the entry may sit in a slot that the cursor
-			// reaches too late. Retire it and place a new one.
-			e.word.Store(0)
-			s.keys[key] = t.place(s, key, ttl, deadline)
+		if deadline == old && int64(e.ttl) == ttl {
+			return false // another touch got here first
+		}
+		e.ttl = uint32(ttl)
+		e.word.Store(uint64(deadline) << 1)
+		if deadline < old {
+			// A shorter timeout: the next check may come too late.
+			s.schedule(i, t.firstCheck(s, ttl, deadline), t.slots)
 		}
 		return false
 	}
-	s.keys[key] = t.place(s, key, ttl, deadline)
+	i := s.insert(key, h, uint32(ttl), t.seed, t.slots)
+	s.tab[i].word.Store(uint64(deadline) << 1)
+	s.schedule(i, t.firstCheck(s, ttl, deadline), t.slots)
 	t.n.Add(1)
 	if t.onOnline != nil {
 		t.events.push(event[K]{kind: online, key: key})
@@ -238,59 +202,43 @@ func (t *Tracker[K]) touchSlow(s *shard[K], key K, ttl int64) bool {
 	return true
 }
 
-// place returns a new live entry for key, put in the slot of its first check.
-func (t *Tracker[K]) place(s *shard[K], key K, ttl, deadline int64) *entry[K] {
-	e := &entry[K]{key: key, ttl: ttl}
-	e.word.Store(uint64(deadline) << 1)
-	at := deadline
+// firstCheck returns the step at which a key just touched must be checked:
+// its idle step if it has one, else its deadline.
+func (t *Tracker[K]) firstCheck(s *shard[K], ttl, deadline int64) int64 {
 	if t.idleSteps > 0 && t.idleSteps < ttl {
-		at = s.now + t.idleSteps
+		return s.now + t.idleSteps
 	}
-	t.putAt(s, e, at)
-	return e
-}
-
-// putAt puts e in the slot that step `at` scans: step k scans slot (k-1) mod
-// Slots, so after k steps the cursor is at k mod Slots and a Touch lands in
-// slot (k-1) mod Slots, just behind it, reached last. For at more than a turn
-// ahead, the slot is reached earlier and the entry is re-checked then.
-func (t *Tracker[K]) putAt(s *shard[K], e *entry[K], at int64) {
-	i := (at - 1) % t.slots
-	s.slots[i] = append(s.slots[i], e)
+	return deadline
 }
 
 // Remove stops tracking key, as on an explicit logout; OnOffline is not
 // called. It returns true if key was tracked.
 func (t *Tracker[K]) Remove(key K) (removed bool) {
-	s := t.shard(key)
+	h := maphash.Comparable(t.seed, key)
+	s := &t.shards[h&t.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.keys[key]
-	if !ok {
+	i := s.find(key, h)
+	if i < 0 {
 		return false
 	}
-	delete(s.keys, key)
-	e.word.Store(0)
+	s.drop(i)
 	t.n.Add(-1)
 	return true
 }
 
 // Online reports whether key is tracked.
 func (t *Tracker[K]) Online(key K) bool {
-	s := t.shard(key)
+	h := maphash.Comparable(t.seed, key)
+	s := &t.shards[h&t.mask]
 	s.mu.RLock()
-	_, ok := s.keys[key]
-	s.mu.RUnlock()
-	return ok
+	defer s.mu.RUnlock()
+	return s.find(key, h) >= 0
 }
 
 // Len returns the number of keys tracked.
 func (t *Tracker[K]) Len() int {
 	return int(t.n.Load())
-}
-
-func (t *Tracker[K]) shard(key K) *shard[K] {
-	return &t.shards[maphash.Comparable(t.seed, key)&t.mask]
 }
 
 // Advance steps the cursor once by hand and returns the keys that timed out
@@ -306,7 +254,7 @@ func (t *Tracker[K]) Advance() []K {
 }
 
 // step moves the cursor one slot and checks every entry in the slot it
-// leaves, shard by shard and chunk by chunk.
+// leaves, shard by shard.
 func (t *Tracker[K]) step(collect bool) []K {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
@@ -319,45 +267,43 @@ func (t *Tracker[K]) step(collect bool) []K {
 	return expired
 }
 
+// stepShard checks the entries of one shard in the slot that step now scans.
+// It holds the shard's write lock for that slot's share of one shard only,
+// about 1/(Slots*64) of the keys, so a Touch never waits behind a whole slot.
 func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool) []K {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.now = now
-	i := (now - 1) % t.slots
-	list := s.slots[i]
+	l := (now - 1) % t.slots
+	list := s.lists[l]
 	if len(list) == 0 {
-		s.mu.Unlock()
 		return expired
 	}
-	// Detach the list: entries re-placed in this same slot go to a fresh one.
-	s.slots[i], s.spare = s.spare, nil
+	// Detach the list: entries re-checked in a turn land in a fresh one.
+	s.lists[l], s.spare = s.spare[:0], nil
 	evs := t.scratch[:0]
-	for j, e := range list {
-		if j > 0 && j%chunk == 0 {
-			t.flush(evs)
-			evs = evs[:0]
-			s.mu.Unlock()
-			s.mu.Lock()
+	cur := uint32(now) & atMask
+	for _, i := range list {
+		e := &s.tab[i]
+		if !e.live() || e.meta&atMask != cur {
+			continue // removed, expired, or rescheduled: a stale index
 		}
 		w := e.word.Load()
-		if w == 0 {
-			continue // removed, expired or replaced
-		}
 		deadline := int64(w >> 1)
 		if deadline <= now {
-			delete(s.keys, e.key)
-			e.word.Store(0)
-			t.n.Add(-1)
 			if collect {
 				expired = append(expired, e.key)
 			}
 			if t.onOffline != nil {
 				evs = append(evs, event[K]{kind: offline, key: e.key})
 			}
+			s.drop(int(i))
+			t.n.Add(-1)
 			continue
 		}
 		at := deadline
-		if t.idleSteps > 0 && t.idleSteps < e.ttl {
-			idleAt := deadline - e.ttl + t.idleSteps
+		if ttl := int64(e.ttl); t.idleSteps > 0 && t.idleSteps < ttl {
+			idleAt := deadline - ttl + t.idleSteps
 			switch {
 			case w&1 == 0 && idleAt <= now:
 				e.word.Store(w | 1)
@@ -370,23 +316,16 @@ func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool
 				at = idleAt
 			}
 		}
-		t.putAt(s, e, at)
+		s.schedule(int(i), at, t.slots)
 	}
-	t.flush(evs)
-	clear(evs)
-	t.scratch = evs[:0]
-	clear(list)
-	s.spare = list[:0]
-	s.mu.Unlock()
-	return expired
-}
-
-// flush hands a chunk's events to the dispatcher while the shard lock is
-// still held, so they queue in order with the shard's other events.
-func (t *Tracker[K]) flush(evs []event[K]) {
+	// Queue the events before unlocking, in order with the shard's others.
 	if len(evs) > 0 {
 		t.events.push(evs...)
 	}
+	clear(evs)
+	t.scratch = evs[:0]
+	s.spare = list[:0]
+	return expired
 }
 
 // Ring is a view of the ring at one moment, for display and monitoring.
@@ -404,8 +343,10 @@ func (t *Tracker[K]) Ring() Ring {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.RLock()
-		for _, e := range s.keys {
-			r.Due[(int64(e.word.Load()>>1)-1)%t.slots]++
+		for i := range s.tab {
+			if e := &s.tab[i]; e.live() {
+				r.Due[(int64(e.word.Load()>>1)-1)%t.slots]++
+			}
 		}
 		s.mu.RUnlock()
 	}
