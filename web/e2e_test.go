@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -64,8 +65,14 @@ func needChromium(t *testing.T) string {
 
 // server is a presenced process on a loopback port.
 type server struct {
-	base string // http://127.0.0.1:port
-	out  *syncBuffer
+	t     *testing.T
+	bin   string
+	addr  string
+	flags []string
+	base  string // http://127.0.0.1:port
+	out   *syncBuffer
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 type syncBuffer struct {
@@ -85,8 +92,9 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// startPresenced builds ./cmd/presenced (or takes $PRESENCED_BIN) and runs it on a free loopback port
-// with the given flags; it stops it with SIGTERM when the test ends.
+// startPresenced builds ./cmd/presenced (or takes $PRESENCED_BIN) and runs it
+// on a free loopback port with the given flags; it stops it with SIGTERM when
+// the test ends.
 func startPresenced(t *testing.T, flags ...string) *server {
 	t.Helper()
 	bin := os.Getenv("PRESENCED_BIN")
@@ -102,25 +110,27 @@ func startPresenced(t *testing.T, flags ...string) *server {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 
-	s := &server{base: "http://" + addr, out: &syncBuffer{}}
-	cmd := exec.Command(bin, append([]string{"-addr", addr}, flags...)...)
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	require.NoError(t, cmd.Start(), "start presenced")
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	s := &server{t: t, bin: bin, addr: addr, flags: flags, base: "http://" + addr, out: &syncBuffer{}}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		s.stop()
 		if t.Failed() {
 			t.Logf("presenced output:\n%s", s.out.String())
 		}
 	})
+	s.start()
+	return s
+}
 
+// start runs the process and waits until /healthz answers.
+func (s *server) start() {
+	t := s.t
+	t.Helper()
+	s.cmd = exec.Command(s.bin, append([]string{"-addr", s.addr}, s.flags...)...)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	require.NoError(t, s.cmd.Start(), "start presenced")
+	done := make(chan struct{})
+	s.done = done
+	go func() { _ = s.cmd.Wait(); close(done) }()
 	require.Eventually(t, func() bool {
 		select {
 		case <-done:
@@ -139,7 +149,21 @@ func startPresenced(t *testing.T, flags ...string) *server {
 		t.Fatalf("presenced exited at start:\n%s", s.out.String())
 	default:
 	}
-	return s
+}
+
+// stop sends SIGTERM, the graceful shutdown, and waits for the exit.
+func (s *server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
 }
 
 func (s *server) getJSON(t *testing.T, path string, v any) {
@@ -169,7 +193,17 @@ type browser struct {
 	t       *testing.T
 	ctx     context.Context // the first tab; its context owns the browser
 	mu      sync.Mutex
-	console []string // errors and exceptions, "tab: message"
+	console []consoleError
+	outages [][2]time.Time // while the server was down on purpose
+}
+
+type consoleError struct {
+	tab string
+	msg chromedp.ConsoleMessage
+}
+
+func (e consoleError) String() string {
+	return fmt.Sprintf("%s: %s [%s %s:%d]", e.tab, e.msg, e.msg.Source, e.msg.URL, e.msg.Line)
 }
 
 // startBrowser starts Chromium with a fresh profile. The background-networking
@@ -215,7 +249,7 @@ func (b *browser) watch(name string, ctx context.Context) {
 			}
 			if m.Type == chromedp.ConsoleError || m.IsException() {
 				b.mu.Lock()
-				b.console = append(b.console, fmt.Sprintf("%s: %s (%s:%d)", name, m, m.URL, m.Line))
+				b.console = append(b.console, consoleError{tab: name, msg: m})
 				b.mu.Unlock()
 			} else {
 				b.t.Logf("console %s: %s", name, m)
@@ -224,10 +258,42 @@ func (b *browser) watch(name string, ctx context.Context) {
 	}()
 }
 
+// outage records that the server was down from..to on purpose: the browser's
+// own reports of refused connections then are expected, and nothing else is.
+func (b *browser) outage(from, to time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.outages = append(b.outages, [2]time.Time{from, to})
+}
+
+// errors returns the console errors and exceptions, less the network errors
+// of a planned outage.
 func (b *browser) errors() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]string(nil), b.console...)
+	var out []string
+	for _, e := range b.console {
+		if b.expected(e.msg) {
+			b.t.Logf("expected during the outage: %s", e)
+			continue
+		}
+		out = append(out, e.String())
+	}
+	return out
+}
+
+func (b *browser) expected(m chromedp.ConsoleMessage) bool {
+	if m.IsException() {
+		return false
+	}
+	refused := strings.Contains(m.Text, "ERR_CONNECTION_REFUSED") ||
+		(strings.HasPrefix(m.Text, "WebSocket connection to ") && strings.Contains(m.Text, "failed"))
+	for _, w := range b.outages {
+		if refused && !m.Time.Before(w[0]) && !m.Time.After(w[1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // do runs actions on a tab with a deadline, failing the test on error.
@@ -428,6 +494,24 @@ func TestE2E(t *testing.T) {
 	do(t, a, "silence one", chromedp.Click(chromedp.CSS("#silence-one")))
 	waitJS(t, a, "an idle client", `!!document.querySelector('#sims .sim[data-state="idle"]')`, 5*time.Second)
 	screenshot(t, a, artifactPath(t, "presenced-e2e.png"))
+
+	t.Run("reconnect after a server restart", func(t *testing.T) {
+		from := time.Now()
+		defer func() { b.outage(from, time.Now()) }()
+		srv.stop() // SIGTERM: every connection gets 1001
+		waitJS(t, a, "the page to notice", `document.getElementById('me').dataset.state !== "live"`, 5*time.Second)
+		waitJS(t, a, "close 1001 shown", `document.getElementById('me-close').textContent.startsWith("1001")`, time.Second)
+		assert.Contains(t, eval[string](t, a, `document.querySelector('#log li[data-kind="conn"]').textContent`), "reconnecting with backoff")
+		waitJS(t, a, "a reconnect scheduled", `document.getElementById('me').dataset.state === "waiting"`, 5*time.Second)
+		assert.Regexp(t, `^reconnect try 1 in `, eval[string](t, a, `document.getElementById('me-state').textContent`))
+		// Let it fail at least once against the closed port before the server returns.
+		waitJS(t, a, "a failed try", `/^reconnect try [2-9] in /.test(document.getElementById('me-state').textContent)`, 10*time.Second)
+		srv.start()
+		waitJS(t, a, "reconnected", `document.getElementById('me').dataset.state === "live"`, 20*time.Second)
+		assert.True(t, srv.online(t, uid), "%s online at the restarted server", uid)
+		// A refused attempt is a 1006 without a close frame.
+		assert.True(t, eval[bool](t, a, `[...document.querySelectorAll('#log li[data-kind="conn"]')].some(li => li.textContent.includes("1006"))`))
+	})
 
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }

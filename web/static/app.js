@@ -181,7 +181,7 @@ function renderMe(now) {
     case 'connecting':
     case 'new':
       pill = 'connecting…';
-      state = me.attempt ? `connecting (attempt ${me.attempt + 1})…` : 'connecting…';
+      state = me.attempt ? `reconnecting (try ${me.attempt})…` : 'connecting…';
       break;
     case 'open':
       pill = 'connecting…';
@@ -194,7 +194,7 @@ function renderMe(now) {
     case 'waiting': {
       const left = Math.max(0, me.retryAt - now);
       pill = `reconnecting in ${fmtDur(left)}`;
-      state = `reconnecting in ${fmtDur(left)} (attempt ${me.attempt + 1})`;
+      state = `reconnect try ${me.attempt} in ${fmtDur(left)}`;
       break;
     }
     default:
