@@ -399,7 +399,8 @@ func (t *Tracker[K]) isClosing() bool {
 // called from a callback, which it would wait for.
 func (t *Tracker[K]) Close() {
 	t.closeOnce.Do(func() { close(t.closing) })
-	t.runMu.Lock() // wait for Run to return
-	t.runMu.Unlock()
+	// Taking runMu waits for Run to return; holding it keeps another out.
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
 	t.events.close()
 }
