@@ -513,6 +513,17 @@ func TestE2E(t *testing.T) {
 		assert.True(t, eval[bool](t, a, `[...document.querySelectorAll('#log li[data-kind="conn"]')].some(li => li.textContent.includes("1006"))`))
 	})
 
+	t.Run("disconnect and connect by hand", func(t *testing.T) {
+		do(t, a, "disconnect", chromedp.Click(chromedp.CSS("#me-toggle")))
+		waitJS(t, a, "closed", `document.getElementById('me').dataset.state === "closed"`, 5*time.Second)
+		require.Eventually(t, func() bool { return !srv.online(t, uid) }, 5*time.Second, 10*time.Millisecond, "offline after Disconnect")
+		assert.Equal(t, "Connect", eval[string](t, a, `document.getElementById('me-toggle').textContent`))
+		assert.True(t, strings.HasPrefix(eval[string](t, a, `document.getElementById('me-close').textContent`), "1000"), "a normal close")
+		do(t, a, "connect", chromedp.Click(chromedp.CSS("#me-toggle")))
+		waitJS(t, a, "live", `document.getElementById('me').dataset.state === "live"`, 5*time.Second)
+		assert.True(t, srv.online(t, uid), "online after Connect")
+	})
+
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
 

@@ -223,6 +223,10 @@ window.addEventListener('online', () => { if (me.state === 'waiting') me.connect
 // ---- simulated clients ----
 
 function spawn(n) {
+  if (token) {
+    logEvent('error', '', 'simulated clients have no token: they need a server in demo mode (no -jwt-secret)');
+    return;
+  }
   const room = MAX_SIMS - sims.length;
   if (room <= 0) {
     logEvent('error', '', `at most ${MAX_SIMS} simulated clients per page`);
@@ -231,7 +235,7 @@ function spawn(n) {
   n = Math.max(1, Math.min(n | 0 || 1, 50, room));
   for (let i = 0; i < n; i++) {
     // Pings at a spread of delays, so the clients land in different slots.
-    const client = new Client({ uid: `sim-${simTag}-${++simSeq}`, token: '', pingAt: [0.2, 0.4] });
+    const client = new Client({ uid: `sim-${simTag}-${++simSeq}`, pingAt: [0.2, 0.4] });
     const sim = { client, idleLogged: false };
     client.addEventListener('closed', (ev) => {
       logEvent('closed', client.uid, `connection closed: ${closeText(ev.detail)}`);

@@ -70,7 +70,9 @@ export class Client extends EventTarget {
     this.retryAt = 0;
     if (this.ws && this.ws.readyState <= WebSocket.OPEN) return;
     this.silenced = false;
-    const ws = new WebSocket(socketURL(this.token ? { token: this.token } : { uid: this.uid }));
+    // With a token the server (with -jwt-secret) takes the user from it; the uid
+    // is what a server in demo mode uses instead.
+    const ws = new WebSocket(socketURL(this.token ? { uid: this.uid, token: this.token } : { uid: this.uid }));
     this.ws = ws;
     this.setState('connecting');
     ws.onopen = () => {
