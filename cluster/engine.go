@@ -54,7 +54,8 @@ type Config struct {
 	Timeout time.Duration
 	// RenewEvery is how often all leases are renewed; default Timeout/3.
 	RenewEvery time.Duration
-	// ClaimEvery is how often this node looks for expired leases; default Timeout/6.
+	// ClaimEvery is how often this node looks for expired leases; default
+	// Timeout/6, at most (Timeout-RenewEvery)/3.
 	ClaimEvery time.Duration
 	// Batch is the most leases one script call handles; default 500.
 	Batch int
@@ -97,7 +98,8 @@ type Engine struct {
 	recoveries atomic.Uint64
 
 	running   atomic.Bool
-	ready     chan struct{} // closed when Run has loaded its view and subscribed
+	ready     chan struct{} // closed when Run first has loaded its view and subscribed
+	readyOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -150,8 +152,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cluster: Timeout %v too short", cfg.Timeout)
 	case cfg.RenewEvery <= 0 || cfg.RenewEvery > cfg.Timeout/2:
 		return nil, fmt.Errorf("cluster: RenewEvery %v must be in (0, Timeout/2]", cfg.RenewEvery)
-	case cfg.ClaimEvery <= 0:
-		return nil, fmt.Errorf("cluster: ClaimEvery %v must be positive", cfg.ClaimEvery)
+	case cfg.ClaimEvery <= 0 || cfg.ClaimEvery > (cfg.Timeout-cfg.RenewEvery)/3:
+		// Claims pause after a gap of (Timeout-RenewEvery)/2 without one.
+		return nil, fmt.Errorf("cluster: ClaimEvery %v must be in (0, (Timeout-RenewEvery)/3]", cfg.ClaimEvery)
 	case cfg.Batch < 1:
 		return nil, fmt.Errorf("cluster: Batch %d must be positive", cfg.Batch)
 	case cfg.StreamMaxLen < 1:
@@ -342,6 +345,12 @@ func (e *Engine) fail(op string, err error) {
 		e.m.redisUp.Set(0)
 		e.log.Warn("cluster: redis unreachable; serving local clients, will reconcile when it returns", "op", op, "err", err)
 	}
+}
+
+func (e *Engine) isDown() bool {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	return e.down
 }
 
 // ok records a successful Redis operation; after an outage it counts a recovery.

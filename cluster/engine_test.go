@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"tiny timeout", Config{Client: c, Timeout: time.Millisecond}, "too short"},
 		{"renew too slow", Config{Client: c, Timeout: time.Second, RenewEvery: time.Second}, "RenewEvery"},
 		{"negative claim", Config{Client: c, ClaimEvery: -1}, "ClaimEvery"},
+		{"claims too rare", Config{Client: c, Timeout: time.Second, ClaimEvery: 300 * time.Millisecond}, "ClaimEvery"},
 		{"negative batch", Config{Client: c, Batch: -1}, "Batch"},
 	}
 	for _, tc := range cases {
@@ -333,4 +335,97 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 		edges := a.rec.all()
 		return len(edges) > 0 && edges[len(edges)-1].uid == "frank" && edges[len(edges)-1].on
 	})
+}
+
+// Redis stalls (SIGSTOP) for longer than a lease, with its data: when it comes
+// back every lease looks expired, yet no live node's user may go offline.
+// Claims still work afterwards.
+func TestRedisStalledLongerThanLease(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	a.SetLocal("on-a", 1)
+	b.SetLocal("on-b", 1)
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, 2*time.Second, "both online on "+n.Node(), func() bool { return len(n.rec.all()) == 2 })
+	}
+
+	srv.freeze(true)
+	time.Sleep(3 * testTimeout)
+	srv.freeze(false)
+	a.rec.waitFor(t, 5*time.Second, "a reaches redis again", func() bool { return a.Health(context.Background()) == nil })
+	// Several claim rounds and a reconciliation later, nobody flickered.
+	time.Sleep(2 * testTimeout)
+	for _, n := range []*node{a, b} {
+		for _, uid := range []string{"on-a", "on-b"} {
+			assert.Equal(t, 0, n.rec.count(uid, false), "%s false offline on %s", uid, n.Node())
+		}
+	}
+	count, _, err := b.Users(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+
+	a.crash()
+	b.rec.waitFor(t, 3*testTimeout, "on-a offline after a crashed", func() bool { return b.rec.count("on-a", false) == 1 })
+}
+
+// The engine on a Redis Cluster (one master holding every slot): scripts
+// must touch one slot each and stream reads must not cross slots, or Redis
+// answers CROSSSLOT.
+func TestRedisClusterMode(t *testing.T) {
+	srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	plain := srv.client(t)
+	ctx := context.Background()
+	require.NoError(t, plain.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := plain.ClusterInfo(ctx).Result()
+		require.NoError(t, err)
+		if strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "cluster never became ok: %s", info)
+		time.Sleep(20 * time.Millisecond)
+	}
+	newClient := func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr()}, PoolSize: 20,
+			DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a := startNode(t, testConfig(newClient(), "a"))
+	b := startNode(t, testConfig(newClient(), "b"))
+	require.True(t, a.isCluster)
+	slots := map[int64]bool{}
+	for _, k := range a.keys {
+		for _, key := range k.claim {
+			slot, err := plain.ClusterKeySlot(ctx, key).Result()
+			require.NoError(t, err)
+			slots[slot] = true
+		}
+	}
+	assert.Len(t, slots, len(a.keys), "one slot per shard")
+
+	for i := range 8 { // spread over the shards
+		a.SetLocal(fmt.Sprintf("c%d", i), 1)
+	}
+	b.SetLocal("c0", 1)
+	b.rec.waitFor(t, 2*time.Second, "8 users online on b", func() bool { return len(b.rec.all()) == 8 })
+	count, users, err := b.Users(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 8, count)
+	assert.Equal(t, []string{"c0", "c1", "c2"}, users)
+	n, err := b.Lookup(ctx, "c0")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	require.NoError(t, a.Publish(ctx, []byte(`{"type":"chat"}`)))
+	b.rec.waitFor(t, 2*time.Second, "chat on b", func() bool {
+		b.rec.mu.Lock()
+		defer b.rec.mu.Unlock()
+		return len(b.rec.chats) == 1
+	})
+
+	a.crash()
+	b.rec.waitFor(t, 3*testTimeout, "a's users offline", func() bool { return len(b.rec.all()) == 15 })
+	assert.Equal(t, 0, b.rec.count("c0", false))
 }

@@ -28,11 +28,12 @@ type edgeEvent struct {
 // r sees each edge once even when Redis replays or re-asserts, and after an
 // outage it reconciles that view with Redis (users whose only node died
 // meanwhile go offline then). It retries Redis forever and returns nil when
-// ctx is done; it returns an error only if called twice.
+// ctx is done; it returns an error only while another Run is going.
 func (e *Engine) Run(ctx context.Context, r transport.Relay) error {
 	if !e.running.CompareAndSwap(false, true) {
-		return errors.New("cluster: Run called twice")
+		return errors.New("cluster: Run is already running")
 	}
+	defer e.running.Store(false)
 	cursors, view, ok := e.bootstrap(ctx)
 	if !ok {
 		return nil
@@ -70,7 +71,7 @@ func (e *Engine) Run(ctx context.Context, r transport.Relay) error {
 			e.readStreams(ctx, g, cursors, in)
 		}()
 	}
-	close(e.ready)
+	e.readyOnce.Do(func() { close(e.ready) })
 
 	var reconcile <-chan time.Time
 	// Every live node re-asserts its leases within one renewal after Redis is

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,8 +103,19 @@ func (s *redisServer) kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a frozen process dies only once resumed
 	<-s.done
 	s.cmd = nil
+}
+
+// freeze stops (SIGSTOP) or resumes (SIGCONT) the server: a stalled Redis
+// that keeps its data and its connections.
+func (s *redisServer) freeze(on bool) {
+	sig := syscall.SIGCONT
+	if on {
+		sig = syscall.SIGSTOP
+	}
+	require.NoError(s.t, s.cmd.Process.Signal(sig))
 }
 
 // restart brings the server back, empty, on the same port.
@@ -114,7 +126,7 @@ func (s *redisServer) restart() {
 
 func (s *redisServer) client(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: 2 * time.Second, MaxRetries: 1})
+		ReadTimeout: 2 * time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -16,6 +16,7 @@ import (
 //	KEYS[4] conns   HASH  uid -> connections summed over nodes
 //	KEYS[5] online  ZSET  uid, score 0 (listing in order with ZRANGE BYLEX)
 //	KEYS[6] events  STREAM u=uid on=1|0 by=node, one entry per edge
+//	KEYS[7] clock   HASH  last = time of the last claim, pause = no claims before (claim only)
 //
 // Expiry uses the Redis server's clock (TIME), so nodes' clocks never matter.
 // Scripts are effect-replicated (always so since Redis 7; asked for on 5-6).
@@ -84,9 +85,25 @@ return {added, dropped, on, off}
 // to nodes that stopped renewing (crashed, or cut off from Redis). The script
 // is atomic, so when several nodes claim at once each lease is dropped, and
 // each offline edge emitted, by exactly one of them.
-// ARGV: claiming node, stream maxlen, limit. Returns {claimed, offline edges}.
+//
+// Claims run every few moments on every node. A long gap since the last one
+// means nobody reached Redis meanwhile (Redis stalled or was cut off from all
+// nodes): every lease may look expired then, though its node is alive and
+// about to renew. So after a gap of ARGV[4] ms claims pause for ARGV[5] ms,
+// one renewal round. That also covers a claim sent before a stall and run by
+// Redis only after it.
+// ARGV: claiming node, stream maxlen, limit, gap ms, pause ms.
+// Returns {claimed, offline edges, 1 if paused}.
 var claimScript = redis.NewScript(luaPrelude + `
 local by, maxlen, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local last = tonumber(redis.call('HGET', KEYS[7], 'last') or '0')
+local pause = tonumber(redis.call('HGET', KEYS[7], 'pause') or '0')
+redis.call('HSET', KEYS[7], 'last', now)
+if now - last > tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[7], 'pause', now + tonumber(ARGV[5]))
+  return {0, 0, 1}
+end
+if now < pause then return {0, 0, 1} end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 local off = 0
 for _, m in ipairs(expired) do
@@ -95,13 +112,14 @@ for _, m in ipairs(expired) do
   local old = tonumber(redis.call('HGET', KEYS[2], m) or '0')
   off = off + drop(m, uid, old, 'claim:' .. by, maxlen)
 end
-return {#expired, off}
+return {#expired, off, 0}
 `)
 
 // shardKeys names the keys of one shard; see the table above.
 type shardKeys struct {
-	leases, lconns, nodes, conns, online, events string
-	all                                          []string
+	leases, lconns, nodes, conns, online, events, clock string
+	all                                                 []string // for setScript
+	claim                                               []string // for claimScript
 }
 
 func newShardKeys(prefix string, shard int) shardKeys {
@@ -113,8 +131,10 @@ func newShardKeys(prefix string, shard int) shardKeys {
 		conns:  tag + ":conns",
 		online: tag + ":online",
 		events: tag + ":events",
+		clock:  tag + ":clock",
 	}
 	k.all = []string{k.leases, k.lconns, k.nodes, k.conns, k.online, k.events}
+	k.claim = append(k.all[:len(k.all):len(k.all)], k.clock)
 	return k
 }
 

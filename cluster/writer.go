@@ -34,7 +34,9 @@ func (e *Engine) writeLoop(ctx context.Context) {
 			retry = nil
 			err = e.renew(ctx)
 		case <-claim.C:
-			if time.Now().After(claimAfter) {
+			// Never claim right after an outage, before the recovery below
+			// has held claims off: every lease may look expired then.
+			if !e.isDown() && e.recoveries.Load() == seen && time.Now().After(claimAfter) {
 				err = e.claim(ctx)
 			}
 		}
@@ -108,7 +110,7 @@ func (e *Engine) apply(ctx context.Context, changes map[string]int, renewal bool
 	if len(changes) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, max(e.cfg.RenewEvery, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
 	defer cancel()
 	ttl := e.cfg.Timeout.Milliseconds()
 	perShard := make([][]scriptCall, len(e.keys))
@@ -191,22 +193,27 @@ func (e *Engine) apply(ctx context.Context, changes map[string]int, renewal bool
 
 // claim drops expired leases of other nodes, shard by shard, until none is left.
 func (e *Engine) claim(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, max(e.cfg.RenewEvery, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
 	defer cancel()
 	shards := make([]int, len(e.keys))
 	for i := range shards {
 		shards[i] = i
 	}
 	limit := int64(e.cfg.Batch)
+	// A healthy lease has at least Timeout-RenewEvery left; a gap of half that
+	// cannot have expired one.
+	gap := (e.cfg.Timeout - e.cfg.RenewEvery) / 2
+	pause := e.cfg.RenewEvery + e.retry
 	for len(shards) > 0 && ctx.Err() == nil {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
-			calls[i] = scriptCall{keys: e.keys[s].all, args: []any{e.cfg.Node, e.cfg.StreamMaxLen, limit}}
+			calls[i] = scriptCall{keys: e.keys[s].claim, args: []any{e.cfg.Node, e.cfg.StreamMaxLen, limit,
+				gap.Milliseconds(), pause.Milliseconds()}}
 		}
 		cmds := e.runScripts(ctx, claimScript, calls)
 		var more []int
 		for i, cmd := range cmds {
-			res, err := scriptResult(cmd, 2)
+			res, err := scriptResult(cmd, 3)
 			if err != nil {
 				e.fail("claim", err)
 				return err
