@@ -227,7 +227,7 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	cfg := testConfig(srv.client(t), "a")
 	cfg.Timeout = time.Minute // an expiry would be far too late for this test
 	cfg.RenewEvery = 20 * time.Second
-	cfg.ClaimEvery = 20 * time.Second
+	cfg.ClaimEvery = 10 * time.Second
 	a := startNode(t, cfg)
 	cfg.Node = "b"
 	b := startNode(t, cfg)
