@@ -65,28 +65,37 @@ type result struct {
 	Err         error
 }
 
-// measure builds one subject and measures it: memory after populating it,
-// then (if it can be stepped) the two step benchmarks, then keepalives at 1
-// and 2 goroutines. Steps come before keepalives because a keepalive
-// benchmark touches an arbitrary subset of keys, which would break the
-// exact per-step expiry counts the step benchmarks check.
+// session is one subject being measured. All sessions stay alive until the
+// end, so their keepalive rounds can be interleaved.
+type session struct {
+	res     result
+	s       subject
+	expired atomic.Int64 // keys the subject reported expired
+	fired   int64        // expired before the keepalive rounds
+	starts  atomic.Int64 // goroutines started by the 2-goroutine benchmark
+}
+
+// prepare builds one subject, populates it, measures its memory and, if it
+// can be stepped, its steps. Steps come before keepalives because a
+// keepalive benchmark touches an arbitrary subset of keys, which would break
+// the exact per-step expiry counts that the step benchmarks check.
 //
 // The re-check benchmark touches the chunk due at step s just before it, so
 // the chunk is next due at step s+Period-1, where it would join the chunk
 // already due there; it therefore stays within one turn: testing.Benchmark
 // runs StepIters+1 steps, at most Period-1.
-func measure(im impl, w workload, o options) (res result) {
-	res.Impl = im
-	var expired atomic.Int64
-	cfg := config{Keys: len(w.order), Period: o.Period, Tick: o.Tick, OnExpire: func(string) { expired.Add(1) }}
+func prepare(im impl, w workload, o options) *session {
+	ss := &session{res: result{Impl: im}}
+	cfg := config{Keys: len(w.order), Period: o.Period, Tick: o.Tick, OnExpire: func(string) { ss.expired.Add(1) }}
 
 	before := heapAfterGC()
 	s, err := im.New(cfg)
 	if err != nil {
-		res.Err = err
-		return res
+		ss.res.Err = err
+		return ss
 	}
-	defer s.Close()
+	ss.s = s
+	progress(o, im.Name, "populate")
 	st, canStep := s.(stepper)
 	for c, chunk := range w.chunks {
 		for _, k := range chunk {
@@ -98,7 +107,7 @@ func measure(im impl, w workload, o options) (res result) {
 			st.Step()
 		}
 	}
-	res.BytesPerKey = float64(int64(heapAfterGC())-int64(before)) / float64(len(w.order))
+	ss.res.BytesPerKey = float64(int64(heapAfterGC())-int64(before)) / float64(len(w.order))
 
 	if canStep {
 		var want int64
@@ -111,7 +120,7 @@ func measure(im impl, w workload, o options) (res result) {
 				st.Step()
 				b.StopTimer()
 				want += int64(len(chunk))
-				if err := waitCount(&expired, want); err != nil {
+				if err := waitCount(&ss.expired, want); err != nil {
 					return fmt.Errorf("step expiring chunk %d: %w", next, err)
 				}
 				for _, k := range chunk {
@@ -133,7 +142,7 @@ func measure(im impl, w workload, o options) (res result) {
 				b.StopTimer()
 				next = (next + 1) % len(w.chunks)
 			}
-			if err := settleCount(&expired, want); err != nil {
+			if err := settleCount(&ss.expired, want); err != nil {
 				return fmt.Errorf("re-check steps: %w", err)
 			}
 			return nil
@@ -142,23 +151,26 @@ func measure(im impl, w workload, o options) (res result) {
 		progress(o, im.Name, "step, keys expire")
 		re, err := runBench(expire)
 		if err != nil {
-			res.Err = err
-			return res
+			ss.fail(err)
+			return ss
 		}
-		res.StepExpire = &re
+		ss.res.StepExpire = &re
 		progress(o, im.Name, "step, keys re-checked")
 		rc, err := runBench(recheck)
 		if err != nil {
-			res.Err = err
-			return res
+			ss.fail(err)
+			return ss
 		}
-		res.StepRecheck = &rc
-		res.KeysPerStep = len(w.order) / o.Period
+		ss.res.StepRecheck = &rc
+		ss.res.KeysPerStep = len(w.order) / o.Period
 	}
+	ss.fired = ss.expired.Load()
+	return ss
+}
 
-	firedBefore := expired.Load()
-	setBenchTime(o.BenchTime)
-	n := len(w.order)
+// keepaliveRound runs one round of keepalives at 1 and at 2 goroutines.
+func (ss *session) keepaliveRound(w workload, o options) {
+	s, n := ss.s, len(w.order)
 	one := func(b *testing.B) error {
 		i := 0
 		for range b.N {
@@ -169,13 +181,12 @@ func measure(im impl, w workload, o options) (res result) {
 		}
 		return nil
 	}
-	var starts atomic.Int64
 	two := func(b *testing.B) error {
 		b.SetParallelism(1) // GOMAXPROCS goroutines
 		b.RunParallel(func(pb *testing.PB) {
 			// Each goroutine walks the same random order from its own
 			// place in it, so they rarely touch the same key at once.
-			i := int(starts.Add(1)*int64(n/2+1)) % n
+			i := int(ss.starts.Add(1)*int64(n/2+1)) % n
 			for pb.Next() {
 				s.Touch(w.order[i])
 				if i++; i == n {
@@ -185,27 +196,41 @@ func measure(im impl, w workload, o options) (res result) {
 		})
 		return nil
 	}
-	// Rounds alternate 1 and 2 goroutines, so a burst of load from other
-	// processes lands on one round of one of them, not on all of either.
-	for round := range o.Rounds {
-		progress(o, im.Name, fmt.Sprintf("keepalive, round %d of %d", round+1, o.Rounds))
-		r1, err := runBench(one)
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		r2, err := runBench(two)
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		res.Touch1 = append(res.Touch1, r1)
-		res.Touch2 = append(res.Touch2, r2)
+	setBenchTime(o.BenchTime)
+	progress(o, ss.res.Impl.Name, fmt.Sprintf("keepalive, round %d of %d", len(ss.res.Touch1)+1, o.Rounds))
+	r1, err := runBench(one)
+	if err != nil {
+		ss.fail(err)
+		return
 	}
-	res.Touch1.sort()
-	res.Touch2.sort()
-	res.Fired = expired.Load() - firedBefore
-	return res
+	r2, err := runBench(two)
+	if err != nil {
+		ss.fail(err)
+		return
+	}
+	ss.res.Touch1 = append(ss.res.Touch1, r1)
+	ss.res.Touch2 = append(ss.res.Touch2, r2)
+}
+
+func (ss *session) fail(err error) {
+	ss.res.Err = err
+	ss.close()
+}
+
+func (ss *session) close() {
+	if ss.s != nil {
+		ss.s.Close()
+		ss.s = nil
+	}
+}
+
+// finish closes the subject and returns what was measured.
+func (ss *session) finish() result {
+	ss.res.Fired = ss.expired.Load() - ss.fired
+	ss.close()
+	ss.res.Touch1.sort()
+	ss.res.Touch2.sort()
+	return ss.res
 }
 
 // rounds are the results of one benchmark run several times.

@@ -53,7 +53,7 @@ var impls = []impl{
 	{"map + time.AfterFunc/Reset, 1 mutex", "typical: one sync.Mutex around the map, Reset under it", newTimerSubject(1)},
 	{"map + time.AfterFunc/Reset, 64 shards", "the same, map split over 64 mutexes by maphash", newTimerSubject(64)},
 	{"polling map scan", "map[string]int64 last-seen under one mutex; step = scan every key", newPollingSubject},
-	{"RussellLuo/timingwheel", "tick 1s, 60 slots; keepalive = Stop + AfterFunc, map under one mutex", newRussellLuoSubject},
+	{"RussellLuo/timingwheel", "60 slots of one tick; keepalive = Stop + AfterFunc (it has no Reset), map under one mutex", newRussellLuoSubject},
 	{"go-zero collection.TimingWheel", "31 slots; SetTimer to add, MoveTimer to keep alive; stepped by a hand ticker", newGoZeroSubject},
 }
 
@@ -223,7 +223,7 @@ type russellLuoSubject struct {
 }
 
 func newRussellLuoSubject(c config) (subject, error) {
-	// 60 one-second slots: the whole 30 s timeout fits the first wheel even
+	// 60 slots: the whole timeout (Period-1 ticks) fits the first wheel even
 	// while the wheel's clock lags (it advances only when a bucket expires).
 	tw := timingwheel.NewTimingWheel(c.Tick, 60)
 	tw.Start()
