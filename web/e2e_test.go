@@ -37,7 +37,10 @@ const (
 // findChromium returns the browser to drive, or "" when there is none.
 func findChromium() string {
 	if p := os.Getenv("CHROMIUM"); p != "" {
-		return p
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		return ""
 	}
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
 		if p, err := exec.LookPath(name); err == nil {

@@ -65,9 +65,9 @@ export class RingView {
     this.hand = el('g', { class: 'hand' }, this.svg);
     el('path', { class: 'land', d: sector(R_IN - 1, R_OUT + 1, -step + pad / 2, -pad / 2) }, this.hand);
     el('path', { class: 'cursor', d: sector(R_IN - 3, R_OUT + 3, pad / 2 - 0.01, step - pad / 2 + 0.01) }, this.hand);
-    const [px, py] = point(R_IN - 6, step / 2);
-    const [lx, ly] = point(R_IN - 20, step / 2 - 0.09);
-    const [rx, ry] = point(R_IN - 20, step / 2 + 0.09);
+    const [px, py] = point(R_IN - 5, step / 2);
+    const [lx, ly] = point(R_IN - 16, step / 2 - 0.08);
+    const [rx, ry] = point(R_IN - 16, step / 2 + 0.08);
     el('path', { class: 'pointer', d: `M${f(px)} ${f(py)}L${f(lx)} ${f(ly)}L${f(rx)} ${f(ry)}Z` }, this.hand);
 
     const center = el('g', { class: 'center' }, this.svg);
@@ -107,7 +107,7 @@ export class RingView {
     this.hand.style.transform = `rotate(${deg}deg)`;
     this.cursorText.textContent = String(cursor);
     this.cursorSub.textContent = `cursor · ${slots} slots`;
-    this.totalText.textContent = `${total} connection${total === 1 ? '' : 's'} tracked`;
+    this.totalText.textContent = `${total} connection${total === 1 ? '' : 's'}`;
     this.svg.dataset.cursor = String(cursor);
     this.svg.dataset.total = String(total);
   }
