@@ -135,6 +135,8 @@ me.addEventListener('frame', (ev) => {
       for (const u of Array.isArray(f.online) ? f.online : []) {
         if (typeof u === 'string') users.set(u, { heardAt: before.get(u)?.heardAt || 0 });
       }
+      // Welcomed means online, whether or not the list was built before this connection counted.
+      if (!users.has(me.uid)) users.set(me.uid, { heardAt: 0 });
       const n = users.size;
       logEvent('conn', me.uid, `connected · ${n} user${n === 1 ? '' : 's'} online · timeout ${fmtDur(me.timeoutMs)}`);
       break;
