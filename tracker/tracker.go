@@ -7,9 +7,9 @@
 // Slots*Tick of wall time later. With the defaults (31 slots, 1 s) the
 // timeout is 30 s.
 //
-// A keepalive of a tracked key is one hash-table lookup and at most one atomic
-// store: the key keeps its deadline (a step number) and stays in the slot
-// where it was put; when the cursor reaches that slot, the key is re-checked and either
+// A keepalive of a tracked key is one lock-free hash-table lookup and at most
+// one atomic compare-and-swap: the key keeps its deadline (a step number) and
+// stays in the slot where it was put; when the cursor reaches that slot, the key is re-checked and either
 // reported or moved to the slot of its new deadline. A step therefore costs
 // only the keys in the scanned slot.
 //
@@ -158,43 +158,66 @@ func (t *Tracker[K]) TouchFor(key K, d time.Duration) (added bool) {
 func (t *Tracker[K]) touch(key K, ttl int64) bool {
 	h := maphash.Comparable(t.seed, key)
 	s := &t.shards[h&t.mask]
-	s.mu.RLock()
-	if i := s.find(key, h); i >= 0 && int64(s.tab[i].ttl) == ttl {
-		// The common keepalive: one load, and a store only when the deadline
-		// moves; a store clears the idled bit, starting a new silence.
-		e := &s.tab[i]
-		if w := uint64(s.now+ttl) << 1; e.word.Load()>>1 != w>>1 {
-			e.word.Store(w)
-		}
-		s.mu.RUnlock()
-		return false
+	// The common keepalive takes no lock: find the entry and raise its
+	// deadline. Any surprise (a new key, another timeout, an expiry or a
+	// rehash under way) goes to the locked path, which settles it.
+	now := s.now.Load()
+	tb := s.tab.Load()
+	if tb == nil {
+		return t.touchSlow(s, key, h, ttl)
 	}
-	s.mu.RUnlock()
-	return t.touchSlow(s, key, h, ttl)
+	i := tb.find(key, h)
+	if i < 0 {
+		return t.touchSlow(s, key, h, ttl)
+	}
+	e := &tb.entries[i]
+	if int64(e.ttl.Load()) != ttl || !raise(&e.word, now+ttl) || tb.frozen.Load() {
+		return t.touchSlow(s, key, h, ttl)
+	}
+	return false
 }
 
-// touchSlow adds key or changes its timeout, under the shard's write lock.
+// raise moves the deadline in word up to deadline, starting a new silence,
+// unless it is there already. It returns false if the entry is no longer
+// live. A deadline never moves down here: two touches that read different
+// steps settle on the later one.
+func raise(word *atomic.Uint64, deadline int64) bool {
+	for {
+		w := word.Load()
+		if w == 0 {
+			return false
+		}
+		if int64(w>>1) >= deadline || word.CompareAndSwap(w, uint64(deadline)<<1) {
+			return true
+		}
+	}
+}
+
+// touchSlow adds key or changes its timeout, under the shard's lock.
 func (t *Tracker[K]) touchSlow(s *shard[K], key K, h uint64, ttl int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	deadline := s.now + ttl
-	if i := s.find(key, h); i >= 0 {
-		e := &s.tab[i]
-		old := int64(e.word.Load() >> 1)
-		if deadline == old && int64(e.ttl) == ttl {
-			return false // another touch got here first
+	now := s.now.Load()
+	deadline := now + ttl
+	if tb := s.tab.Load(); tb != nil {
+		if i := tb.find(key, h); i >= 0 {
+			e := &tb.entries[i]
+			if int64(e.ttl.Load()) == ttl {
+				raise(&e.word, deadline)
+				return false
+			}
+			// Another timeout for this key, from now on.
+			e.ttl.Store(uint32(ttl))
+			old := int64(e.word.Swap(uint64(deadline)<<1) >> 1)
+			if deadline < old {
+				// Shorter: the next check may come too late.
+				s.schedule(tb, i, t.firstCheck(now, ttl, deadline), t.slots)
+			}
+			return false
 		}
-		e.ttl = uint32(ttl)
-		e.word.Store(uint64(deadline) << 1)
-		if deadline < old {
-			// A shorter timeout: the next check may come too late.
-			s.schedule(i, t.firstCheck(s, ttl, deadline), t.slots)
-		}
-		return false
 	}
-	i := s.insert(key, h, uint32(ttl), t.seed, t.slots)
-	s.tab[i].word.Store(uint64(deadline) << 1)
-	s.schedule(i, t.firstCheck(s, ttl, deadline), t.slots)
+	tb, i := s.insert(key, h, uint32(ttl), deadline, t.seed, t.slots)
+	s.schedule(tb, i, t.firstCheck(now, ttl, deadline), t.slots)
 	t.n.Add(1)
 	if t.onOnline != nil {
 		t.events.push(event[K]{kind: online, key: key})
@@ -204,9 +227,9 @@ func (t *Tracker[K]) touchSlow(s *shard[K], key K, h uint64, ttl int64) bool {
 
 // firstCheck returns the step at which a key just touched must be checked:
 // its idle step if it has one, else its deadline.
-func (t *Tracker[K]) firstCheck(s *shard[K], ttl, deadline int64) int64 {
+func (t *Tracker[K]) firstCheck(now, ttl, deadline int64) int64 {
 	if t.idleSteps > 0 && t.idleSteps < ttl {
-		return s.now + t.idleSteps
+		return now + t.idleSteps
 	}
 	return deadline
 }
@@ -218,11 +241,15 @@ func (t *Tracker[K]) Remove(key K) (removed bool) {
 	s := &t.shards[h&t.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := s.find(key, h)
+	tb := s.tab.Load()
+	if tb == nil {
+		return false
+	}
+	i := tb.find(key, h)
 	if i < 0 {
 		return false
 	}
-	s.drop(i)
+	drop(tb, i)
 	t.n.Add(-1)
 	return true
 }
@@ -230,10 +257,8 @@ func (t *Tracker[K]) Remove(key K) (removed bool) {
 // Online reports whether key is tracked.
 func (t *Tracker[K]) Online(key K) bool {
 	h := maphash.Comparable(t.seed, key)
-	s := &t.shards[h&t.mask]
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.find(key, h) >= 0
+	tb := t.shards[h&t.mask].tab.Load()
+	return tb != nil && tb.find(key, h) >= 0
 }
 
 // Len returns the number of keys tracked.
@@ -268,55 +293,61 @@ func (t *Tracker[K]) step(collect bool) []K {
 }
 
 // stepShard checks the entries of one shard in the slot that step now scans.
-// It holds the shard's write lock for that slot's share of one shard only,
-// about 1/(Slots*64) of the keys, so a Touch never waits behind a whole slot.
+// It holds the shard's lock for that slot's share of one shard only, about
+// 1/(Slots*64) of the keys, and keepalives take no lock at all.
 func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool) []K {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.now = now
+	s.now.Store(now)
 	l := (now - 1) % t.slots
 	list := s.lists[l]
 	if len(list) == 0 {
 		return expired
 	}
+	tb := s.tab.Load()
 	// Detach the list: entries re-checked in a turn land in a fresh one.
 	s.lists[l], s.spare = s.spare[:0], nil
 	evs := t.scratch[:0]
 	cur := uint32(now) & atMask
 	for _, i := range list {
-		e := &s.tab[i]
-		if !e.live() || e.meta&atMask != cur {
+		e := &tb.entries[i]
+		if !live(e.ttl.Load()) || e.meta.Load()&atMask != cur {
 			continue // removed, expired, or rescheduled: a stale index
 		}
+		ttl := int64(e.ttl.Load())
+		var at int64
+	check:
 		w := e.word.Load()
 		deadline := int64(w >> 1)
-		if deadline <= now {
+		switch idleAt := deadline - ttl + t.idleSteps; {
+		case deadline <= now:
+			if !e.word.CompareAndSwap(w, 0) {
+				goto check // touched just now
+			}
+			e.ttl.Store(ttlGone)
+			t.n.Add(-1)
 			if collect {
 				expired = append(expired, e.key)
 			}
 			if t.onOffline != nil {
 				evs = append(evs, event[K]{kind: offline, key: e.key})
 			}
-			s.drop(int(i))
-			t.n.Add(-1)
 			continue
-		}
-		at := deadline
-		if ttl := int64(e.ttl); t.idleSteps > 0 && t.idleSteps < ttl {
-			idleAt := deadline - ttl + t.idleSteps
-			switch {
-			case w&1 == 0 && idleAt <= now:
-				e.word.Store(w | 1)
-				evs = append(evs, event[K]{kind: idle, key: e.key})
-				fallthrough
-			case w&1 == 1:
-				// A touch from now on probes no earlier than this.
-				at = min(deadline, now+t.idleSteps)
-			default:
-				at = idleAt
+		case t.idleSteps == 0 || t.idleSteps >= ttl:
+			at = deadline
+		case w&1 == 0 && idleAt <= now:
+			if !e.word.CompareAndSwap(w, w|1) {
+				goto check
 			}
+			evs = append(evs, event[K]{kind: idle, key: e.key})
+			fallthrough
+		case w&1 == 1:
+			// A touch from now on probes no earlier than this.
+			at = min(deadline, now+t.idleSteps)
+		default:
+			at = idleAt
 		}
-		s.schedule(int(i), at, t.slots)
+		s.schedule(tb, int(i), at, t.slots)
 	}
 	// Queue the events before unlocking, in order with the shard's others.
 	if len(evs) > 0 {
@@ -341,14 +372,15 @@ type Ring struct {
 func (t *Tracker[K]) Ring() Ring {
 	r := Ring{Slots: int(t.slots), Tick: t.tick, Due: make([]int, t.slots)}
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.RLock()
-		for i := range s.tab {
-			if e := &s.tab[i]; e.live() {
-				r.Due[(int64(e.word.Load()>>1)-1)%t.slots]++
+		tb := t.shards[i].tab.Load()
+		if tb == nil {
+			continue
+		}
+		for j := range tb.entries {
+			if w := tb.entries[j].word.Load(); w != 0 {
+				r.Due[(int64(w>>1)-1)%t.slots]++
 			}
 		}
-		s.mu.RUnlock()
 	}
 	r.Cursor = int(t.now.Load() % t.slots)
 	return r
@@ -356,8 +388,10 @@ func (t *Tracker[K]) Ring() Ring {
 
 // Run steps the cursor from the wall clock, once per Tick, until ctx is done
 // or Close is called. It counts the steps due since it started, so after a
-// stall it catches up by stepping as many times as ticks were missed. Only one
-// Run steps at a time: a second concurrent call returns at once.
+// stall it catches up by stepping as many times as ticks were missed. A touch
+// counts from the last step taken, so the wall-time bounds of the timeout hold
+// up to how late the goroutine running Run is scheduled. Only one Run steps at
+// a time: a second concurrent call returns at once.
 func (t *Tracker[K]) Run(ctx context.Context) {
 	if !t.runMu.TryLock() {
 		return
