@@ -57,7 +57,7 @@ type Config struct {
 	// ClaimEvery is how often this node looks for expired leases; default
 	// Timeout/6, at most (Timeout-RenewEvery)/3.
 	ClaimEvery time.Duration
-	// Batch is the most leases one script call handles; default 500.
+	// Batch is the most leases one script call handles; default 500, at most 2000.
 	Batch int
 	// StreamMaxLen trims each event stream to about this many entries; default 10000.
 	StreamMaxLen int64
@@ -155,8 +155,9 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.ClaimEvery <= 0 || cfg.ClaimEvery > (cfg.Timeout-cfg.RenewEvery)/3:
 		// Claims pause after a gap of (Timeout-RenewEvery)/2 without one.
 		return nil, fmt.Errorf("cluster: ClaimEvery %v must be in (0, (Timeout-RenewEvery)/3]", cfg.ClaimEvery)
-	case cfg.Batch < 1:
-		return nil, fmt.Errorf("cluster: Batch %d must be positive", cfg.Batch)
+	case cfg.Batch < 1 || cfg.Batch > 2000:
+		// A renewal unpacks 2*Batch values onto the Lua stack.
+		return nil, fmt.Errorf("cluster: Batch %d out of range 1..2000", cfg.Batch)
 	case cfg.StreamMaxLen < 1:
 		return nil, fmt.Errorf("cluster: StreamMaxLen %d must be positive", cfg.StreamMaxLen)
 	}

@@ -49,13 +49,26 @@ end
 // renews the lease (online edge on the user's first lease), n == 0 drops it
 // (offline edge on the last). Renewal is the same call, so a lease that Redis
 // lost (restart, failover) is simply added again.
-// ARGV: node, ttl ms, stream maxlen, then uid, n pairs.
+// A renewal (ARGV[4] == "1") first tries one ZADD XX CH over the batch: when
+// every lease was there, that is all it costs.
+// ARGV: node, ttl ms, stream maxlen, renewal 0|1, then uid, n pairs.
 // Returns {leases added, leases dropped, online edges, offline edges}.
 var setScript = redis.NewScript(luaPrelude + `
 local node, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local exp = now + ttl
+if ARGV[4] == '1' then
+  local z = {}
+  for i = 5, #ARGV, 2 do
+    if tonumber(ARGV[i + 1]) <= 0 then z = nil break end
+    z[#z + 1] = exp
+    z[#z + 1] = node .. '|' .. ARGV[i]
+  end
+  if z and #z > 0 and redis.call('ZADD', KEYS[1], 'XX', 'CH', unpack(z)) == #z / 2 then
+    return {0, 0, 0, 0}
+  end
+end
 local added, dropped, on, off = 0, 0, 0, 0
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local uid, n = ARGV[i], tonumber(ARGV[i + 1])
   local m = node .. '|' .. uid
   local old = tonumber(redis.call('HGET', KEYS[2], m) or '0')

@@ -17,7 +17,7 @@ import (
 // setLeases runs setScript for node with (uid, n) pairs and a lease of ttl.
 func setLeases(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, pairs ...any) []int64 {
 	t.Helper()
-	args := append([]any{node, ttl.Milliseconds(), 100000}, pairs...)
+	args := append([]any{node, ttl.Milliseconds(), 100000, 0}, pairs...)
 	res, err := scriptResult(setScript.Run(context.Background(), c, k.all, args...), 4)
 	require.NoError(t, err)
 	return res
@@ -76,6 +76,37 @@ func TestSetScriptEdgesAndCounts(t *testing.T) {
 	assert.Equal(t, []edgeEvent{{"u", true}, {"u", false}, {"u", true}}, streamEdges(t, c, k))
 }
 
+// A renewal costs one ZADD when every lease is there, and adds back, with
+// its edge, a lease that Redis lost.
+func TestSetScriptRenewal(t *testing.T) {
+	srv := startRedis(t)
+	c := srv.client(t)
+	k := newShardKeys("s", 0)
+	ctx := context.Background()
+	renew := func(pairs ...any) []int64 {
+		res, err := scriptResult(setScript.Run(ctx, c, k.all, append([]any{"a", int64(60000), 100000, 1}, pairs...)...), 4)
+		require.NoError(t, err)
+		return res
+	}
+	setLeases(t, c, k, "a", time.Second, "u", 2, "v", 1)
+	before, err := c.ZScore(ctx, k.leases, "a|u").Result()
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 0, 0, 0}, renew("u", 2, "v", 1))
+	after, err := c.ZScore(ctx, k.leases, "a|u").Result()
+	require.NoError(t, err)
+	assert.Greater(t, after, before+50000, "renewed to the longer ttl")
+
+	require.NoError(t, c.FlushAll(ctx).Err()) // Redis lost everything
+	assert.Equal(t, []int64{2, 0, 2, 0}, renew("u", 2, "v", 1))
+	conns, err := c.HGet(ctx, k.conns, "u").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 2, conns)
+	assert.Equal(t, []edgeEvent{{"u", true}, {"v", true}}, streamEdges(t, c, k))
+
+	// A drop in a renewal batch takes the full path.
+	assert.Equal(t, []int64{0, 1, 0, 1}, renew("u", 2, "v", 0))
+}
+
 // Many goroutines, each a node, change leases at random: afterwards Redis
 // holds exactly the sums of what they set, and each user's edges alternate.
 func TestSetScriptConcurrentInvariants(t *testing.T) {
@@ -100,7 +131,7 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 					pairs = append(pairs, uid, n)
 				}
 				_, err := scriptResult(setScript.Run(context.Background(), c, k.all,
-					append([]any{"n" + strconv.Itoa(g), int64(60000), 100000}, pairs...)...), 4)
+					append([]any{"n" + strconv.Itoa(g), int64(60000), 100000, rng.IntN(2)}, pairs...)...), 4)
 				if !assert.NoError(t, err) {
 					return
 				}

@@ -113,12 +113,16 @@ func (e *Engine) apply(ctx context.Context, changes map[string]int, renewal bool
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
 	defer cancel()
 	ttl := e.cfg.Timeout.Milliseconds()
+	renewFlag := 0
+	if renewal {
+		renewFlag = 1
+	}
 	perShard := make([][]scriptCall, len(e.keys))
 	for uid, n := range changes {
 		s := e.shard(uid)
 		calls := perShard[s]
 		if len(calls) == 0 || len(calls[len(calls)-1].uids) == e.cfg.Batch {
-			calls = append(calls, scriptCall{keys: e.keys[s].all, args: []any{e.cfg.Node, ttl, e.cfg.StreamMaxLen}})
+			calls = append(calls, scriptCall{keys: e.keys[s].all, args: []any{e.cfg.Node, ttl, e.cfg.StreamMaxLen, renewFlag}})
 		}
 		c := &calls[len(calls)-1]
 		c.args = append(c.args, uid, n)

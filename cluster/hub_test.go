@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/transport"
+)
+
+// startHub serves a transport Hub on a cluster engine over loopback.
+func startHub(t *testing.T, srv *redisServer, name string) (*httptest.Server, *Engine) {
+	t.Helper()
+	e, err := New(testConfig(srv.client(t), name))
+	require.NoError(t, err)
+	h, err := transport.New(transport.Config{Slots: 31, Tick: 100 * time.Millisecond, Engine: e})
+	require.NoError(t, err)
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		_ = e.Close(ctx)
+	})
+	return hs, e
+}
+
+type frame struct {
+	Type   string   `json:"type"`
+	UID    string   `json:"uid"`
+	Online *bool    `json:"online"`
+	Users  []string `json:"-"`
+	From   string   `json:"from"`
+	Text   string   `json:"text"`
+}
+
+func dial(t *testing.T, hs *httptest.Server, uid string) *websocket.Conn {
+	t.Helper()
+	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws?uid=" + uid
+	ws, resp, err := websocket.DefaultDialer.Dial(url, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+// next reads frames until one matches, failing after a deadline.
+func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool) frame {
+	t.Helper()
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(3*time.Second)))
+	for {
+		_, data, err := ws.ReadMessage()
+		require.NoError(t, err, "waiting for %s", what)
+		var f frame
+		require.NoError(t, json.Unmarshal(data, &f), "frame %s", data)
+		if match(f) {
+			return f
+		}
+	}
+}
+
+func presence(uid string, online bool) func(frame) bool {
+	return func(f frame) bool { return f.Type == "presence" && f.UID == uid && f.Online != nil && *f.Online == online }
+}
+
+// Two presenced hubs on one Redis: a client on either sees the same presence
+// frames, chat crosses nodes, and the HTTP API answers cluster-wide.
+func TestTwoHubsShareWebSocketPresence(t *testing.T) {
+	srv := startRedis(t)
+	hsA, _ := startHub(t, srv, "a")
+	hsB, engB := startHub(t, srv, "b")
+
+	bob := dial(t, hsB, "bob")
+	next(t, bob, "bob's welcome", func(f frame) bool { return f.Type == "welcome" })
+	alice := dial(t, hsA, "alice")
+	next(t, alice, "alice's welcome", func(f frame) bool { return f.Type == "welcome" })
+	next(t, bob, "alice online on b", presence("alice", true))
+
+	resp, err := http.Get(hsB.URL + "/api/presence/alice")
+	require.NoError(t, err)
+	var user struct {
+		UID         string `json:"uid"`
+		Online      bool   `json:"online"`
+		Connections int    `json:"connections"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&user))
+	resp.Body.Close()
+	assert.Equal(t, "alice", user.UID)
+	assert.True(t, user.Online)
+	assert.Equal(t, 1, user.Connections)
+
+	resp, err = http.Get(hsA.URL + "/api/presence")
+	require.NoError(t, err)
+	var all struct {
+		Count int      `json:"count"`
+		Users []string `json:"users"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&all))
+	resp.Body.Close()
+	assert.Equal(t, 2, all.Count)
+	assert.Equal(t, []string{"alice", "bob"}, all.Users)
+
+	require.NoError(t, alice.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","text":"hi"}`)))
+	got := next(t, bob, "chat from alice", func(f frame) bool { return f.Type == "chat" })
+	assert.Equal(t, "alice", got.From)
+	assert.Equal(t, "hi", got.Text)
+
+	resp, err = http.Get(hsA.URL + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	require.NoError(t, alice.Close())
+	next(t, bob, "alice offline on b", presence("alice", false))
+	n, err := engB.Lookup(context.Background(), "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 0, n)
+}
