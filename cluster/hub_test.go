@@ -69,7 +69,9 @@ func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool)
 }
 
 func presence(uid string, online bool) func(frame) bool {
-	return func(f frame) bool { return f.Type == "presence" && f.UID == uid && f.Online != nil && *f.Online == online }
+	return func(f frame) bool {
+		return f.Type == "presence" && f.UID == uid && f.Online != nil && *f.Online == online
+	}
 }
 
 // Two presenced hubs on one Redis: a client on either sees the same presence
