@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,12 +36,11 @@ func startHub(t *testing.T, srv *redisServer, name string) (*httptest.Server, *E
 }
 
 type frame struct {
-	Type   string   `json:"type"`
-	UID    string   `json:"uid"`
-	Online *bool    `json:"online"`
-	Users  []string `json:"-"`
-	From   string   `json:"from"`
-	Text   string   `json:"text"`
+	Type   string          `json:"type"`
+	UID    string          `json:"uid"`
+	Online json.RawMessage `json:"online"` // a list in welcome, a bool in presence
+	From   string          `json:"from"`
+	Text   string          `json:"text"`
 }
 
 func dial(t *testing.T, hs *httptest.Server, uid string) *websocket.Conn {
@@ -70,7 +70,7 @@ func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool)
 
 func presence(uid string, online bool) func(frame) bool {
 	return func(f frame) bool {
-		return f.Type == "presence" && f.UID == uid && f.Online != nil && *f.Online == online
+		return f.Type == "presence" && f.UID == uid && string(f.Online) == strconv.FormatBool(online)
 	}
 }
 

@@ -49,8 +49,9 @@ end
 // renews the lease (online edge on the user's first lease), n == 0 drops it
 // (offline edge on the last). Renewal is the same call, so a lease that Redis
 // lost (restart, failover) is simply added again.
-// A renewal (ARGV[4] == "1") first tries one ZADD XX CH over the batch: when
-// every lease was there, that is all it costs.
+// A renewal (ARGV[4] == "1") passes the counts the node last set; it first
+// tries one ZADD XX CH over the batch: when every lease was there, that is
+// all it costs.
 // ARGV: node, ttl ms, stream maxlen, renewal 0|1, then uid, n pairs.
 // Returns {leases added, leases dropped, online edges, offline edges}.
 var setScript = redis.NewScript(luaPrelude + `

@@ -124,14 +124,27 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 			local := map[string]int{}
 			for range ops {
 				var pairs []any
-				for range 1 + rng.IntN(4) {
-					uid := "u" + strconv.Itoa(rng.IntN(users))
-					n := rng.IntN(4)
-					local[uid] = n
-					pairs = append(pairs, uid, n)
+				renewal := rng.IntN(3) == 0
+				if renewal { // what the engine renews: the leases it holds, as last set
+					for uid, n := range local {
+						if n > 0 && len(pairs) < 8 {
+							pairs = append(pairs, uid, n)
+						}
+					}
+				} else {
+					for range 1 + rng.IntN(4) {
+						uid := "u" + strconv.Itoa(rng.IntN(users))
+						n := rng.IntN(4)
+						local[uid] = n
+						pairs = append(pairs, uid, n)
+					}
+				}
+				flag := 0
+				if renewal {
+					flag = 1
 				}
 				_, err := scriptResult(setScript.Run(context.Background(), c, k.all,
-					append([]any{"n" + strconv.Itoa(g), int64(60000), 100000, rng.IntN(2)}, pairs...)...), 4)
+					append([]any{"n" + strconv.Itoa(g), int64(60000), 100000, flag}, pairs...)...), 4)
 				if !assert.NoError(t, err) {
 					return
 				}
