@@ -69,6 +69,11 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered with an HTTP error
 	}
 	ws.SetReadLimit(h.maxMessage)
+	if sb, ok := ws.NetConn().(interface{ SetWriteBuffer(int) error }); ok && h.socketBuffer > 0 {
+		if err := sb.SetWriteBuffer(h.socketBuffer); err != nil {
+			h.log.Debug("transport: set socket send buffer", "err", err)
+		}
+	}
 	c := &conn{hub: h, uid: uid, kind: kindWS, ws: ws}
 	ws.SetPingHandler(c.pingHandler)
 	ws.SetPongHandler(c.pongHandler)

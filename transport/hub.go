@@ -45,6 +45,7 @@ const (
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultCloseTimeout  = time.Second
 	DefaultWelcomeLimit  = 100
+	DefaultSocketBuffer  = 64 << 10
 	DefaultPresenceLimit = 100
 	MaxPresenceLimit     = 1000
 )
@@ -75,6 +76,11 @@ type Config struct {
 	WriteTimeout time.Duration // deadline of one outbound frame; 0 means 10 s
 	CloseTimeout time.Duration // wait for the client's answer to a close frame; 0 means 1 s
 	WelcomeLimit int           // most user IDs listed in the welcome frame; 0 means 100
+	// SocketBuffer caps the kernel's send buffer of each WebSocket
+	// (SO_SNDBUF), so a client that stops reading blocks the writer, and is
+	// then closed, instead of parking megabytes in the kernel; 0 means
+	// 64 KiB, -1 leaves the operating system's autotuning.
+	SocketBuffer int
 
 	Logger     *slog.Logger          // nil: silent
 	Registerer prometheus.Registerer // nil: metrics are kept but not registered
@@ -98,6 +104,7 @@ type Hub struct {
 	writeTimeout time.Duration
 	closeTimeout time.Duration
 	welcomeLimit int
+	socketBuffer int
 
 	mu         sync.Mutex
 	users      map[string]*userState
@@ -131,8 +138,8 @@ func New(cfg Config) (*Hub, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Grace < 0 || cfg.MaxMessage < 0 || cfg.SendQueue < 0 || cfg.WriteTimeout < 0 ||
-		cfg.CloseTimeout < 0 || cfg.WelcomeLimit < 0 {
-		return nil, errors.New("transport: Config: Grace, MaxMessage, SendQueue, WriteTimeout, CloseTimeout and WelcomeLimit must not be negative")
+		cfg.CloseTimeout < 0 || cfg.WelcomeLimit < 0 || cfg.SocketBuffer < -1 {
+		return nil, errors.New("transport: Config: Grace, MaxMessage, SendQueue, WriteTimeout, CloseTimeout and WelcomeLimit must not be negative, SocketBuffer not below -1")
 	}
 	h := &Hub{
 		engine:       cfg.Engine,
@@ -145,6 +152,7 @@ func New(cfg Config) (*Hub, error) {
 		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
 		closeTimeout: orDefault(cfg.CloseTimeout, DefaultCloseTimeout),
 		welcomeLimit: orDefault(cfg.WelcomeLimit, DefaultWelcomeLimit),
+		socketBuffer: orDefault(cfg.SocketBuffer, DefaultSocketBuffer),
 		users:        make(map[string]*userState),
 		heartbeats:   make(map[string]*conn),
 		live:         make(map[*conn]struct{}),
@@ -254,19 +262,27 @@ func (h *Hub) runEngine(ctx context.Context) {
 // hubRelay is the Hub as the engine's Relay, kept off the Hub's API.
 type hubRelay Hub
 
+// PresenceChanged relays an edge to every connection except, for an online
+// edge, the user's own connections: their welcome frame already says so, and
+// the welcome is then followed by what the client itself asked for.
 func (r *hubRelay) PresenceChanged(uid string, online bool) {
-	(*Hub)(r).broadcast(presenceMsg(uid, online))
+	skip := ""
+	if online {
+		skip = uid
+	}
+	(*Hub)(r).broadcast(presenceMsg(uid, online), skip)
 }
 
-func (r *hubRelay) Broadcast(msg []byte) { (*Hub)(r).broadcast(msg) }
+func (r *hubRelay) Broadcast(msg []byte) { (*Hub)(r).broadcast(msg, "") }
 
-// broadcast queues msg on every connection of this node. A connection whose
-// queue is full is closed as a slow consumer, after the lock is released.
-func (h *Hub) broadcast(msg []byte) {
+// broadcast queues msg on every connection of this node but those of user
+// skip. A connection whose queue is full is closed as a slow consumer, after
+// the lock is released.
+func (h *Hub) broadcast(msg []byte, skip string) {
 	var slow []*conn
 	h.bmu.RLock()
 	for c := range h.conns {
-		if !c.enqueue(msg) {
+		if c.uid != skip && !c.enqueue(msg) {
 			slow = append(slow, c)
 		}
 	}

@@ -1,0 +1,667 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/transport"
+)
+
+func TestWelcomeListsOnlineUsersSorted(t *testing.T) {
+	s := startServer(t, slowConfig())
+	_, w := s.dial(t, "carol")
+	assert.Equal(t, map[string]any{"type": "welcome", "uid": "carol", "timeout_ms": 3000.0, "online": []any{"carol"}}, w)
+
+	_, w = s.dial(t, "alice")
+	assert.Equal(t, []any{"alice", "carol"}, w["online"])
+	assert.Equal(t, 3000.0, w["timeout_ms"])
+}
+
+func TestWelcomeListIsBounded(t *testing.T) {
+	cfg := slowConfig()
+	cfg.WelcomeLimit = 2
+	s := startServer(t, cfg)
+	s.dial(t, "b")
+	s.dial(t, "c")
+	s.dial(t, "d")
+	_, w := s.dial(t, "a")
+	assert.Equal(t, []any{"a", "b"}, w["online"], "first WelcomeLimit users, own ID included")
+	_, w = s.dial(t, "e")
+	assert.Equal(t, []any{"a", "b"}, w["online"])
+}
+
+func TestPingPong(t *testing.T) {
+	s := startServer(t, slowConfig())
+	ws, _ := s.dial(t, "alice")
+	send(t, ws, `{"type":"ping"}`)
+	assert.Equal(t, `{"type":"pong"}`, readRaw(t, ws))
+}
+
+func TestChatReachesEveryConnectionIncludingSender(t *testing.T) {
+	s := startServer(t, slowConfig())
+	alice, _ := s.dial(t, "alice")
+	bob, _ := s.dial(t, "bob")
+	alice2, _ := s.dial(t, "alice")
+	send(t, alice, `{"type":"chat","text":"hi <b>"}`)
+	want := `{"type":"chat","from":"alice","text":"hi \u003cb\u003e"}`
+	for _, ws := range []*websocket.Conn{alice, bob, alice2} {
+		readUntil(t, ws, want)
+	}
+}
+
+func TestPresenceEdgesAreBroadcast(t *testing.T) {
+	s := startServer(t, slowConfig())
+	alice, _ := s.dial(t, "alice")
+	bob, _ := s.dial(t, "bob")
+	assert.Equal(t, `{"type":"presence","uid":"bob","online":true}`, readRaw(t, alice))
+	bob.Close()
+	assert.Equal(t, `{"type":"presence","uid":"bob","online":false}`, readRaw(t, alice))
+	assert.Equal(t, userPresence{UID: "bob"}, s.user(t, "bob"))
+}
+
+func TestBadFramesGetErrorAndConnectionStays(t *testing.T) {
+	s := startServer(t, slowConfig())
+	ws, _ := s.dial(t, "alice")
+	for _, tc := range []struct{ name, frame, want string }{
+		{"not JSON", `hello`, "invalid JSON"},
+		{"truncated", `{"type":"chat"`, "invalid JSON"},
+		{"array", `[1,2]`, "invalid JSON"},
+		{"text not a string", `{"type":"chat","text":5}`, "invalid JSON"},
+		{"unknown type", `{"type":"dance"}`, `unknown type "dance"`},
+		{"no type", `{"text":"x"}`, `missing "type"`},
+		{"chat without text", `{"type":"chat"}`, `non-empty "text"`},
+		{"chat with empty text", `{"type":"chat","text":""}`, `non-empty "text"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			send(t, ws, tc.frame)
+			f := readFrame(t, ws)
+			assert.Equal(t, "error", f["type"])
+			assert.Contains(t, f["error"], tc.want)
+			send(t, ws, `{"type":"ping"}`)
+			assert.Equal(t, `{"type":"pong"}`, readRaw(t, ws), "the connection stays open")
+		})
+	}
+}
+
+func TestOversizeFrameClosesWith1009(t *testing.T) {
+	cfg := slowConfig()
+	cfg.MaxMessage = 100
+	s := startServer(t, cfg)
+	ws, _ := s.dial(t, "alice")
+
+	fits := `{"type":"chat","text":"` + strings.Repeat("x", 100-len(`{"type":"chat","text":""}`)) + `"}`
+	require.Len(t, fits, 100)
+	send(t, ws, fits)
+	assert.Contains(t, readRaw(t, ws), `"type":"chat"`, "a frame of exactly MaxMessage is fine")
+
+	send(t, ws, fits+" ")
+	ce := readClose(t, ws)
+	assert.Equal(t, websocket.CloseMessageTooBig, ce.Code)
+	require.Eventually(t, func() bool { return !s.user(t, "alice").Online }, waitLong, 10*time.Millisecond)
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_closes_total", map[string]string{"reason": "too_big"}))
+}
+
+func TestDefaultMaxMessageIs4096(t *testing.T) {
+	s := startServer(t, slowConfig())
+	ws, _ := s.dial(t, "alice")
+	require.NoError(t, ws.WriteMessage(websocket.BinaryMessage, make([]byte, 4096)))
+	send(t, ws, `{"type":"ping"}`)
+	assert.Equal(t, `{"type":"pong"}`, readRaw(t, ws))
+	require.NoError(t, ws.WriteMessage(websocket.BinaryMessage, make([]byte, 4097)))
+	assert.Equal(t, websocket.CloseMessageTooBig, readClose(t, ws).Code)
+}
+
+// A client that never answers pings and sends nothing is closed with 4408
+// between the timeout and the timeout plus one tick after its last frame,
+// then its TCP connection is closed.
+func TestIdleCloseTiming(t *testing.T) {
+	cfg := fastConfig()
+	s := startServer(t, cfg)
+	timeout := time.Duration(cfg.Slots-1) * cfg.Tick
+	start := time.Now() // before the server's touch at the upgrade
+	ws := s.dialRaw(t, "uid=idler", nil)
+	dialed := time.Since(start)
+	pings := 0
+	ws.SetPingHandler(func(string) error { pings++; return nil }) // a dead client: no pong
+	require.Equal(t, "welcome", readFrame(t, ws)["type"])
+
+	ce := readClose(t, ws)
+	elapsed := time.Since(start)
+	assert.Equal(t, transport.CloseIdleTimeout, ce.Code)
+	assert.Equal(t, "idle timeout", ce.Text)
+	assert.Equal(t, 1, pings, "one ping at half the timeout")
+	assert.GreaterOrEqual(t, elapsed, timeout, "never before the timeout")
+	// The upper bound allows the dial and a scheduling delay on a busy machine.
+	assert.Less(t, elapsed, timeout+cfg.Tick+dialed+2*cfg.Tick, "within one tick after the timeout")
+	t.Logf("closed %v after the dial started (timeout %v, tick %v, dial %v)", elapsed, timeout, cfg.Tick, dialed)
+
+	// After the close frame the server drops TCP: a raw read sees EOF/reset.
+	nc := ws.NetConn()
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(waitLong)))
+	_, err := nc.Read(make([]byte, 64))
+	require.Error(t, err)
+	var ne net.Error
+	assert.False(t, errors.As(err, &ne) && ne.Timeout(), "the server closed the connection: %v", err)
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_closes_total", map[string]string{"reason": "idle"}))
+}
+
+// A client that only answers server pings, like a background browser tab,
+// stays online for several timeouts.
+func TestPongOnlyClientStaysOnline(t *testing.T) {
+	cfg := fastConfig()
+	s := startServer(t, cfg)
+	timeout := time.Duration(cfg.Slots-1) * cfg.Tick
+	ws, _ := s.dial(t, "tab")
+	var mu sync.Mutex
+	pings := 0
+	ws.SetPingHandler(func(data string) error {
+		mu.Lock()
+		pings++
+		mu.Unlock()
+		return ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(4*timeout)))
+	_, _, err := ws.ReadMessage()
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "no close for 4 timeouts, got %v", err)
+	mu.Lock()
+	assert.GreaterOrEqual(t, pings, 3, "a ping about every half timeout")
+	mu.Unlock()
+	assert.True(t, s.user(t, "tab").Online)
+}
+
+// Every inbound frame kind is a keepalive: a client that never answers
+// pings but sends one of them every half timeout stays online.
+func TestEveryFrameKindIsAKeepalive(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		send func(*websocket.Conn) error
+	}{
+		{"text", func(ws *websocket.Conn) error {
+			return ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping"}`))
+		}},
+		{"binary", func(ws *websocket.Conn) error { return ws.WriteMessage(websocket.BinaryMessage, []byte{1}) }},
+		{"ping", func(ws *websocket.Conn) error {
+			return ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+		}},
+		{"pong", func(ws *websocket.Conn) error {
+			return ws.WriteControl(websocket.PongMessage, nil, time.Now().Add(time.Second))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := fastConfig()
+			s := startServer(t, cfg)
+			timeout := time.Duration(cfg.Slots-1) * cfg.Tick
+			ws, _ := s.dial(t, "u")
+			ws.SetPingHandler(func(string) error { return nil })
+			ws.SetPongHandler(func(string) error { return nil })
+			closed := make(chan error, 1)
+			go func() {
+				for {
+					if _, _, err := ws.ReadMessage(); err != nil {
+						closed <- err
+						return
+					}
+				}
+			}()
+			deadline := time.Now().Add(4 * timeout)
+			for time.Now().Before(deadline) {
+				require.NoError(t, tc.send(ws))
+				select {
+				case err := <-closed:
+					t.Fatalf("closed while sending %s keepalives: %v", tc.name, err)
+				case <-time.After(timeout / 4):
+				}
+			}
+			assert.True(t, s.user(t, "u").Online)
+		})
+	}
+}
+
+func TestSilenceStopsControlFramesCounting(t *testing.T) {
+	cfg := fastConfig()
+	s := startServer(t, cfg)
+	timeout := time.Duration(cfg.Slots-1) * cfg.Tick
+	ws, _ := s.dial(t, "quiet")
+	// The gorilla client answers pings while it reads, like a browser.
+	send(t, ws, `{"type":"silence"}`)
+	start := time.Now()
+	ce := readClose(t, ws)
+	assert.Equal(t, transport.CloseIdleTimeout, ce.Code)
+	assert.GreaterOrEqual(t, time.Since(start), timeout-cfg.Tick)
+
+	// A text frame after the silence makes pongs count again.
+	ws2, _ := s.dial(t, "quiet")
+	send(t, ws2, `{"type":"silence"}`)
+	send(t, ws2, `{"type":"ping"}`)
+	require.NoError(t, ws2.SetReadDeadline(time.Now().Add(3*timeout)))
+	var err error
+	for err == nil {
+		_, _, err = ws2.ReadMessage()
+	}
+	var ne net.Error
+	assert.True(t, errors.As(err, &ne) && ne.Timeout(), "still open after 3 timeouts: %v", err)
+}
+
+func TestTwoTabsOfOneUser(t *testing.T) {
+	s := startServer(t, slowConfig())
+	ww, _ := s.dial(t, "watcher")
+	watcher := watch(ww)
+	tab1, _ := s.dial(t, "alice")
+	watcher.until(t, `{"type":"presence","uid":"alice","online":true}`)
+	tab2, w := s.dial(t, "alice")
+	assert.Contains(t, w["online"], "alice")
+	assert.Equal(t, userPresence{UID: "alice", Online: true, Connections: 2}, s.user(t, "alice"))
+
+	tab1.Close()
+	require.Eventually(t, func() bool { return s.user(t, "alice").Connections == 1 }, waitLong, 5*time.Millisecond)
+	assert.True(t, s.user(t, "alice").Online)
+
+	send(t, tab2, `{"type":"chat","text":"still here"}`)
+	// The first frame after the welcome that mentions alice is the chat:
+	// closing one tab broadcast no offline edge.
+	for {
+		f := watcher.next(t)
+		if strings.Contains(f, `"alice"`) {
+			assert.Equal(t, `{"type":"chat","from":"alice","text":"still here"}`, f)
+			break
+		}
+	}
+	tab2.Close()
+	watcher.until(t, `{"type":"presence","uid":"alice","online":false}`)
+	assert.Equal(t, userPresence{UID: "alice"}, s.user(t, "alice"))
+}
+
+// An old connection that closes after a new one opened never takes the user
+// offline, however the closes and opens of many tabs interleave.
+func TestReconnectNeverFlapsOffline(t *testing.T) {
+	s := startServer(t, slowConfig())
+	ww, _ := s.dial(t, "watcher")
+	w := watch(ww)
+	var wg sync.WaitGroup
+	var last []*websocket.Conn
+	var mu sync.Mutex
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			old, _ := s.dial(t, "alice")
+			for i := 0; i < 15; i++ {
+				fresh, _ := s.dial(t, "alice")
+				old.Close()
+				old = fresh
+			}
+			mu.Lock()
+			last = append(last, old)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	send(t, last[0], `{"type":"chat","text":"end"}`)
+	for {
+		f := w.next(t)
+		require.NotEqual(t, `{"type":"presence","uid":"alice","online":false}`, f)
+		if strings.Contains(f, `"text":"end"`) {
+			break
+		}
+	}
+	require.Eventually(t, func() bool { return s.user(t, "alice").Connections == 4 }, waitLong, 5*time.Millisecond)
+}
+
+func TestGracePeriodDebouncesOffline(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Slots = 31 // 600 ms timeout: only the grace period matters here
+	cfg.Grace = 60 * time.Millisecond
+	s := startServer(t, cfg)
+	ww, _ := s.dial(t, "watcher")
+	watcher := watch(ww)
+	a, _ := s.dial(t, "alice")
+	watcher.until(t, `{"type":"presence","uid":"alice","online":true}`)
+
+	a.Close()
+	require.Eventually(t, func() bool { return metric(t, s.reg, "presenced_connections", nil) == 1 }, waitLong, time.Millisecond)
+	assert.True(t, s.user(t, "alice").Online, "online during the grace period")
+	a, _ = s.dial(t, "alice") // a page reload
+	send(t, a, `{"type":"chat","text":"back"}`)
+	for {
+		f := watcher.next(t)
+		require.NotContains(t, f, `"presence"`, "no edge across a reload within the grace period")
+		if strings.Contains(f, `"back"`) {
+			break
+		}
+	}
+
+	a.Close()
+	start := time.Now()
+	watcher.until(t, `{"type":"presence","uid":"alice","online":false}`)
+	assert.GreaterOrEqual(t, time.Since(start), cfg.Grace-cfg.Tick)
+}
+
+func TestHeartbeatIsAConnectionForOneTimeout(t *testing.T) {
+	cfg := fastConfig()
+	s := startServer(t, cfg)
+	ww, _ := s.dial(t, "watcher")
+	watcher := watch(ww)
+	assert.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb", nil))
+	watcher.until(t, `{"type":"presence","uid":"hb","online":true}`)
+	assert.Equal(t, userPresence{UID: "hb", Online: true, Connections: 1}, s.user(t, "hb"))
+
+	// Heartbeats within the timeout keep it online; a socket adds to it.
+	ws, _ := s.dial(t, "hb")
+	assert.Equal(t, 2, s.user(t, "hb").Connections)
+	ws.Close()
+	timeout := time.Duration(cfg.Slots-1) * cfg.Tick
+	for i := 0; i < 6; i++ {
+		time.Sleep(timeout / 3)
+		require.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb", nil))
+	}
+	assert.Equal(t, userPresence{UID: "hb", Online: true, Connections: 1}, s.user(t, "hb"))
+
+	start := time.Now()
+	watcher.until(t, `{"type":"presence","uid":"hb","online":false}`)
+	assert.GreaterOrEqual(t, time.Since(start), timeout-cfg.Tick)
+}
+
+func TestHeartbeatRequests(t *testing.T) {
+	s := startServer(t, slowConfig())
+	for _, tc := range []struct {
+		name   string
+		method string
+		query  string
+		want   int
+	}{
+		{"ok", http.MethodPost, "uid=a", http.StatusNoContent},
+		{"bad uid", http.MethodPost, "uid=a%20b", http.StatusBadRequest},
+		{"no uid", http.MethodPost, "", http.StatusBadRequest},
+		{"GET", http.MethodGet, "uid=a", http.StatusMethodNotAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, s.srv.URL+"/api/heartbeat?"+tc.query, nil)
+			require.NoError(t, err)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, tc.want, resp.StatusCode)
+		})
+	}
+}
+
+func TestPresenceAPI(t *testing.T) {
+	s := startServer(t, slowConfig())
+	for _, uid := range []string{"carol", "alice", "bob"} {
+		s.dial(t, uid)
+	}
+	type list struct {
+		Count int      `json:"count"`
+		Users []string `json:"users"`
+	}
+	for _, tc := range []struct {
+		query string
+		code  int
+		want  list
+	}{
+		{"", 200, list{3, []string{"alice", "bob", "carol"}}},
+		{"?limit=2", 200, list{3, []string{"alice", "bob"}}},
+		{"?limit=0", 200, list{3, []string{}}},
+		{"?limit=99999", 200, list{3, []string{"alice", "bob", "carol"}}},
+		{"?limit=-1", 400, list{}},
+		{"?limit=x", 400, list{}},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			var got list
+			assert.Equal(t, tc.code, s.getJSON(t, "/api/presence"+tc.query, &got))
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	assert.Equal(t, userPresence{UID: "bob", Online: true, Connections: 1}, s.user(t, "bob"))
+	assert.Equal(t, userPresence{UID: "dave"}, s.user(t, "dave"))
+	assert.Equal(t, http.StatusBadRequest, s.getJSON(t, "/api/presence/a!b", nil))
+}
+
+func TestRingAPI(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Slots = 31 // keys stay for 600 ms
+	s := startServer(t, cfg)
+	s.dial(t, "a")
+	s.dial(t, "b")
+	var ring struct {
+		Slots  int   `json:"slots"`
+		TickMS int   `json:"tick_ms"`
+		Cursor *int  `json:"cursor"`
+		Due    []int `json:"due"`
+	}
+	require.Equal(t, http.StatusOK, s.getJSON(t, "/api/ring", &ring))
+	assert.Equal(t, 31, ring.Slots)
+	assert.Equal(t, 20, ring.TickMS)
+	require.NotNil(t, ring.Cursor)
+	assert.True(t, *ring.Cursor >= 0 && *ring.Cursor < 31)
+	require.Len(t, ring.Due, 31)
+	sum := 0
+	for _, n := range ring.Due {
+		sum += n
+	}
+	assert.Equal(t, 2, sum, "one key per connection")
+}
+
+type unhealthyEngine struct{ transport.Engine }
+
+func (unhealthyEngine) Health(context.Context) error { return errTest }
+
+var errTest = errorString("redis: connection refused")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func TestHealthz(t *testing.T) {
+	s := startServer(t, slowConfig())
+	var body map[string]string
+	assert.Equal(t, http.StatusOK, s.getJSON(t, "/healthz", &body))
+	assert.Equal(t, "ok", body["status"])
+
+	cfg := slowConfig()
+	cfg.Engine = unhealthyEngine{transport.NewMemoryEngine()}
+	bad := startServer(t, cfg)
+	resp, err := http.Get(bad.srv.URL + "/healthz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
+
+func TestShutdownClosesWith1001(t *testing.T) {
+	hub, err := transport.New(slowConfig())
+	require.NoError(t, err)
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	s := &testServer{hub: hub, srv: srv}
+	a, _ := s.dial(t, "alice")
+	b, _ := s.dial(t, "bob")
+	require.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=carol", nil))
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- hub.Shutdown(ctx) }()
+	for _, ws := range []*websocket.Conn{a, b} {
+		ce := readClose(t, ws)
+		assert.Equal(t, websocket.CloseGoingAway, ce.Code)
+	}
+	require.NoError(t, <-done)
+	assert.Equal(t, http.StatusServiceUnavailable, s.dialStatus(t, "uid=late", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, s.heartbeat(t, "uid=late", nil))
+	var p struct{ Count int }
+	s.getJSON(t, "/api/presence", &p)
+	assert.Equal(t, 0, p.Count, "every user of this node is reported offline")
+	assert.NoError(t, hub.Shutdown(ctx), "idempotent")
+}
+
+func TestShutdownGivesUpWhenContextEnds(t *testing.T) {
+	hub, err := transport.New(slowConfig())
+	require.NoError(t, err)
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	s := &testServer{hub: hub, srv: srv}
+	ws := s.dialRaw(t, "uid=stubborn", nil) // never reads: never answers the close
+	_ = ws
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = hub.Shutdown(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestDemoModeRejectsBadUIDs(t *testing.T) {
+	s := startServer(t, slowConfig())
+	for _, tc := range []struct {
+		uid  string
+		want int
+	}{
+		{"", http.StatusBadRequest},
+		{"a%20b", http.StatusBadRequest},
+		{"%C3%A9", http.StatusBadRequest},
+		{strings.Repeat("x", 65), http.StatusBadRequest},
+		{"a/b", http.StatusBadRequest},
+	} {
+		assert.Equal(t, tc.want, s.dialStatus(t, "uid="+tc.uid, nil), "uid %q", tc.uid)
+	}
+	ws := s.dialRaw(t, "uid="+strings.Repeat("x", 64), nil)
+	assert.Equal(t, "welcome", readFrame(t, ws)["type"])
+	ws = s.dialRaw(t, "uid=Al_ice.B-0@x", nil)
+	assert.Equal(t, "welcome", readFrame(t, ws)["type"])
+}
+
+func TestOriginCheck(t *testing.T) {
+	cfg := slowConfig()
+	cfg.Origins = []string{"https://app.example.com", "trusted.test:8443"}
+	s := startServer(t, cfg)
+	host := strings.TrimPrefix(s.srv.URL, "http://")
+	for _, tc := range []struct {
+		origin string
+		ok     bool
+	}{
+		{"", true}, // not a browser
+		{"http://" + host, true},
+		{"https://app.example.com", true},
+		{"HTTPS://APP.EXAMPLE.COM", true},
+		{"http://app.example.com", false},
+		{"https://trusted.test:8443", true},
+		{"https://evil.test", false},
+		{"null", false},
+	} {
+		h := http.Header{}
+		if tc.origin != "" {
+			h.Set("Origin", tc.origin)
+		}
+		if tc.ok {
+			ws := s.dialRaw(t, "uid=o", h)
+			assert.Equal(t, "welcome", readFrame(t, ws)["type"], tc.origin)
+		} else {
+			assert.Equal(t, http.StatusForbidden, s.dialStatus(t, "uid=o", h), tc.origin)
+			assert.Equal(t, http.StatusForbidden, s.heartbeat(t, "uid=o", h), tc.origin)
+		}
+	}
+}
+
+// A client that stops reading is closed as a slow consumer; the others keep
+// receiving every frame, never blocked by it.
+func TestSlowConsumerIsClosedOthersUnaffected(t *testing.T) {
+	cfg := slowConfig()
+	cfg.SendQueue = 8
+	cfg.WriteTimeout = 300 * time.Millisecond
+	cfg.MaxMessage = 64 << 10
+	s := startServer(t, cfg)
+	fast, _ := s.dial(t, "fast")
+	slow := s.dialRaw(t, "uid=slow", nil) // never reads
+	_ = slow
+	readUntil(t, fast, `{"type":"presence","uid":"slow","online":true}`)
+
+	text := strings.Repeat("x", 60<<10)
+	w := watch(fast)
+	for i := 0; i < 200; i++ {
+		send(t, fast, `{"type":"chat","text":"`+text+`"}`)
+		// Lockstep, so only the reader that stops falls behind.
+		for !strings.Contains(w.next(t), `"type":"chat"`) {
+		}
+	}
+	require.Eventually(t, func() bool { return !s.user(t, "slow").Online }, waitLong, 10*time.Millisecond)
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_closes_total", map[string]string{"reason": "slow"}))
+	assert.Positive(t, metric(t, s.reg, "presenced_events_dropped_total", nil))
+}
+
+func TestMetricsAreRegistered(t *testing.T) {
+	s := startServer(t, slowConfig())
+	ws, _ := s.dial(t, "alice")
+	send(t, ws, `{"type":"chat","text":"x"}`)
+	readUntil(t, ws, `{"type":"chat","from":"alice","text":"x"}`)
+	require.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=bob", nil))
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_connections", nil))
+	assert.Equal(t, 2.0, metric(t, s.reg, "presenced_users_online", nil))
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_keepalives_total", map[string]string{"kind": "text"}))
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_keepalives_total", map[string]string{"kind": "heartbeat"}))
+	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_chat_messages_total", nil))
+	assert.Equal(t, 0.0, metric(t, s.reg, "presenced_events_dropped_total", nil))
+	require.Eventually(t, func() bool {
+		families, err := s.reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == "presenced_ring_step_seconds" {
+				return f.GetMetric()[0].GetHistogram().GetSampleCount() > 0
+			}
+		}
+		return false
+	}, waitLong, 10*time.Millisecond)
+
+	// The same registry cannot take a second Hub's metrics.
+	cfg := slowConfig()
+	cfg.Registerer = s.reg
+	_, err := transport.New(cfg)
+	assert.Error(t, err)
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []transport.Config{
+		{Slots: 1},
+		{Tick: -time.Second},
+		{Grace: -1},
+		{MaxMessage: -1},
+	} {
+		_, err := transport.New(cfg)
+		assert.Error(t, err, "%+v", cfg)
+	}
+}
+
+// Many users connecting and leaving at once settle at zero.
+func TestConcurrentChurn(t *testing.T) {
+	s := startServer(t, slowConfig())
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				ws, _ := s.dial(t, []string{"a", "b", "c"}[j%3])
+				send(t, ws, `{"type":"chat","text":"x"}`)
+				ws.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		var p struct{ Count int }
+		s.getJSON(t, "/api/presence", &p)
+		return p.Count == 0 && metric(t, s.reg, "presenced_connections", nil) == 0
+	}, waitLong, 10*time.Millisecond)
+}
