@@ -50,7 +50,9 @@ func run() int {
 	fs.IntVar(&cfg.PerWorker, "per-worker", 10000, "clients per worker process when -workers is 0")
 	fs.IntVar(&cfg.Sources, "sources", 0, "source addresses to spread clients over (0: one per 8000 clients)")
 	fs.StringVar(&src, "source-first", "127.0.0.2", "first source address")
-	fs.StringVar(&cfg.UIDPrefix, "uid-prefix", "lg", "user IDs are this prefix and the client's index")
+	fs.StringVar(&cfg.UIDPrefix, "uid-prefix", "lg", "user IDs are this prefix and a number")
+	fs.IntVar(&cfg.Users, "users", 0, "distinct user IDs, client i being user i mod -users (0: one per client); "+
+		"fewer users means fewer presence broadcasts, which reach every connection")
 	fs.IntVar(&cfg.DialLimit, "dial-limit", 64, "concurrent dials per worker")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "sample this local process's CPU and RSS at the start and end of the hold")
 	fs.StringVar(&verbosity, "log", "warn", "log level: debug, info, warn, error")

@@ -35,7 +35,8 @@ type Config struct {
 	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000
 	Sources     int           // source addresses to spread clients over; 0: one per 8,000 clients
 	SourceFirst netip.Addr    // first source address; zero means 127.0.0.2
-	UIDPrefix   string        // user IDs are UIDPrefix followed by the client's index; "" means "lg"
+	UIDPrefix   string        // user IDs are UIDPrefix followed by a number; "" means "lg"
+	Users       int           // distinct user IDs, client i being user i mod Users; 0: one per client
 	DialLimit   int           // concurrent dials per worker; 0 means 64
 	ServerPID   int           // >0: sample this local process's CPU and RSS at the start and end of the hold
 	Linger      time.Duration // wait after the deadline before closing clients, so the server is sampled undisturbed; 0 means 1 s
@@ -84,6 +85,9 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 	}
 	if c.UIDPrefix == "" {
 		c.UIDPrefix = defaultUIDPrefix
+	}
+	if c.Users < 0 {
+		return c, fmt.Errorf("users must not be negative, got %d", c.Users)
 	}
 	if len(c.UIDPrefix) > maxUIDPrefixLen {
 		return c, fmt.Errorf("uid prefix longer than %d characters", maxUIDPrefixLen)
@@ -169,6 +173,7 @@ type Spec struct {
 	Duration   time.Duration `json:"duration"`
 	Sources    []string      `json:"sources,omitempty"`
 	UIDPrefix  string        `json:"uid_prefix"`
+	Users      int           `json:"users"`
 	DialLimit  int           `json:"dial_limit"`
 	TotalConns int           `json:"total_conns"` // to spread dial times over the whole ramp
 	Linger     time.Duration `json:"linger"`
@@ -191,11 +196,19 @@ func plan(c Config, start time.Time) []Spec {
 		specs[w] = Spec{
 			Worker: w, URL: c.URL, First: w, Conns: n, Silent: s,
 			Start: start, Ramp: c.Ramp, Every: c.Every, Duration: c.Duration,
-			Sources: c.sourceAddrs(), UIDPrefix: c.UIDPrefix, DialLimit: c.DialLimit,
+			Sources: c.sourceAddrs(), UIDPrefix: c.UIDPrefix, Users: c.Users, DialLimit: c.DialLimit,
 			TotalConns: c.Conns, Linger: c.Linger,
 		}
 	}
 	return specs
+}
+
+// uid is the user ID of the client with run-wide index g.
+func (s Spec) uid(g int) string {
+	if s.Users > 0 {
+		g %= s.Users
+	}
+	return s.UIDPrefix + strconv.Itoa(g)
 }
 
 // globalIndex is the run-wide index of the worker's i-th client.

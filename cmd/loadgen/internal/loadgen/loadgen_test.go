@@ -288,6 +288,13 @@ func TestConfigDefaultsSplitLargeRuns(t *testing.T) {
 	assert.Len(t, seen, 18000)
 }
 
+func TestSpecUID(t *testing.T) {
+	s := Spec{UIDPrefix: "lg"}
+	assert.Equal(t, "lg12345", s.uid(12345))
+	s.Users = 100
+	assert.Equal(t, "lg45", s.uid(12345))
+}
+
 func TestPercentile(t *testing.T) {
 	xs := []float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
 	cases := []struct {

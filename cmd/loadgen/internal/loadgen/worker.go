@@ -237,7 +237,7 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 		return
 	}
 	q := u.Query()
-	q.Set("uid", w.spec.UIDPrefix+strconv.Itoa(g))
+	q.Set("uid", w.spec.uid(g))
 	u.RawQuery = q.Encode()
 	conn, resp, err := d.DialContext(ctx, u.String(), http.Header{})
 	if resp != nil && resp.Body != nil {
