@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// presencedProc is a real cmd/presenced process.
+type presencedProc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+// buildPresenced builds cmd/presenced once per test binary.
+var buildPresenced = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "presenced-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "presenced")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/presenced").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/presenced: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func startPresenced(t *testing.T, redisAddr, node string, slots int, tick time.Duration) *presencedProc {
+	t.Helper()
+	bin, err := buildPresenced()
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	cmd := exec.Command(bin, "-addr", addr, "-redis", "redis://"+redisAddr+"/0", "-node", node,
+		"-slots", strconv.Itoa(slots), "-tick", tick.String())
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	p := &presencedProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("presenced %s exited before it was healthy", node)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "presenced %s never became healthy: %v", node, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wsClient is one WebSocket client that keeps itself alive with pings and
+// collects the frames it receives.
+type wsClient struct {
+	ws     *websocket.Conn
+	frames chan frame
+	stop   chan struct{}
+}
+
+func connect(t *testing.T, addr, uid string, every time.Duration) *wsClient {
+	t.Helper()
+	ws, resp, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?uid="+uid, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	c := &wsClient{ws: ws, frames: make(chan frame, 256), stop: make(chan struct{})}
+	go func() {
+		defer close(c.frames)
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			var f frame
+			if json.Unmarshal(data, &f) == nil {
+				c.frames <- f
+			}
+		}
+	}()
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+				if ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping"}`)) != nil {
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(c.stop)
+		ws.Close()
+	})
+	return c
+}
+
+// await reads frames until match, or fails at the deadline.
+func (c *wsClient) await(t *testing.T, within time.Duration, what string, match func(frame) bool) (frame, []frame) {
+	t.Helper()
+	var seen []frame
+	deadline := time.After(within)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			require.True(t, ok, "connection closed while waiting for %s", what)
+			seen = append(seen, f)
+			if match(f) {
+				return f, seen
+			}
+		case <-deadline:
+			t.Fatalf("no %s within %v; got %+v", what, within, seen)
+		}
+	}
+}
+
+// Real presenced processes on one Redis: a node is SIGKILLed. Its user with a
+// tab on another node stays online; its user only there goes offline on the
+// surviving node within about one timeout, exactly once.
+func TestSIGKILLedPresencedNode(t *testing.T) {
+	if _, err := os.Stat("../cmd/presenced"); err != nil {
+		t.Skip("cmd/presenced is not in the tree yet")
+	}
+	srv := startRedis(t)
+	const slots, tick = 11, 100 * time.Millisecond // a 1 s timeout
+	timeout := (slots - 1) * tick
+	n1 := startPresenced(t, srv.addr(), "n1", slots, tick)
+	n2 := startPresenced(t, srv.addr(), "n2", slots, tick)
+
+	bob := connect(t, n2.addr, "bob", timeout/4)
+	bob.await(t, 5*time.Second, "bob's welcome", func(f frame) bool { return f.Type == "welcome" })
+	connect(t, n1.addr, "alice", timeout/4)
+	connect(t, n2.addr, "alice", timeout/4)
+	connect(t, n1.addr, "carol", timeout/4)
+	bob.await(t, 5*time.Second, "alice online", presence("alice", true))
+	bob.await(t, 5*time.Second, "carol online", presence("carol", true))
+
+	require.NoError(t, n1.cmd.Process.Signal(syscall.SIGKILL))
+	<-n1.done
+	killed := time.Now()
+	_, seen := bob.await(t, 3*timeout, "carol offline", presence("carol", false))
+	took := time.Since(killed)
+	t.Logf("SIGKILL to offline on the other node: %v (timeout %v)", took, timeout)
+	assert.Less(t, took, timeout+timeout/2, "offline within about one timeout")
+
+	// A while longer: no second offline for carol, none at all for alice.
+	more := time.After(timeout)
+	for done := false; !done; {
+		select {
+		case f := <-bob.frames:
+			seen = append(seen, f)
+		case <-more:
+			done = true
+		}
+	}
+	carol, alice := 0, 0
+	for _, f := range seen {
+		if presence("carol", false)(f) {
+			carol++
+		}
+		if presence("alice", false)(f) {
+			alice++
+		}
+	}
+	assert.Equal(t, 1, carol, "carol's offline frames")
+	assert.Equal(t, 0, alice, "alice has a tab on n2")
+
+	resp, err := http.Get("http://" + n2.addr + "/api/presence/alice")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var u struct {
+		Online      bool `json:"online"`
+		Connections int  `json:"connections"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&u))
+	assert.True(t, u.Online)
+	assert.Equal(t, 1, u.Connections)
+}
