@@ -30,8 +30,13 @@ type options struct {
 // workload is the key set shared by every subject: keys are made once, so no
 // subject's memory figure includes key bytes, and all see the same order.
 type workload struct {
-	order  []string   // every key once, in a random order
+	order  []string   // every key once, in a random order: the order keys are added
 	chunks [][]string // order cut into Period chunks: the keys of one step
+	// touch is every key once in another random order, that of keepalives.
+	// Were it the order of adding, memory that a subject allocates per key
+	// would be visited in allocation order, sparing it the cache misses
+	// that a server's keepalives, which come in no such order, pay.
+	touch []string
 }
 
 func newWorkload(o options) workload {
@@ -40,15 +45,19 @@ func newWorkload(o options) workload {
 		keys[i] = "user:" + strconv.Itoa(10_000_000+i)
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	order := make([]string, len(keys))
-	for i, j := range rng.Perm(len(keys)) {
-		order[i] = keys[j]
+	permute := func() []string {
+		p := make([]string, len(keys))
+		for i, j := range rng.Perm(len(keys)) {
+			p[i] = keys[j]
+		}
+		return p
 	}
+	order, touch := permute(), permute()
 	chunks := make([][]string, o.Period)
 	for c := range chunks {
 		chunks[c] = order[c*len(order)/o.Period : (c+1)*len(order)/o.Period]
 	}
-	return workload{order: order, chunks: chunks}
+	return workload{order: order, chunks: chunks, touch: touch}
 }
 
 // result is what the harness measured for one subject. A nil step result
@@ -65,8 +74,7 @@ type result struct {
 	Err         error
 }
 
-// session is one subject being measured. All sessions stay alive until the
-// end, so their keepalive rounds can be interleaved.
+// session is one subject being measured.
 type session struct {
 	res     result
 	s       subject
@@ -169,12 +177,14 @@ func prepare(im impl, w workload, o options) *session {
 }
 
 // keepaliveRound runs one round of keepalives at 1 and at 2 goroutines.
+// Rounds alternate the two, so a burst of load from other processes lands on
+// one round of one of them rather than on all rounds of either.
 func (ss *session) keepaliveRound(w workload, o options) {
 	s, n := ss.s, len(w.order)
 	one := func(b *testing.B) error {
 		i := 0
 		for range b.N {
-			s.Touch(w.order[i])
+			s.Touch(w.touch[i])
 			if i++; i == n {
 				i = 0
 			}
@@ -188,7 +198,7 @@ func (ss *session) keepaliveRound(w workload, o options) {
 			// place in it, so they rarely touch the same key at once.
 			i := int(ss.starts.Add(1)*int64(n/2+1)) % n
 			for pb.Next() {
-				s.Touch(w.order[i])
+				s.Touch(w.touch[i])
 				if i++; i == n {
 					i = 0
 				}
@@ -247,8 +257,10 @@ func ns(r testing.BenchmarkResult) float64 {
 	return float64(r.T.Nanoseconds()) / float64(r.N)
 }
 
+var started = time.Now()
+
 func progress(o options, name, what string) {
-	fmt.Fprintf(o.Progress, "%-40s %s\n", name, what)
+	fmt.Fprintf(o.Progress, "%6.1fs  %-40s %s\n", time.Since(started).Seconds(), name, what)
 }
 
 // runBench runs f with testing.Benchmark and returns the error f returned,

@@ -28,6 +28,8 @@ func TestWorkloadChunksPartitionARandomOrder(t *testing.T) {
 		total += len(c)
 	}
 	assert.Equal(t, o.Keys, total)
+	require.ElementsMatch(t, w.order, w.touch)
+	assert.NotEqual(t, w.order, w.touch, "keepalives must not come in the order keys were added")
 	assert.Equal(t, w.order, newWorkload(o).order, "same seed, same order")
 	assert.NotEqual(t, w.order, newWorkload(options{Keys: 1000, Period: 31, Seed: 8}).order)
 	sorted := true

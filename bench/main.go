@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -33,10 +34,25 @@ func main() {
 	flag.IntVar(&o.StepIters, "steps", 29, "timed steps per step benchmark, at most -period minus 2")
 	flag.Uint64Var(&o.Seed, "seed", 1, "seed of the random key order")
 	only := flag.String("only", "", "measure only subjects whose name contains this")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if o.Keys < o.Period || o.Period < 3 || o.StepIters < 1 || o.StepIters > o.Period-2 || o.Rounds < 1 {
 		fmt.Fprintln(os.Stderr, "bench: need -keys >= -period >= 3, 1 <= -steps <= -period minus 2 and -rounds >= 1")
 		os.Exit(2)
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: creating the CPU profile: %v\n", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: starting the CPU profile: %v\n", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
 	}
 
 	start := time.Now()
@@ -44,34 +60,30 @@ func main() {
 	writeReport(os.Stdout, o, results, time.Since(start))
 	for _, r := range results {
 		if r.Err != nil {
+			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 	}
 }
 
 // run measures every subject (or those whose name contains only) with one
-// shared workload: first each one's memory and steps, one subject after
-// another, then rounds of keepalives that visit every subject in turn, so
-// that a burst of load from other processes is spread over all of them
-// rather than landing on whichever happened to run then.
+// shared workload, one subject after another: each is dropped before the
+// next is built, because testing.Benchmark collects garbage before every
+// run and the cost of that grows with every subject kept alive.
 func run(o options, only string) []result {
 	w := newWorkload(o)
-	var sessions []*session
+	var results []result
 	for _, im := range impls {
-		if only == "" || strings.Contains(im.Name, only) {
-			sessions = append(sessions, prepare(im, w, o))
+		if only != "" && !strings.Contains(im.Name, only) {
+			continue
 		}
-	}
-	for range o.Rounds {
-		for _, ss := range sessions {
+		ss := prepare(im, w, o)
+		for range o.Rounds {
 			if ss.res.Err == nil {
 				ss.keepaliveRound(w, o)
 			}
 		}
-	}
-	results := make([]result, len(sessions))
-	for i, ss := range sessions {
-		results[i] = ss.finish()
+		results = append(results, ss.finish())
 	}
 	return results
 }
