@@ -128,7 +128,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cluster: prefix %q contains a brace", cfg.Prefix)
 	}
 	if cfg.Shards == 0 {
-		cfg.Shards = 16
+		cfg.Shards = DefaultShards
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second

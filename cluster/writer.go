@@ -27,6 +27,9 @@ func (e *Engine) writeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
+			if retry != nil {
+				continue // Redis failed a moment ago: the retry flushes too
+			}
 			err = e.flush(ctx)
 		case <-renew.C:
 			err = e.renew(ctx)

@@ -1,0 +1,56 @@
+package cluster
+
+import (
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultShards is the number of shards when Config.Shards is 0.
+const DefaultShards = 16
+
+// NewClient returns a go-redis client for rawURL, for Config.Client:
+//
+//	redis://[user:pass@]host:port/db                      one server (rediss:// for TLS)
+//	redis://host:port?master_name=NAME&addr=host2:port    Sentinel: the sentinels' addresses
+//	redis+cluster://host:port?addr=host2:port             Redis Cluster: seed nodes
+//
+// Other go-redis options can be set as query parameters (dial_timeout=3s ...).
+// Context deadlines are honoured, so a stalled Redis cannot hold up a caller.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis URL: %w", err)
+	}
+	switch {
+	case strings.HasSuffix(u.Scheme, "+cluster"):
+		u.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
+		o, err := redis.ParseClusterURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("cluster: redis cluster URL: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		if o.PoolSize == 0 {
+			// One blocking stream read per shard besides the usual traffic.
+			o.PoolSize = 10*runtime.GOMAXPROCS(0) + DefaultShards
+		}
+		return redis.NewClusterClient(o), nil
+	case u.Query().Has("master_name"):
+		o, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: redis sentinel URL: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(o), nil
+	default:
+		o, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: redis URL: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		return redis.NewClient(o), nil
+	}
+}
