@@ -11,11 +11,10 @@ import (
 	"github.com/presenced/presenced/transport"
 )
 
-// delivery is what the readers hand to Run's loop.
+// delivery is what a stream reader hands to Run's loop.
 type delivery struct {
 	edges     []edgeEvent
-	chat      []byte
-	recovered bool // a reader got through again after failing
+	recovered bool // the reader got through again after failing
 }
 
 type edgeEvent struct {
