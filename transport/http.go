@@ -110,7 +110,10 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		TimeoutMS: h.Timeout().Milliseconds(),
 		Online:    withUID(online, uid, h.welcomeLimit),
 	}))
-	c.readLoop()
+	// A goroutine of its own, so the handler returns and net/http's request,
+	// response and buffers are freed: an idle connection keeps only its
+	// reader's small stack.
+	go c.readLoop()
 }
 
 // withUID returns the first limit IDs of sorted ∪ {uid}, in order: the

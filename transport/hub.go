@@ -50,6 +50,10 @@ const (
 	MaxPresenceLimit     = 1000
 )
 
+// readBufferSize is each connection's read buffer: frames are small, and
+// net/http's 4 KiB reader is released instead.
+const readBufferSize = 1024
+
 // Config configures a Hub. The zero value is a 31-slot ring stepping once a
 // second (a 30 s timeout), in-memory presence and demo authentication.
 type Config struct {
@@ -190,8 +194,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h.m = m
 	h.upgrader = websocket.Upgrader{
-		// The hijacked connection's 4 KiB reader is reused (size 0), and
-		// write buffers come from a pool: an idle connection holds none.
+		// Frames are small: a 1 KiB read buffer, not net/http's 4 KiB one;
+		// write buffers come from a pool, so an idle connection holds none.
+		ReadBufferSize:  readBufferSize,
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     h.origins.allow,
 	}
