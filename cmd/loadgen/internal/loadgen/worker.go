@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -346,8 +347,10 @@ func (w *worker) welcome(r io.Reader) {
 	w.mu.Unlock()
 }
 
-// silence makes spec.Silent of the open clients, spread evenly, stop
-// answering and sending.
+// silence makes spec.Silent of the open clients stop answering and sending.
+// They are drawn at random (seeded by the worker, so runs repeat), not every
+// k-th: a stride would line up with user IDs (client i is user i mod Users)
+// and silence whole users at once.
 func (w *worker) silence() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -358,8 +361,9 @@ func (w *worker) silence() {
 		}
 	}
 	n := min(w.spec.Silent, len(open))
-	for k := range n {
-		open[k*len(open)/n].silent.Store(true)
+	rng := rand.New(rand.NewPCG(uint64(w.spec.Worker), uint64(w.spec.TotalConns)))
+	for _, k := range rng.Perm(len(open))[:n] {
+		open[k].silent.Store(true)
 	}
 	w.silent = n
 }

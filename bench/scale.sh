@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# bench/scale.sh: presenced against the hand-written gorilla baseline
+# (bench/baseline), both driven by cmd/loadgen with the same settings, at 1k,
+# 5k and ~90% of the open-file limit connections. Prints a markdown table.
+#
+#   bench/scale.sh          quick run: a few minutes per server and count
+#   bench/scale.sh full     5-minute hold at the largest count
+#   bench/scale.sh soak     10 minutes of presenced under steady load and churn;
+#                           heap and goroutines from /metrics at start and end
+#
+# Everything is tunable from the environment (defaults in brackets):
+#   COUNTS     connection counts ["1000 5000 MAX"], MAX = 90% of `ulimit -Hn`
+#   RAMP       seconds to open the clients [20; full: 60]
+#   HOLD       seconds after the ramp [45; full: 45 below MAX]
+#   HOLD_MAX   hold at the largest count [HOLD; full: 300]
+#   EVERY      app-ping interval of each client, Go duration ["10s"]; "0" only answers server pings
+#   SILENT_PCT percentage of clients that go silent when the ramp ends [10]
+#   USERS_PER  connections per user ID [100]: presence edges are broadcast to
+#              every connection, so one user per connection measures the
+#              fan-out more than the keepalives (see README)
+#   SLOTS TICK presenced ring [31, 1s]; the baseline gets the same timeout
+#   SERVERS    ["presenced baseline"]
+#   SOAK_SECS SOAK_CONNS SOAK_CHURN  soak length, steady clients, clients per churn round [600, 5000, 1000]
+#   OUT        directory for binaries and logs [a new temporary directory]
+#   PRESENCED_BIN  use this presenced binary instead of building ./cmd/presenced
+#
+# Load stays on 127.0.0.0/8. The machine's cores are shared by the servers,
+# the load generator and whatever else runs: read CPU figures with that in mind.
+set -euo pipefail
+
+MODE=${1:-quick}
+case $MODE in quick | full | soak) ;; *)
+	echo "usage: $0 [quick|full|soak]" >&2
+	exit 2
+	;;
+esac
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$(mktemp -d /tmp/presenced-scale.XXXXXX)}
+mkdir -p "$OUT"
+
+LIMIT=$(ulimit -Hn)
+MAX=$((LIMIT * 9 / 10 / 100 * 100))
+COUNTS=${COUNTS:-"1000 5000 MAX"}
+COUNTS=${COUNTS//MAX/$MAX}
+if [[ $MODE == full ]]; then
+	RAMP=${RAMP:-60}
+	HOLD=${HOLD:-45}
+	HOLD_MAX=${HOLD_MAX:-300}
+else
+	RAMP=${RAMP:-20}
+	HOLD=${HOLD:-45}
+	HOLD_MAX=${HOLD_MAX:-$HOLD}
+fi
+EVERY=${EVERY:-10s}
+SILENT_PCT=${SILENT_PCT:-10}
+USERS_PER=${USERS_PER:-100}
+SLOTS=${SLOTS:-31}
+TICK=${TICK:-1s}
+SERVERS=${SERVERS:-"presenced baseline"}
+P_PORT=${P_PORT:-18080}
+B_PORT=${B_PORT:-18090}
+
+tick_ms=$(awk -v t="$TICK" 'BEGIN{ if (t ~ /ms$/) {sub(/ms$/,"",t); print t} else {sub(/s$/,"",t); print t*1000} }')
+TIMEOUT_MS=$(((SLOTS - 1) * tick_ms))
+
+log() { echo "scale: $*" >&2; }
+
+build() {
+	log "building into $OUT"
+	if [[ -n ${PRESENCED_BIN:-} ]]; then
+		cp "$PRESENCED_BIN" "$OUT/presenced"
+	else
+		(cd "$ROOT" && go build -o "$OUT/presenced" ./cmd/presenced)
+	fi
+	(cd "$ROOT" && go build -o "$OUT/loadgen" ./cmd/loadgen)
+	(cd "$ROOT/bench/baseline" && go build -o "$OUT/baseline" .)
+}
+
+# field NAME JSON: a number field of loadgen's one-line JSON.
+field() { sed -nE "s/.*\"$1\":(-?[0-9.]+).*/\1/p" <<<"$2"; }
+
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+SERVER_PID=
+start_server() { # name -> sets SERVER_PID and URL
+	local name=$1 port
+	if [[ $name == presenced ]]; then
+		port=$P_PORT
+		"$OUT/presenced" -addr "127.0.0.1:$port" -slots "$SLOTS" -tick "$TICK" >"$OUT/$name.log" 2>&1 &
+	else
+		port=$B_PORT
+		"$OUT/baseline" -addr "127.0.0.1:$port" -timeout "${TIMEOUT_MS}ms" >"$OUT/$name.log" 2>&1 &
+	fi
+	SERVER_PID=$!
+	URL="ws://127.0.0.1:$port/ws"
+	HTTP="http://127.0.0.1:$port"
+	for _ in $(seq 100); do
+		if curl -fsS "$HTTP/healthz" >/dev/null 2>&1; then return 0; fi
+		sleep 0.1
+	done
+	log "$name did not come up; see $OUT/$name.log"
+	exit 1
+}
+
+stop_server() {
+	if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+		kill -TERM "$SERVER_PID"
+		wait "$SERVER_PID" 2>/dev/null || true
+	fi
+	SERVER_PID=
+}
+trap stop_server EXIT
+
+ROWS=()
+
+# run_one SERVER CONNS HOLD_SECS SOURCE_FIRST
+run_one() {
+	local name=$1 conns=$2 hold=$3 src=$4
+	local silent=$((conns * SILENT_PCT / 100))
+	local users=$(((conns + USERS_PER - 1) / USERS_PER))
+	start_server "$name"
+	sleep 1
+	local rss0 ticks0
+	rss0=$(rss_kb "$SERVER_PID")
+	log "$name: $conns conns ($silent silent, $users users), ramp ${RAMP}s, hold ${hold}s, idle RSS ${rss0} kB"
+	local tag="$name-$conns"
+	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + hold))s" \
+		-every "$EVERY" -silent "$silent" -users "$users" -source-first "$src" \
+		-server-pid "$SERVER_PID" >"$OUT/$tag.json" 2>"$OUT/$tag.progress" &
+	local lg=$!
+	# RSS with every client connected and none silenced yet: half-way into the
+	# hold but 5 s before the silent ones can be closed, so the ramp's garbage
+	# has had time to be collected.
+	local mid=$((hold / 2)) cap=$((TIMEOUT_MS / 1000 - 5))
+	((mid > cap)) && mid=$cap
+	((mid < 1)) && mid=1
+	sleep $((RAMP + 1 + mid))
+	local rss1
+	rss1=$(rss_kb "$SERVER_PID")
+	local rc=0
+	wait "$lg" || rc=$?
+	local j
+	j=$(cat "$OUT/$tag.json")
+	stop_server
+	if [[ -z $j ]]; then
+		log "$tag: loadgen printed nothing (exit $rc); see $OUT/$tag.progress"
+		ROWS+=("| $name | $conns | - | - | - | - | - | - | - | - | loadgen failed |")
+		return
+	fi
+	local connected cpu ka p50 p99 max sc si fc
+	connected=$(field connected "$j")
+	cpu=$(field server_cpu_hold_s "$j")
+	ka=$(field hold_keepalives "$j")
+	p50=$(field detect_p50_ms "$j")
+	p99=$(field detect_p99_ms "$j")
+	max=$(field detect_max_ms "$j")
+	sc=$(field silent_closed "$j")
+	si=$(field silent "$j")
+	fc=$(field false_closed "$j")
+	# RSS at the end of the hold, over the clients still connected then.
+	local rss_end left per_conn per_conn_end cpu_per_k
+	rss_end=$(sed -nE 's/.*"server_rss_kb_hold":\[[0-9]+,([0-9]+)\].*/\1/p' <<<"$j")
+	left=$((connected - sc - fc))
+	per_conn=$(awk -v a="$rss1" -v b="$rss0" -v n="$connected" 'BEGIN{ if (n>0) printf "%.1f", (a-b)/n; else print "-" }')
+	per_conn_end=$(awk -v a="${rss_end:-0}" -v b="$rss0" -v n="$left" 'BEGIN{ if (n>0 && a>0) printf "%.1f", (a-b)/n; else print "-" }')
+	cpu_per_k=$(awk -v c="${cpu:-0}" -v k="${ka:-0}" 'BEGIN{ if (k>0) printf "%.4f", c/(k/1000); else print "-" }')
+	local verdict=ok
+	[[ $rc -ne 0 ]] && verdict="exit $rc"
+	ROWS+=("| $name | $conns | $connected | $per_conn | $per_conn_end | $cpu_per_k | ${cpu:-?} s / ${ka:-?} | $p50 / $p99 / $max | $sc / $si | $fc | $verdict |")
+	log "$tag: $(tail -c 400 "$OUT/$tag.json")"
+}
+
+print_table() {
+	echo
+	echo "Mode $MODE on $(nproc) cores, ulimit -Hn $LIMIT, timeout ${TIMEOUT_MS} ms (presenced: ${SLOTS} slots x ${TICK}),"
+	echo "ramp ${RAMP}s, hold ${HOLD}s (largest: ${HOLD_MAX}s), app ping every ${EVERY}, ${SILENT_PCT}% silent, ${USERS_PER} connections per user."
+	echo "Detection target: timeout + tick + 100 ms = $((TIMEOUT_MS + tick_ms + 100)) ms (p99)."
+	echo
+	echo "| server | conns | connected | RSS/conn mid-hold (KB) | RSS/conn end (KB) | CPU s / 1k keepalives | hold CPU / keepalives | detect p50 / p99 / max (ms) | silent closed | false closes | loadgen |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+	printf '%s\n' "${ROWS[@]}"
+}
+
+metric() { # name -> value from presenced's /metrics
+	curl -fsS "$HTTP/metrics" | awk -v m="$1" '$1 == m {print $2}'
+}
+
+soak() {
+	local secs=${SOAK_SECS:-600} conns=${SOAK_CONNS:-5000} churn=${SOAK_CHURN:-1000}
+	start_server presenced
+	log "soak: ${secs}s, $conns steady clients, rounds of $churn churning clients (${SILENT_PCT}% silent)"
+	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + secs + 30))s" \
+		-every "$EVERY" -users "$(((conns + USERS_PER - 1) / USERS_PER))" -uid-prefix steady \
+		-source-first 127.0.0.30 >"$OUT/soak-steady.json" 2>"$OUT/soak-steady.progress" &
+	local steady=$!
+	sleep $((RAMP + 5))
+	local g0 h0 r0 g1 h1 r1
+	g0=$(metric go_goroutines)
+	h0=$(metric go_memstats_heap_alloc_bytes)
+	r0=$(rss_kb "$SERVER_PID")
+	log "soak start: goroutines $g0, heap ${h0} B, RSS ${r0} kB"
+	local end=$((SECONDS + secs)) round=0
+	local churn_secs=$(((TIMEOUT_MS / 1000) + 15))
+	while ((SECONDS + churn_secs + 5 < end)); do
+		round=$((round + 1))
+		"$OUT/loadgen" -url "$URL" -conns "$churn" -ramp 5s -duration "$((5 + churn_secs))s" -every "$EVERY" \
+			-silent $((churn * SILENT_PCT / 100)) -uid-prefix "churn$round-" -source-first 127.0.0.40 \
+			>>"$OUT/soak-churn.json" 2>/dev/null || log "churn round $round: loadgen exit $?"
+		log "soak t=$((secs - end + SECONDS))s round $round: goroutines $(metric go_goroutines), heap $(metric go_memstats_heap_alloc_bytes) B, RSS $(rss_kb "$SERVER_PID") kB"
+	done
+	while ((SECONDS < end)); do sleep 1; done
+	g1=$(metric go_goroutines)
+	h1=$(metric go_memstats_heap_alloc_bytes)
+	r1=$(rss_kb "$SERVER_PID")
+	wait "$steady" || log "steady loadgen exit $?"
+	echo
+	echo "Soak: ${secs}s, $conns steady clients (app ping every $EVERY), $round churn rounds of $churn clients (${SILENT_PCT}% silent)."
+	echo
+	echo "| | goroutines | heap alloc (MB) | RSS (MB) |"
+	echo "|---|---:|---:|---:|"
+	awk -v g="$g0" -v h="$h0" -v r="$r0" 'BEGIN{ printf "| start | %d | %.1f | %.1f |\n", g, h/1048576, r/1024 }'
+	awk -v g="$g1" -v h="$h1" -v r="$r1" 'BEGIN{ printf "| end | %d | %.1f | %.1f |\n", g, h/1048576, r/1024 }'
+	echo
+	echo "steady clients: $(cat "$OUT/soak-steady.json")"
+	echo "churn rounds failed: $(grep -c '"false_closed":[1-9]' "$OUT/soak-churn.json" || true) of $round"
+}
+
+build
+if [[ $MODE == soak ]]; then
+	soak
+	exit 0
+fi
+largest=0
+for n in $COUNTS; do ((n > largest)) && largest=$n; done
+for n in $COUNTS; do
+	hold=$HOLD
+	((n == largest)) && hold=$HOLD_MAX
+	for s in $SERVERS; do
+		src=127.0.0.2
+		[[ $s == baseline ]] && src=127.0.0.20
+		run_one "$s" "$n" "$hold" "$src"
+	done
+done
+print_table
+echo
+echo "Logs and loadgen JSON: $OUT"
