@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/presenced/presenced/cluster"
 	"github.com/presenced/presenced/transport"
 	"github.com/presenced/presenced/web"
 )
@@ -67,7 +68,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.jwtSecret, "jwt-secret", "", "HS256 secret for client tokens (default $PRESENCED_JWT_SECRET); empty: demo mode, ?uid= is trusted")
 	fs.DurationVar(&o.grace, "grace", 0, "delay before a user whose last connection closed is reported offline")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
-	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: the host name)")
+	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -86,12 +87,24 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 }
 
 // newEngine picks where presence lives: this process, or Redis with -redis.
-// The returned func releases the engine after the Hub has shut down.
-func newEngine(o options, log *slog.Logger) (transport.Engine, func(context.Context) error, error) {
-	if o.redis != "" {
-		return nil, nil, errors.New("-redis: clustering is not built into this binary yet")
+// The returned func releases the engine after the Hub has shut down: with
+// Redis it drops this node's leases, so its users go offline at once.
+func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (transport.Engine, func(context.Context) error, error) {
+	if o.redis == "" {
+		return transport.NewMemoryEngine(), func(context.Context) error { return nil }, nil
 	}
-	return transport.NewMemoryEngine(), func(context.Context) error { return nil }, nil
+	rdb, err := cluster.NewClient(o.redis)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-redis: %w", err)
+	}
+	e, err := cluster.New(cluster.Config{Client: rdb, Node: o.node, Timeout: time.Duration(o.slots-1) * o.tick,
+		Logger: log, Registerer: reg})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	log.Info("sharing presence through redis", "node", e.Node())
+	return e, func(ctx context.Context) error { return errors.Join(e.Close(ctx), rdb.Close()) }, nil
 }
 
 // run serves until ctx is done and returns the exit code.
@@ -113,10 +126,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func serve(ctx context.Context, o options, log *slog.Logger) error {
-	engine, closeEngine, err := newEngine(o, log)
-	if err != nil {
-		return err
-	}
 	auth := transport.DemoAuth()
 	if o.jwtSecret != "" {
 		auth = transport.JWTAuth([]byte(o.jwtSecret))
@@ -125,6 +134,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	engine, closeEngine, err := newEngine(o, log, reg)
+	if err != nil {
+		return err
+	}
 	hub, err := transport.New(transport.Config{
 		Slots:      o.slots,
 		Tick:       o.tick,

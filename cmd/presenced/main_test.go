@@ -167,7 +167,7 @@ func TestStartupErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"redis not built yet", []string{"-redis", "redis://127.0.0.1:6379"}, 1, "clustering is not built"},
+		{"bad redis URL", []string{"-redis", "http://127.0.0.1:6379"}, 1, "-redis"},
 		{"bad ring", []string{"-slots", "1"}, 1, "Slots"},
 		{"bad flag", []string{"-tick", "x"}, 2, "invalid value"},
 		{"address in use", []string{"-addr", "256.0.0.1:1"}, 1, "listen"},
