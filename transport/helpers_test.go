@@ -33,9 +33,11 @@ func slowConfig() transport.Config {
 	return transport.Config{Slots: 31, Tick: 100 * time.Millisecond}
 }
 
-// fastConfig has a 100 ms timeout and a 20 ms tick, for timing tests.
+// fastConfig has a 200 ms timeout and a 50 ms tick, for timing tests: a
+// ping goes out 100-150 ms after the last frame, so its pong has at least
+// 50 ms, a lot on loopback, even under -race on a busy machine.
 func fastConfig() transport.Config {
-	return transport.Config{Slots: 6, Tick: 20 * time.Millisecond, CloseTimeout: 200 * time.Millisecond}
+	return transport.Config{Slots: 5, Tick: 50 * time.Millisecond, CloseTimeout: 200 * time.Millisecond}
 }
 
 func startServer(t *testing.T, cfg transport.Config) *testServer {

@@ -142,8 +142,8 @@ func TestIdleCloseTiming(t *testing.T) {
 	assert.Equal(t, "idle timeout", ce.Text)
 	assert.Equal(t, 1, pings, "one ping at half the timeout")
 	assert.GreaterOrEqual(t, elapsed, timeout, "never before the timeout")
-	// The upper bound allows the dial and a scheduling delay on a busy machine.
-	assert.Less(t, elapsed, timeout+cfg.Tick+dialed+2*cfg.Tick, "within one tick after the timeout")
+	// The upper bound allows the dial and a delivery delay on a busy machine.
+	assert.Less(t, elapsed, timeout+cfg.Tick+dialed+cfg.Tick/2, "within one tick after the timeout")
 	t.Logf("closed %v after the dial started (timeout %v, tick %v, dial %v)", elapsed, timeout, cfg.Tick, dialed)
 
 	// After the close frame the server drops TCP: a raw read sees EOF/reset.
@@ -322,7 +322,7 @@ func TestReconnectNeverFlapsOffline(t *testing.T) {
 
 func TestGracePeriodDebouncesOffline(t *testing.T) {
 	cfg := fastConfig()
-	cfg.Slots = 31 // 600 ms timeout: only the grace period matters here
+	cfg.Slots = 31 // 1.5 s timeout: only the grace period matters here
 	cfg.Grace = 60 * time.Millisecond
 	s := startServer(t, cfg)
 	ww, _ := s.dial(t, "watcher")
@@ -432,7 +432,7 @@ func TestPresenceAPI(t *testing.T) {
 
 func TestRingAPI(t *testing.T) {
 	cfg := fastConfig()
-	cfg.Slots = 31 // keys stay for 600 ms
+	cfg.Slots = 31 // keys stay for 1.5 s
 	s := startServer(t, cfg)
 	s.dial(t, "a")
 	s.dial(t, "b")
@@ -444,7 +444,7 @@ func TestRingAPI(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, s.getJSON(t, "/api/ring", &ring))
 	assert.Equal(t, 31, ring.Slots)
-	assert.Equal(t, 20, ring.TickMS)
+	assert.Equal(t, 50, ring.TickMS)
 	require.NotNil(t, ring.Cursor)
 	assert.True(t, *ring.Cursor >= 0 && *ring.Cursor < 31)
 	require.Len(t, ring.Due, 31)
