@@ -19,6 +19,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -531,7 +532,7 @@ func TestE2E(t *testing.T) {
 }
 
 // TestDemoScreenshot renders docs/demo.png against presenced with its default
-// ring (31 slots of 1 s). It takes about 25 s, so it runs only when asked:
+// ring (31 slots of 1 s). It takes about 40 s, so it runs only when asked:
 //
 //	PRESENCED_DEMO_PNG=$PWD/docs/demo.png go test ./web -run TestDemoScreenshot
 func TestDemoScreenshot(t *testing.T) {
@@ -551,14 +552,20 @@ func TestDemoScreenshot(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#spawn-n"), "6"), chromedp.Click(chromedp.CSS("#spawn")))
 	waitJS(t, a, "6 live", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 6`, 5*time.Second)
 	do(t, a, "chat", chromedp.Sleep(1500*time.Millisecond),
-		chromedp.SendKeys(chromedp.CSS("#chat-text"), "hello! watch sim-2 and sim-3 go quiet"), chromedp.Click(chromedp.CSS("#chat-send")))
+		chromedp.SendKeys(chromedp.CSS("#chat-text"), "hello! watch the silenced ones go idle and drop"), chromedp.Click(chromedp.CSS("#chat-send")))
 	do(t, bob, "reply", chromedp.Sleep(800*time.Millisecond),
 		chromedp.SendKeys(chromedp.CSS("#chat-text"), "I see them on my ring too"), chromedp.Click(chromedp.CSS("#chat-send")))
-	// Two silenced clients, 5 s apart: one idle (pinged), one still counting down.
-	do(t, a, "silence", chromedp.Click(chromedp.CSS(`#sims .sim:nth-child(2) button[data-act="silence"]`)),
-		chromedp.Sleep(5*time.Second), chromedp.Click(chromedp.CSS(`#sims .sim:nth-child(3) button[data-act="silence"]`)))
-	waitJS(t, a, "an idle client", `!!document.querySelector('#sims .sim[data-state="idle"]')`, 20*time.Second)
-	do(t, a, "settle", chromedp.Sleep(2*time.Second))
+	// Three silenced clients, staggered so that the picture has each stage:
+	// one dropped with 4408, one idle (pinged), one still counting down.
+	silence := func(n int) chromedp.Action[chromedp.Void] {
+		return chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sims .sim:nth-child(%d) button[data-act="silence"]`, n)))
+	}
+	do(t, a, "silence 2", silence(2))
+	do(t, a, "silence 3", chromedp.Sleep(16*time.Second), silence(3))
+	do(t, a, "silence 4", chromedp.Sleep(10*time.Second), silence(4))
+	waitJS(t, a, "a dropped client", `!!document.querySelector('#sims .sim[data-state="closed"]')`, 15*time.Second)
+	// Park the mouse off the buttons so none is drawn hovered.
+	do(t, a, "settle", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 2, 790), chromedp.Sleep(1500*time.Millisecond))
 	screenshot(t, a, out)
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
