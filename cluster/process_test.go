@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -149,7 +150,8 @@ func (c *wsClient) await(t *testing.T, within time.Duration, what string, match 
 
 // Real presenced processes on one Redis: a node is SIGKILLed. Its user with a
 // tab on another node stays online; its user only there goes offline on the
-// surviving node within about one timeout, exactly once.
+// surviving nodes within about one timeout, exactly once. Then a node stopped
+// with SIGTERM takes its users offline at once.
 func TestSIGKILLedPresencedNode(t *testing.T) {
 	if _, err := os.Stat("../cmd/presenced"); err != nil {
 		t.Skip("cmd/presenced is not in the tree yet")
@@ -159,6 +161,9 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	timeout := (slots - 1) * tick
 	n1 := startPresenced(t, srv.addr(), "n1", slots, tick)
 	n2 := startPresenced(t, srv.addr(), "n2", slots, tick)
+	n3 := startPresenced(t, srv.addr(), "n3", slots, tick)
+	eve := connect(t, n3.addr, "eve", timeout/4)
+	eve.await(t, 5*time.Second, "eve's welcome", func(f frame) bool { return f.Type == "welcome" })
 
 	bob := connect(t, n2.addr, "bob", timeout/4)
 	bob.await(t, 5*time.Second, "bob's welcome", func(f frame) bool { return f.Type == "welcome" })
@@ -208,4 +213,30 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&u))
 	assert.True(t, u.Online)
 	assert.Equal(t, 1, u.Connections)
+
+	metrics, err := http.Get("http://" + n2.addr + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(body), "presenced_cluster_redis_up 1")
+
+	// A graceful stop (SIGTERM) drops n2's leases at once: well before a
+	// lease could expire, eve on n3 sees alice and bob go offline.
+	stopped := time.Now()
+	require.NoError(t, n2.cmd.Process.Signal(syscall.SIGTERM))
+	_, seenA := eve.await(t, 3*timeout, "bob offline", presence("bob", false))
+	_, seenB := eve.await(t, 3*timeout, "alice offline", presence("alice", false))
+	took = time.Since(stopped)
+	carol = 0
+	for _, f := range append(seenA, seenB...) {
+		if presence("carol", false)(f) {
+			carol++
+		}
+	}
+	assert.Equal(t, 1, carol, "carol's offline frames on n3")
+	t.Logf("SIGTERM to offline on another node: %v", took)
+	assert.Less(t, took, timeout/2)
+	<-n2.done
+	assert.Equal(t, 0, n2.cmd.ProcessState.ExitCode())
 }
