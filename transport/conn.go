@@ -136,7 +136,8 @@ func (c *conn) writeLoop() {
 			}
 			if err != nil {
 				// A client that cannot take one frame within the deadline is
-				// gone: drop the socket, the reader finishes the rest.
+				// too slow, else it is gone: either way drop the socket, the
+				// reader finishes the rest.
 				c.hub.log.Debug("transport: write failed", "uid", c.uid, "err", err)
 				c.ws.NetConn().Close()
 				c.mu.Lock()
@@ -146,7 +147,11 @@ func (c *conn) writeLoop() {
 				c.queue, c.closeMsg = nil, nil
 				c.mu.Unlock()
 				if !wasClosing {
-					c.hub.m.closes.WithLabelValues(reasonSlow).Inc()
+					reason := reasonClient
+					if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+						reason = reasonSlow
+					}
+					c.hub.m.closes.WithLabelValues(reason).Inc()
 				}
 				break
 			}
