@@ -157,7 +157,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 		t.Skip("cmd/presenced is not in the tree yet")
 	}
 	srv := startRedis(t)
-	const slots, tick = 11, 100 * time.Millisecond // a 1 s timeout
+	const slots, tick = 11, 200 * time.Millisecond // a 2 s timeout: real processes on a shared machine
 	timeout := (slots - 1) * tick
 	n1 := startPresenced(t, srv.addr(), "n1", slots, tick)
 	n2 := startPresenced(t, srv.addr(), "n2", slots, tick)

@@ -17,9 +17,8 @@ func (e *Engine) writeLoop(ctx context.Context) {
 	claim := time.NewTicker(e.cfg.ClaimEvery)
 	defer claim.Stop()
 	var (
-		retry      <-chan time.Time
-		claimAfter time.Time
-		seen       = e.recoveries.Load()
+		retry <-chan time.Time
+		seen  = e.recoveries.Load()
 	)
 	for {
 		var err error
@@ -37,9 +36,10 @@ func (e *Engine) writeLoop(ctx context.Context) {
 			retry = nil
 			err = e.renew(ctx)
 		case <-claim.C:
-			// Never claim right after an outage, before the recovery below
-			// has held claims off: every lease may look expired then.
-			if !e.isDown() && e.recoveries.Load() == seen && time.Now().After(claimAfter) {
+			// Right after an outage every lease may look expired: renew ours
+			// first (below). The claim script itself pauses claims after a
+			// gap, for every node, until all have had a renewal round.
+			if !e.isDown() && e.recoveries.Load() == seen {
 				err = e.claim(ctx)
 			}
 		}
@@ -53,12 +53,9 @@ func (e *Engine) writeLoop(ctx context.Context) {
 			continue
 		}
 		if r := e.recoveries.Load(); r != seen {
-			// Redis is back. Leases may have expired during the outage, and
-			// other nodes have not renewed theirs yet: claiming now would take
-			// their users offline. Re-assert ours at once and hold off claims
-			// until every live node has had a renewal round.
+			// Redis is back: re-assert our leases at once, before anyone
+			// can take them for expired.
 			seen = r
-			claimAfter = time.Now().Add(e.cfg.RenewEvery + e.retry)
 			if err := e.renew(ctx); err != nil && retry == nil {
 				retry = time.After(e.retry)
 			}
@@ -113,7 +110,7 @@ func (e *Engine) apply(ctx context.Context, changes map[string]int, renewal bool
 	if len(changes) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
 	defer cancel()
 	ttl := e.cfg.Timeout.Milliseconds()
 	renewFlag := 0
@@ -200,7 +197,7 @@ func (e *Engine) apply(ctx context.Context, changes map[string]int, renewal bool
 
 // claim drops expired leases of other nodes, shard by shard, until none is left.
 func (e *Engine) claim(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
 	defer cancel()
 	shards := make([]int, len(e.keys))
 	for i := range shards {
@@ -268,3 +265,7 @@ func (e *Engine) runScripts(ctx context.Context, s *redis.Script, calls []script
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
+
+// opTimeout bounds one batch of Redis calls: generous, so a loaded machine
+// does not look like an outage, yet short of a lease's lifetime.
+func (e *Engine) opTimeout() time.Duration { return e.cfg.Timeout / 2 }
