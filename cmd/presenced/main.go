@@ -150,7 +150,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Registerer: reg,
 	})
 	if err != nil {
-		return err
+		return errors.Join(err, closeEngine(context.Background()))
 	}
 
 	mux := http.NewServeMux()
@@ -174,8 +174,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
-		hub.Shutdown(sctx)
-		return fmt.Errorf("listen: %w", err)
+		return errors.Join(fmt.Errorf("listen: %w", err), hub.Shutdown(sctx), closeEngine(sctx))
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "timeout", hub.Timeout(), "slots", o.slots, "tick", o.tick)
 	served := make(chan error, 1)

@@ -170,7 +170,7 @@ func TestStartupErrors(t *testing.T) {
 		{"bad redis URL", []string{"-redis", "http://127.0.0.1:6379"}, 1, "-redis"},
 		{"bad ring", []string{"-slots", "1"}, 1, "Slots"},
 		{"bad flag", []string{"-tick", "x"}, 2, "invalid value"},
-		{"address in use", []string{"-addr", "256.0.0.1:1"}, 1, "listen"},
+		{"bad address", []string{"-addr", "256.0.0.1:1"}, 1, "listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
