@@ -72,7 +72,9 @@ type Config struct {
 	// page reload does not flap presence. It is rounded up to whole ticks.
 	Grace time.Duration
 
-	// Engine keeps presence; nil means NewMemoryEngine(). The Hub runs it.
+	// Engine keeps presence; nil means NewMemoryEngine(). The Hub calls its
+	// Run until Shutdown; releasing a networked engine after that is the
+	// caller's job.
 	Engine Engine
 
 	MaxMessage   int64         // largest inbound frame in bytes, larger closes with 1009; 0 means 4096
