@@ -16,5 +16,9 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 // and its dial errors would bury the test output.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }

@@ -27,12 +27,16 @@ type presencedProc struct {
 	done chan struct{}
 }
 
+// binDir holds the built presenced; TestMain removes it.
+var binDir string
+
 // buildPresenced builds cmd/presenced once per test binary.
 var buildPresenced = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "presenced-bin")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "presenced")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/presenced").CombinedOutput()
 	if err != nil {
