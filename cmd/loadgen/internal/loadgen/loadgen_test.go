@@ -17,6 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/transport"
 )
 
 const workerEnv = "LOADGEN_TEST_WORKER"
@@ -313,4 +315,33 @@ func TestSampleProc(t *testing.T) {
 	assert.Positive(t, s.RSSKB)
 	_, err = sampleProc(1 << 30)
 	assert.Error(t, err)
+}
+
+func TestRunAgainstPresencedHub(t *testing.T) {
+	t.Parallel()
+	const tick = 40 * time.Millisecond
+	hub, err := transport.New(transport.Config{Slots: 11, Tick: tick}) // 400 ms timeout
+	require.NoError(t, err)
+	hs := httptest.NewServer(hub)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, hub.Shutdown(ctx))
+		hs.Close()
+	})
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Conns: 80, Silent: 16, Users: 20,
+		Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 1500 * time.Millisecond, Workers: 2,
+	})
+	require.NoError(t, err)
+	// Clients without app pings stay only by answering the hub's pings.
+	assert.True(t, sum.OK(), "%+v", sum)
+	assert.EqualValues(t, 400, sum.TimeoutMS)
+	assert.Equal(t, 16, sum.SilentClosed)
+	assert.Positive(t, sum.ServerPings)
+	// Closed between the timeout and timeout + tick after the last frame,
+	// plus scheduling slack.
+	assert.GreaterOrEqual(t, sum.DetectP50MS, 390.0)
+	assert.Less(t, sum.DetectMaxMS, float64((400*time.Millisecond+tick+300*time.Millisecond)/time.Millisecond))
 }

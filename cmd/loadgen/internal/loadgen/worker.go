@@ -64,6 +64,7 @@ type client struct {
 	silent   atomic.Bool
 	closed   atomic.Bool
 	lastSent atomic.Int64 // unix nanoseconds of the last frame this client sent
+	nextPing int64        // unix nanoseconds of the next app ping; appPings' own
 }
 
 type worker struct {
@@ -118,6 +119,11 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 		}
 	}()
 
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		w.appPings(ctx)
+	}()
 	var readers sync.WaitGroup
 	w.ramp(ctx, dialers, &readers)
 	rampEnd := spec.Start.Add(spec.Ramp)
@@ -129,12 +135,6 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 		w.silence()
 	}
 	w.emit(report{Kind: kindRamped})
-
-	pingDone := make(chan struct{})
-	go func() {
-		defer close(pingDone)
-		w.appPings(ctx)
-	}()
 	<-ctx.Done()
 	<-pingDone
 
@@ -252,8 +252,9 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 		}
 		return
 	}
-	c := &client{conn: conn}
-	c.lastSent.Store(time.Now().UnixNano())
+	now := time.Now()
+	c := &client{conn: conn, nextPing: now.Add(w.spec.Every).UnixNano()}
+	c.lastSent.Store(now.UnixNano())
 	conn.SetPingHandler(func(data string) error {
 		atomic.AddInt64(&w.c.PingsIn, 1)
 		if c.silent.Load() {
@@ -369,43 +370,39 @@ func (w *worker) silence() {
 }
 
 // appPings sends {"type":"ping"} from every live, non-silent client once per
-// spec.Every, spread evenly over the interval, from one goroutine so each
-// connection has a single writer.
+// spec.Every from its connection on, as a chat client's timer would, from one
+// goroutine so each connection has a single writer.
 func (w *worker) appPings(ctx context.Context) {
 	if w.spec.Every <= 0 {
 		return
 	}
-	const step = 20 * time.Millisecond
-	t := time.NewTicker(step)
+	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	start := time.Now()
-	var sent, pos int
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			w.mu.Lock()
-			cs := w.clients
-			w.mu.Unlock()
-			if len(cs) == 0 {
+		case <-t.C:
+		}
+		w.mu.Lock()
+		cs := w.clients
+		w.mu.Unlock()
+		now := time.Now().UnixNano()
+		for _, c := range cs {
+			if ctx.Err() != nil {
+				return
+			}
+			if c.nextPing > now || c.silent.Load() || c.closed.Load() {
 				continue
 			}
-			due := int(int64(len(cs)) * int64(now.Sub(start)) / int64(w.spec.Every))
-			for ; sent < due && ctx.Err() == nil; sent++ {
-				c := cs[pos%len(cs)]
-				pos++
-				if c.silent.Load() || c.closed.Load() {
-					continue
-				}
-				_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-				if err := c.conn.WriteMessage(websocket.TextMessage, appPing); err != nil {
-					atomic.AddInt64(&w.c.Errors, 1)
-					continue
-				}
-				c.lastSent.Store(time.Now().UnixNano())
-				atomic.AddInt64(&w.c.Keepalives, 1)
+			c.nextPing += int64(w.spec.Every)
+			_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+			if err := c.conn.WriteMessage(websocket.TextMessage, appPing); err != nil {
+				atomic.AddInt64(&w.c.Errors, 1)
+				continue
 			}
+			c.lastSent.Store(time.Now().UnixNano())
+			atomic.AddInt64(&w.c.Keepalives, 1)
 		}
 	}
 }
