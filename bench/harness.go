@@ -22,7 +22,7 @@ type options struct {
 	Tick      time.Duration // wall time of a step for the clock-driven peers
 	BenchTime string        // -test.benchtime for the keepalive benchmarks, e.g. "1s" or "1000x"
 	Rounds    int           // times each keepalive benchmark runs; the median is reported
-	StepIters int           // timed steps per step benchmark, at most Period-2 (see measure)
+	StepIters int           // timed steps per step benchmark, at most Period-2 (see prepare)
 	Seed      uint64
 	Progress  io.Writer // where to say what is being measured; io.Discard to be quiet
 }
@@ -69,7 +69,6 @@ type result struct {
 	Touch2      rounds // keepalives at 2 goroutines
 	StepExpire  *testing.BenchmarkResult
 	StepRecheck *testing.BenchmarkResult
-	KeysPerStep int
 	Fired       int64 // expiries reported while keepalives were being measured (should be 0)
 	Err         error
 }
@@ -170,7 +169,6 @@ func prepare(im impl, w workload, o options) *session {
 			return ss
 		}
 		ss.res.StepRecheck = &rc
-		ss.res.KeysPerStep = len(w.order) / o.Period
 	}
 	ss.fired = ss.expired.Load()
 	return ss
