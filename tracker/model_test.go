@@ -1,7 +1,9 @@
 package tracker
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,4 +164,44 @@ func FuzzOps(f *testing.F) {
 	f.Add([]byte{3, 5, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 4, 4, 4, 4, 4})
 	f.Add([]byte{2, 0, 2, 255, 4, 4, 2, 0, 4, 4, 4})
 	f.Fuzz(checkOps)
+}
+
+// TestModelGrowing checks the ring against the model while shards' tables
+// grow (rehash) and churn (tombstones, revived keys) under scheduled entries.
+func TestModelGrowing(t *testing.T) {
+	var r recorder
+	cfg := r.config(7)
+	cfg.IdleAfter = 2 * time.Second
+	tr, err := New(cfg)
+	require.NoError(t, err)
+	defer tr.Close()
+	m := &model{slots: 7, idleSteps: ceilSteps(cfg.IdleAfter, time.Second) + 1, keys: map[string]*modelKey{}}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for step := range 60 {
+		for range 150 {
+			k := fmt.Sprintf("k%d", rng.IntN(3000))
+			switch rng.IntN(10) {
+			case 0:
+				_, ok := m.keys[k]
+				delete(m.keys, k)
+				require.Equal(t, ok, tr.Remove(k))
+			case 1:
+				d := time.Duration(rng.IntN(40)) * time.Second / 2
+				require.Equal(t, m.touch(k, ceilSteps(d, time.Second)+1), tr.TouchFor(k, d))
+			default:
+				require.Equal(t, m.touch(k, m.slots), tr.Touch(k))
+			}
+		}
+		expired, idled := m.advance()
+		require.ElementsMatch(t, expired, tr.Advance(), "step %d", step+1)
+		tr.drain()
+		var gotIdle []string
+		for _, ev := range r.take() {
+			if k, ok := strings.CutPrefix(ev, "idle:"); ok {
+				gotIdle = append(gotIdle, k)
+			}
+		}
+		require.ElementsMatch(t, idled, gotIdle, "idle at step %d", step+1)
+		require.Equal(t, len(m.keys), tr.Len())
+	}
 }

@@ -40,9 +40,9 @@ type shard[K comparable] struct {
 
 // table is an open-addressing hash table with linear probing and its entries
 // stored inline: a key costs one slot, no allocation and no pointer of its
-// own. A slot is written once: removal leaves a tombstone and only a rehash,
-// into a new table, reclaims it, so a lock-free reader never sees a key
-// change under it.
+// own. A slot's key is written once: removal leaves a tombstone that only the
+// same key may revive, and only a rehash, into a new table, reclaims it, so a
+// lock-free reader never sees a key change under it.
 type table[K comparable] struct {
 	entries []entry[K]
 	// frozen is set before a rehash copies the entries. A Touch that stored
@@ -111,20 +111,32 @@ func (s *shard[K]) insert(key K, h uint64, ttl uint32, deadline int64, seed maph
 	if tb == nil || (s.used+1)*16 > len(tb.entries)*maxLoad {
 		tb = s.rehash(seed, slots)
 	}
-	n := len(tb.entries)
+	n, tg := len(tb.entries), tag(h)
 	i := home(h, n)
-	for tb.entries[i].ttl.Load() != ttlEmpty {
+	for {
+		e := &tb.entries[i]
+		switch e.ttl.Load() {
+		case ttlEmpty:
+			e.key = key
+			e.meta.Store(tg)
+			e.word.Store(uint64(deadline) << 1)
+			e.ttl.Store(ttl) // publishes the entry to lock-free readers
+			s.used++
+			return tb, i
+		case ttlGone:
+			// The key's own tombstone, from an expiry or a Remove: revive it.
+			// Its key does not change, so a lock-free reader is unaffected,
+			// and a reconnecting user does not leave a tombstone behind.
+			if e.meta.Load()&^atMask == tg && e.key == key {
+				e.word.Store(uint64(deadline) << 1)
+				e.ttl.Store(ttl)
+				return tb, i
+			}
+		}
 		if i++; i == n {
 			i = 0
 		}
 	}
-	e := &tb.entries[i]
-	e.key = key
-	e.meta.Store(tag(h))
-	e.word.Store(uint64(deadline) << 1)
-	e.ttl.Store(ttl) // publishes the entry to lock-free readers
-	s.used++
-	return tb, i
 }
 
 // drop ends entry i of tb, a live entry, leaving a tombstone; the caller
