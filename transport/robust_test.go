@@ -329,7 +329,9 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 // closes them, half with a close handshake and half by dropping the socket:
 // the goroutine count returns to where it was and nobody stays online.
 func TestBurstOfConnectionsLeaksNoGoroutine(t *testing.T) {
-	s := rbStart(t, transport.Config{Slots: 21, Tick: 50 * time.Millisecond})
+	// A 10 s timeout: dialling 1,000 clients that never answer pings may take
+	// over a second under -race on a loaded machine.
+	s := rbStart(t, transport.Config{Slots: 201, Tick: 50 * time.Millisecond})
 	s.rbAlive(t, "warmup") // starts whatever the server starts lazily
 	require.Eventually(t, func() bool { return s.onlineCount(t) == 0 }, rbWait, 10*time.Millisecond)
 	http.DefaultClient.CloseIdleConnections()
