@@ -9,9 +9,9 @@
 //
 // A keepalive of a tracked key is one lock-free hash-table lookup and at most
 // one atomic compare-and-swap: the key keeps its deadline (a step number) and
-// stays in the slot where it was put; when the cursor reaches that slot, the key is re-checked and either
-// reported or moved to the slot of its new deadline. A step therefore costs
-// only the keys in the scanned slot.
+// stays in the slot where it was put; when the cursor reaches that slot, the
+// key is re-checked and either reported or moved to the slot of its new
+// deadline. A step therefore costs only the keys in the scanned slot.
 //
 // All methods of a Tracker are safe for concurrent use. Callbacks run one at a
 // time on a goroutine of the tracker's own, in the order the events happened,
@@ -125,7 +125,8 @@ func New[K comparable](cfg Config[K]) (*Tracker[K], error) {
 	return t, nil
 }
 
-// ceilSteps returns ceil(d/tick) for d >= 0, capped at maxTTL.
+// ceilSteps returns ceil(d/tick) for d >= 0, capped so that a timeout in
+// steps, ceilSteps+1, fits an entry.
 func ceilSteps(d, tick time.Duration) int64 {
 	n := int64(d / tick)
 	if d%tick != 0 {
@@ -149,8 +150,8 @@ func (t *Tracker[K]) Touch(key K) (added bool) {
 
 // TouchFor is Touch with a timeout of its own for key: the key is reported
 // offline by step ceil(d/Tick)+1 from now. d may span many turns of the ring;
-// d <= 0 means the next step. The timeout holds until the next Touch or
-// TouchFor of key.
+// d <= 0 means the next step; timeouts longer than 2^32-2 ticks are cut to
+// that. The timeout holds until the next Touch or TouchFor of key.
 func (t *Tracker[K]) TouchFor(key K, d time.Duration) (added bool) {
 	return t.touch(key, ceilSteps(max(d, 0), t.tick)+1)
 }
