@@ -44,7 +44,7 @@ type Summary struct {
 	HoldMS            int64          `json:"hold_ms"`         // from the end of the ramp (all dials done) to the deadline
 	HoldKeepalives    int64          `json:"hold_keepalives"` // keepalives sent during the hold
 	ServerCPUHoldS    float64        `json:"server_cpu_hold_s,omitempty"`
-	ServerRSSHoldKB   [2]int64       `json:"server_rss_kb_hold,omitempty"` // at the start and the end of the hold
+	ServerRSSHoldKB   []int64        `json:"server_rss_kb_hold,omitempty"` // at the start and the end of the hold
 	WorkerErrors      []string       `json:"worker_errors,omitempty"`
 }
 
@@ -238,7 +238,7 @@ func (co *Coordinator) Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	if haveBefore && haveAfter {
 		s.ServerCPUHoldS = (after.CPU - before.CPU).Seconds()
-		s.ServerRSSHoldKB = [2]int64{before.RSSKB, after.RSSKB}
+		s.ServerRSSHoldKB = []int64{before.RSSKB, after.RSSKB}
 	}
 	sort.Strings(werrs)
 	s.WorkerErrors = werrs

@@ -157,6 +157,7 @@ func TestRunDetectsSilentClientsAndNoFalseCloses(t *testing.T) {
 	assert.Greater(t, sum.Keepalives, int64(48*8))
 	assert.Positive(t, sum.HoldMS)
 	assert.Positive(t, sum.HoldKeepalives)
+	require.Len(t, sum.ServerRSSHoldKB, 2)
 	assert.Positive(t, sum.ServerRSSHoldKB[0])
 }
 
@@ -171,6 +172,7 @@ func TestRunCountsAClosedLiveClientAsFalseClose(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, sum.FalseClosed)
 	assert.Equal(t, map[string]int{"4408": 1}, sum.CloseCodes)
+	assert.Nil(t, sum.ServerRSSHoldKB, "no server pid, no samples")
 	assert.False(t, sum.OK())
 }
 
