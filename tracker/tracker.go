@@ -66,6 +66,8 @@ type Tracker[K comparable] struct {
 	stepMu  sync.Mutex   // serialises steps, by Advance and Run
 	now     atomic.Int64 // steps taken; the cursor is now % slots
 	scratch []event[K]   // a step's events, owned by the holder of stepMu
+	// lastExpired sizes the next step's result, under stepMu.
+	lastExpired int
 
 	events dispatcher[K]
 
@@ -286,9 +288,13 @@ func (t *Tracker[K]) step(collect bool) []K {
 	defer t.stepMu.Unlock()
 	now := t.now.Load() + 1
 	var expired []K
+	if collect && t.lastExpired > 0 {
+		expired = make([]K, 0, t.lastExpired+t.lastExpired/8)
+	}
 	for i := range t.shards {
 		expired = t.stepShard(&t.shards[i], now, expired, collect)
 	}
+	t.lastExpired = len(expired)
 	t.now.Store(now)
 	return expired
 }
