@@ -64,7 +64,7 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 
 	a.SetLocal("alice", 1)
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, 2*time.Second, "alice online on "+n.Node(), func() bool { return n.rec.count("alice", true) == 1 })
+		n.rec.waitFor(t, testWait, "alice online on "+n.Node(), func() bool { return n.rec.count("alice", true) == 1 })
 	}
 	conns, err := b.Lookup(ctx, "alice")
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 
 	// A second node and more tabs: connections add up, no new edge.
 	b.SetLocal("alice", 2)
-	a.rec.waitFor(t, 2*time.Second, "alice has 3 connections", func() bool {
+	a.rec.waitFor(t, testWait, "alice has 3 connections", func() bool {
 		n, err := a.Lookup(ctx, "alice")
 		return err == nil && n == 3
 	})
@@ -83,13 +83,13 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 
 	// Leaving node a keeps alice online through node b.
 	a.SetLocal("alice", 0)
-	b.rec.waitFor(t, 2*time.Second, "alice down to 2 connections", func() bool {
+	b.rec.waitFor(t, testWait, "alice down to 2 connections", func() bool {
 		n, err := b.Lookup(ctx, "alice")
 		return err == nil && n == 2
 	})
 	b.SetLocal("alice", 0)
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, 2*time.Second, "alice offline on "+n.Node(), func() bool { return n.rec.count("alice", false) == 1 })
+		n.rec.waitFor(t, testWait, "alice offline on "+n.Node(), func() bool { return n.rec.count("alice", false) == 1 })
 	}
 	conns, err = a.Lookup(ctx, "alice")
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestUsersAcrossShardsInOrder(t *testing.T) {
 			b.SetLocal(uid, 1)
 		}
 	}
-	a.rec.waitFor(t, 2*time.Second, "40 users online", func() bool { return len(a.rec.all()) == 40 })
+	a.rec.waitFor(t, testWait, "40 users online", func() bool { return len(a.rec.all()) == 40 })
 	cases := []struct {
 		limit int
 		want  []string
@@ -145,7 +145,7 @@ func TestPublishReachesEveryNode(t *testing.T) {
 	msg := `{"type":"chat","from":"alice","text":"hi"}`
 	require.NoError(t, a.Publish(context.Background(), []byte(msg)))
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, 2*time.Second, "chat on "+n.Node(), func() bool {
+		n.rec.waitFor(t, testWait, "chat on "+n.Node(), func() bool {
 			n.rec.mu.Lock()
 			defer n.rec.mu.Unlock()
 			return len(n.rec.chats) == 1 && n.rec.chats[0] == msg
@@ -162,7 +162,7 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	a.SetLocal("bob", 1)
 	b.SetLocal("bob", 1)
 	a.SetLocal("carol", 1) // only on the node that dies: the control
-	b.rec.waitFor(t, 2*time.Second, "bob has 2 connections", func() bool {
+	b.rec.waitFor(t, testWait, "bob has 2 connections", func() bool {
 		n, err := b.Lookup(ctx, "bob")
 		return err == nil && n == 2
 	})
@@ -170,8 +170,8 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	a.crash()
 	a.stopRun()
 	// carol's offline proves a's leases expired and were claimed.
-	b.rec.waitFor(t, 3*testTimeout, "carol offline", func() bool { return b.rec.count("carol", false) == 1 })
-	b.rec.waitFor(t, 2*testTimeout, "bob's lease on a claimed", func() bool {
+	b.rec.waitFor(t, testWait, "carol offline", func() bool { return b.rec.count("carol", false) == 1 })
+	b.rec.waitFor(t, testWait, "bob's lease on a claimed", func() bool {
 		n, err := b.Lookup(ctx, "bob")
 		return err == nil && n == 1
 	})
@@ -193,14 +193,14 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 		dead.SetLocal(fmt.Sprintf("u%d", i), 1)
 	}
 	for _, o := range obs {
-		o.rec.waitFor(t, 2*time.Second, "all online", func() bool { return len(o.rec.all()) == users })
+		o.rec.waitFor(t, testWait, "all online", func() bool { return len(o.rec.all()) == users })
 	}
 
 	crashed := time.Now()
 	dead.crash()
 	dead.stopRun()
 	for _, o := range obs {
-		o.rec.waitFor(t, 2*testTimeout+time.Second, "all offline on "+o.Node(), func() bool { return len(o.rec.all()) == 2*users })
+		o.rec.waitFor(t, testWait, "all offline on "+o.Node(), func() bool { return len(o.rec.all()) == 2*users })
 	}
 	// Give a duplicate a chance to show up: two more claim rounds.
 	time.Sleep(2 * testClaim)
@@ -234,14 +234,14 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	a.SetLocal("dave", 2)
 	a.SetLocal("erin", 1)
 	b.SetLocal("erin", 1)
-	b.rec.waitFor(t, 2*time.Second, "dave and erin online", func() bool {
+	b.rec.waitFor(t, testWait, "dave and erin online", func() bool {
 		n, err := b.Lookup(context.Background(), "erin")
 		return err == nil && n == 2 && b.rec.count("dave", true) == 1
 	})
 
 	start := time.Now()
 	require.NoError(t, a.Close(context.Background()))
-	b.rec.waitFor(t, 2*time.Second, "dave offline", func() bool { return b.rec.count("dave", false) == 1 })
+	b.rec.waitFor(t, testWait, "dave offline", func() bool { return b.rec.count("dave", false) == 1 })
 	assert.Less(t, time.Since(start), time.Second)
 	n, err := b.Lookup(context.Background(), "erin")
 	require.NoError(t, err)
@@ -267,7 +267,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	b.SetLocal("stays-b", 1)
 	a.SetLocal("leaves", 1)
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, 2*time.Second, "three online on "+n.Node(), func() bool { return len(n.rec.all()) == 3 })
+		n.rec.waitFor(t, testWait, "three online on "+n.Node(), func() bool { return len(n.rec.all()) == 3 })
 	}
 
 	srv.kill()
@@ -280,13 +280,13 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	srv.restart()
 
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, 5*time.Second, "leaves offline and arrives online on "+n.Node(), func() bool {
+		n.rec.waitFor(t, testWait, "leaves offline and arrives online on "+n.Node(), func() bool {
 			return n.rec.count("leaves", false) == 1 && n.rec.count("arrives", true) == 1
 		})
 	}
-	a.rec.waitFor(t, 3*time.Second, "redis up again", func() bool { return testutil.ToFloat64(a.m.redisUp) == 1 })
+	a.rec.waitFor(t, testWait, "redis up again", func() bool { return testutil.ToFloat64(a.m.redisUp) == 1 })
 	require.NoError(t, a.Health(ctx))
-	b.rec.waitFor(t, 3*time.Second, "leases re-asserted", func() bool {
+	b.rec.waitFor(t, testWait, "leases re-asserted", func() bool {
 		count, _, err := b.Users(ctx, 0)
 		return err == nil && count == 3
 	})
@@ -306,7 +306,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	}
 	// And the cluster still works after the restart.
 	a.SetLocal("late", 1)
-	b.rec.waitFor(t, 2*time.Second, "late online", func() bool { return b.rec.count("late", true) == 1 })
+	b.rec.waitFor(t, testWait, "late online", func() bool { return b.rec.count("late", true) == 1 })
 }
 
 // A node that was cut off from Redis longer than a lease while Redis itself
@@ -320,18 +320,18 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 	t.Cleanup(func() { _ = ca.Close() })
 	a := startNode(t, testConfig(ca, "a"))
 	a.SetLocal("frank", 1)
-	b.rec.waitFor(t, 2*time.Second, "frank online", func() bool { return b.rec.count("frank", true) == 1 })
+	b.rec.waitFor(t, testWait, "frank online", func() bool { return b.rec.count("frank", true) == 1 })
 
 	p.cut(true)
-	b.rec.waitFor(t, 3*testTimeout, "frank offline after a's lease expired", func() bool { return b.rec.count("frank", false) == 1 })
+	b.rec.waitFor(t, testWait, "frank offline after a's lease expired", func() bool { return b.rec.count("frank", false) == 1 })
 	p.cut(false)
-	b.rec.waitFor(t, 3*time.Second, "frank online again", func() bool { return b.rec.count("frank", true) == 2 })
-	a.rec.waitFor(t, 3*time.Second, "a sees frank online", func() bool {
+	b.rec.waitFor(t, testWait, "frank online again", func() bool { return b.rec.count("frank", true) == 2 })
+	a.rec.waitFor(t, testWait, "a sees frank online", func() bool {
 		n, err := a.Lookup(context.Background(), "frank")
 		return err == nil && n == 1
 	})
 	// a's clients may have seen frank's cluster-wide offline; they end online.
-	a.rec.waitFor(t, 3*time.Second, "a's last edge for frank is online", func() bool {
+	a.rec.waitFor(t, testWait, "a's last edge for frank is online", func() bool {
 		edges := a.rec.all()
 		return len(edges) > 0 && edges[len(edges)-1].uid == "frank" && edges[len(edges)-1].on
 	})
@@ -347,13 +347,13 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 	a.SetLocal("on-a", 1)
 	b.SetLocal("on-b", 1)
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, 2*time.Second, "both online on "+n.Node(), func() bool { return len(n.rec.all()) == 2 })
+		n.rec.waitFor(t, testWait, "both online on "+n.Node(), func() bool { return len(n.rec.all()) == 2 })
 	}
 
 	srv.freeze(true)
 	time.Sleep(3 * testTimeout)
 	srv.freeze(false)
-	a.rec.waitFor(t, 5*time.Second, "a reaches redis again", func() bool { return a.Health(context.Background()) == nil })
+	a.rec.waitFor(t, testWait, "a reaches redis again", func() bool { return a.Health(context.Background()) == nil })
 	// Several claim rounds and a reconciliation later, nobody flickered.
 	time.Sleep(2 * testTimeout)
 	for _, n := range []*node{a, b} {
@@ -366,7 +366,7 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 	assert.Equal(t, 2, count)
 
 	a.crash()
-	b.rec.waitFor(t, 3*testTimeout, "on-a offline after a crashed", func() bool { return b.rec.count("on-a", false) == 1 })
+	b.rec.waitFor(t, testWait, "on-a offline after a crashed", func() bool { return b.rec.count("on-a", false) == 1 })
 }
 
 // The engine on a Redis Cluster (one master holding every slot): scripts
@@ -410,7 +410,7 @@ func TestRedisClusterMode(t *testing.T) {
 		a.SetLocal(fmt.Sprintf("c%d", i), 1)
 	}
 	b.SetLocal("c0", 1)
-	b.rec.waitFor(t, 2*time.Second, "8 users online on b", func() bool { return len(b.rec.all()) == 8 })
+	b.rec.waitFor(t, testWait, "8 users online on b", func() bool { return len(b.rec.all()) == 8 })
 	count, users, err := b.Users(ctx, 3)
 	require.NoError(t, err)
 	assert.Equal(t, 8, count)
@@ -419,13 +419,13 @@ func TestRedisClusterMode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 	require.NoError(t, a.Publish(ctx, []byte(`{"type":"chat"}`)))
-	b.rec.waitFor(t, 2*time.Second, "chat on b", func() bool {
+	b.rec.waitFor(t, testWait, "chat on b", func() bool {
 		b.rec.mu.Lock()
 		defer b.rec.mu.Unlock()
 		return len(b.rec.chats) == 1
 	})
 
 	a.crash()
-	b.rec.waitFor(t, 3*testTimeout, "a's users offline", func() bool { return len(b.rec.all()) == 15 })
+	b.rec.waitFor(t, testWait, "a's users offline", func() bool { return len(b.rec.all()) == 15 })
 	assert.Equal(t, 0, b.rec.count("c0", false))
 }

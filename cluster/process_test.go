@@ -183,7 +183,9 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	_, seen := bob.await(t, 3*timeout, "carol offline", presence("carol", false))
 	took := time.Since(killed)
 	t.Logf("SIGKILL to offline on the other node: %v (timeout %v)", took, timeout)
-	assert.Less(t, took, timeout+timeout/2, "offline within about one timeout")
+	// About one timeout (lease expiry plus a claim round); the slack absorbs
+	// three processes and Redis under -race on a 2-core machine.
+	assert.Less(t, took, 2*timeout, "offline within about one timeout")
 
 	// A while longer: no second offline for carol, none at all for alice.
 	more := time.After(timeout)

@@ -225,8 +225,11 @@ type node struct {
 
 const (
 	testTimeout = 600 * time.Millisecond
-	testRenew   = 200 * time.Millisecond
-	testClaim   = 100 * time.Millisecond
+	// testWait bounds waits for what must happen eventually; generous, so a
+	// loaded machine under -race does not fail them. Latencies are logged.
+	testWait  = 10 * time.Second
+	testRenew = 200 * time.Millisecond
+	testClaim = 100 * time.Millisecond
 )
 
 func testConfig(c redis.UniversalClient, name string) Config {
