@@ -509,8 +509,10 @@ func TestReconnectStormLeavesOneCorrectPresence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := rbStart(t, transport.Config{Slots: 26, Tick: 20 * time.Millisecond, Grace: tc.grace,
-				CloseTimeout: 200 * time.Millisecond}) // 500 ms timeout
+			// A 2 s timeout: 20 dialers under -race on a loaded machine can
+			// take a connection's welcome past a shorter one.
+			s := rbStart(t, transport.Config{Slots: 101, Tick: 20 * time.Millisecond, Grace: tc.grace,
+				CloseTimeout: 200 * time.Millisecond})
 			obs, err := s.rbDial(rbDialer(0), "observer")
 			require.NoError(t, err)
 			defer obs.Close()
