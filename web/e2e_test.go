@@ -431,8 +431,10 @@ func TestE2E(t *testing.T) {
 		t.Logf("silenced %s went offline after %v (timeout %v, tick %v)", victim, gone, e2eTimeout, e2eTick)
 		// Offline comes from the ring, not from the page: the silence frame
 		// itself (sent after start) is the last keepalive, so not before the
-		// timeout has run, and within one more tick of it.
-		assert.GreaterOrEqual(t, gone, e2eTimeout, "dropped too early")
+		// timeout has run (less how late the server's step may run on a busy
+		// machine: a touch counts from the last step taken), and within one
+		// more tick of it.
+		assert.GreaterOrEqual(t, gone, e2eTimeout-e2eTick/2, "dropped too early")
 		assert.LessOrEqual(t, gone, e2eTimeout+e2eTick+slack, "dropped too late")
 
 		// The others kept sending keepalives and outlived a whole timeout.
