@@ -181,8 +181,17 @@ print_table() {
 	printf '%s\n' "${ROWS[@]}"
 }
 
-metric() { # name -> value from presenced's /metrics
-	curl -fsS "$HTTP/metrics" | awk -v m="$1" '$1 == m {print $2}'
+
+# soak_row LABEL: one markdown row of presenced's goroutines and memory now.
+soak_row() {
+	local m
+	m=$(curl -fsS "$HTTP/metrics")
+	awk -v label="$1" -v rss="$(rss_kb "$SERVER_PID")" '
+		$1 == "go_goroutines" {g = $2}
+		$1 == "go_memstats_heap_alloc_bytes" {h = $2}
+		$1 == "go_memstats_next_gc_bytes" {n = $2}
+		$1 == "go_memstats_stack_inuse_bytes" {s = $2}
+		END {printf "| %s | %d | %.1f | %.1f | %.1f | %.1f |\n", label, g, h/1048576, n/1048576, s/1048576, rss/1024}' <<<"$m"
 }
 
 soak() {
@@ -194,11 +203,9 @@ soak() {
 		-source-first 127.0.0.30 >"$OUT/soak-steady.json" 2>"$OUT/soak-steady.progress" &
 	local steady=$!
 	sleep $((RAMP + 5))
-	local g0 h0 r0 g1 h1 r1
-	g0=$(metric go_goroutines)
-	h0=$(metric go_memstats_heap_alloc_bytes)
-	r0=$(rss_kb "$SERVER_PID")
-	log "soak start: goroutines $g0, heap ${h0} B, RSS ${r0} kB"
+	local start_row end_row
+	start_row=$(soak_row start)
+	log "soak $start_row"
 	local end=$((SECONDS + secs)) round=0 failed=0
 	local churn_secs=$(((TIMEOUT_MS / 1000) + 15))
 	while ((SECONDS + churn_secs + 5 < end)); do
@@ -206,24 +213,24 @@ soak() {
 		"$OUT/loadgen" -url "$URL" -conns "$churn" -ramp 5s -duration "$((5 + churn_secs))s" -every "$EVERY" \
 			-silent $((churn * SILENT_PCT / 100)) -users "$(((churn + USERS_PER - 1) / USERS_PER))" \
 			-uid-prefix "churn$round-" -source-first 127.0.0.40 >>"$OUT/soak-churn.json" 2>/dev/null || {
-			failed=$((failed + 1))
 			log "churn round $round: loadgen exit $?"
+			failed=$((failed + 1))
 		}
-		log "soak t=$((secs - end + SECONDS))s round $round: goroutines $(metric go_goroutines), heap $(metric go_memstats_heap_alloc_bytes) B, RSS $(rss_kb "$SERVER_PID") kB"
+		log "soak $(soak_row "t=$((secs - end + SECONDS))s round $round")"
 	done
 	while ((SECONDS < end)); do sleep 1; done
-	g1=$(metric go_goroutines)
-	h1=$(metric go_memstats_heap_alloc_bytes)
-	r1=$(rss_kb "$SERVER_PID")
+	end_row=$(soak_row end)
 	wait "$steady" || log "steady loadgen exit $?"
 	echo
 	echo "Soak: ${secs}s, $conns steady clients (app ping every $EVERY), $round churn rounds of $churn clients (${SILENT_PCT}% silent),"
 	echo "$USERS_PER connections per user."
 	echo
-	echo "| | goroutines | heap alloc (MB) | RSS (MB) |"
-	echo "|---|---:|---:|---:|"
-	awk -v g="$g0" -v h="$h0" -v r="$r0" 'BEGIN{ printf "| start | %d | %.1f | %.1f |\n", g, h/1048576, r/1024 }'
-	awk -v g="$g1" -v h="$h1" -v r="$r1" 'BEGIN{ printf "| end | %d | %.1f | %.1f |\n", g, h/1048576, r/1024 }'
+	echo "| | goroutines | heap alloc (MB) | heap goal (MB) | stacks (MB) | RSS (MB) |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	echo "$start_row"
+	echo "$end_row"
+	echo
+	echo "The heap goal is twice the live heap after the last GC (GOGC=100): the steadier figure."
 	echo
 	echo "steady clients: $(cat "$OUT/soak-steady.json")"
 	echo "churn rounds that failed (a live client closed or a silent one not closed with 4408): $failed of $round"
