@@ -3,3 +3,8 @@ module github.com/presenced/presenced/bench/baseline
 go 1.26.0
 
 require github.com/gorilla/websocket v1.5.3
+
+require (
+	github.com/stretchr/testify v1.12.1
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
