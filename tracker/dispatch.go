@@ -19,10 +19,11 @@ type event[K comparable] struct {
 // arrive and gone when the queue is empty, so an idle Tracker holds no
 // goroutine and a slow callback never delays a step.
 //
-// The queue is unbounded by design, so no event is ever dropped, but it is
-// bounded in practice by the keys tracked: a key queues OnOnline only when it
-// was untracked, OnIdle at most once per silence and OnOffline once per
-// timeout, so while callbacks keep up it holds at most a few events per key.
+// The queue has no cap, so no event is ever dropped; it is bounded by the keys
+// tracked instead. Between two steps a key queues at most one OnOnline (when it
+// was untracked; only a Remove untracks it without a step) and a step queues at
+// most one OnIdle or OnOffline per key, so while callbacks keep up with the
+// ring the queue holds at most about two events per key.
 type dispatcher[K comparable] struct {
 	mu      sync.Mutex
 	cond    sync.Cond // signalled when running turns false
