@@ -40,16 +40,23 @@ func keys1M() ([]string, []int32) {
 	return benchKeyS, benchPerm
 }
 
-func BenchmarkTouch(b *testing.B) {
-	keys, perm := keys1M()
+// filled returns a default tracker holding the million keys.
+func filled(b *testing.B) *Tracker[string] {
+	keys, _ := keys1M()
 	tr, err := New(Config[string]{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer tr.Close()
 	for _, k := range keys {
 		tr.Touch(k)
 	}
+	return tr
+}
+
+func BenchmarkTouch(b *testing.B) {
+	keys, perm := keys1M()
+	tr := filled(b)
+	defer tr.Close()
 	var next atomic.Uint32
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -68,14 +75,8 @@ func BenchmarkTouch(b *testing.B) {
 // the same step and only load).
 func BenchmarkTouchMoving(b *testing.B) {
 	keys, perm := keys1M()
-	tr, err := New(Config[string]{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tr := filled(b)
 	defer tr.Close()
-	for _, k := range keys {
-		tr.Touch(k)
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
