@@ -2,15 +2,9 @@ package cluster
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,71 +12,16 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/internal/presencedtest"
 )
 
-// presencedProc is a real cmd/presenced process.
-type presencedProc struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan struct{}
-}
-
-// binDir holds the built presenced; TestMain removes it.
-var binDir string
-
-// buildPresenced builds cmd/presenced once per test binary.
-var buildPresenced = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "presenced-bin")
-	if err != nil {
-		return "", err
-	}
-	binDir = dir
-	bin := filepath.Join(dir, "presenced")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/presenced").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/presenced: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-func startPresenced(t *testing.T, redisAddr, node string, slots int, tick time.Duration) *presencedProc {
+// startPresenced runs a real cmd/presenced sharing presence through the
+// Redis at redisAddr.
+func startPresenced(t *testing.T, bin, redisAddr, node string, slots int, tick time.Duration) *presencedtest.Process {
 	t.Helper()
-	bin, err := buildPresenced()
-	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	cmd := exec.Command(bin, "-addr", addr, "-redis", "redis://"+redisAddr+"/0", "-node", node,
+	return presencedtest.Start(t, bin, "-redis", "redis://"+redisAddr+"/0", "-node", node,
 		"-slots", strconv.Itoa(slots), "-tick", tick.String())
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	p := &presencedProc{cmd: cmd, addr: addr, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("presenced %s exited before it was healthy", node)
-		default:
-		}
-		require.True(t, time.Now().Before(deadline), "presenced %s never became healthy: %v", node, err)
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // wsClient is one WebSocket client that keeps itself alive with pings and
@@ -157,28 +96,26 @@ func (c *wsClient) await(t *testing.T, within time.Duration, what string, match 
 // surviving nodes within about one timeout, exactly once. Then a node stopped
 // with SIGTERM takes its users offline at once.
 func TestSIGKILLedPresencedNode(t *testing.T) {
-	if _, err := os.Stat("../cmd/presenced"); err != nil {
-		t.Skip("cmd/presenced is not in the tree yet")
-	}
 	srv := startRedis(t)
 	const slots, tick = 11, 200 * time.Millisecond // a 2 s timeout: real processes on a shared machine
 	timeout := (slots - 1) * tick
-	n1 := startPresenced(t, srv.addr(), "n1", slots, tick)
-	n2 := startPresenced(t, srv.addr(), "n2", slots, tick)
-	n3 := startPresenced(t, srv.addr(), "n3", slots, tick)
-	eve := connect(t, n3.addr, "eve", timeout/4)
+	bin := presencedtest.Build(t)
+	n1 := startPresenced(t, bin, srv.addr(), "n1", slots, tick)
+	n2 := startPresenced(t, bin, srv.addr(), "n2", slots, tick)
+	n3 := startPresenced(t, bin, srv.addr(), "n3", slots, tick)
+	eve := connect(t, n3.Addr, "eve", timeout/4)
 	eve.await(t, 5*time.Second, "eve's welcome", func(f frame) bool { return f.Type == "welcome" })
 
-	bob := connect(t, n2.addr, "bob", timeout/4)
+	bob := connect(t, n2.Addr, "bob", timeout/4)
 	bob.await(t, 5*time.Second, "bob's welcome", func(f frame) bool { return f.Type == "welcome" })
-	connect(t, n1.addr, "alice", timeout/4)
-	connect(t, n2.addr, "alice", timeout/4)
-	connect(t, n1.addr, "carol", timeout/4)
+	connect(t, n1.Addr, "alice", timeout/4)
+	connect(t, n2.Addr, "alice", timeout/4)
+	connect(t, n1.Addr, "carol", timeout/4)
 	bob.await(t, 5*time.Second, "alice online", presence("alice", true))
 	bob.await(t, 5*time.Second, "carol online", presence("carol", true))
 
-	require.NoError(t, n1.cmd.Process.Signal(syscall.SIGKILL))
-	<-n1.done
+	require.NoError(t, n1.Signal(syscall.SIGKILL))
+	n1.Wait()
 	killed := time.Now()
 	_, seen := bob.await(t, 3*timeout, "carol offline", presence("carol", false))
 	took := time.Since(killed)
@@ -209,7 +146,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	assert.Equal(t, 1, carol, "carol's offline frames")
 	assert.Equal(t, 0, alice, "alice has a tab on n2")
 
-	resp, err := http.Get("http://" + n2.addr + "/api/presence/alice")
+	resp, err := http.Get("http://" + n2.Addr + "/api/presence/alice")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var u struct {
@@ -220,7 +157,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	assert.True(t, u.Online)
 	assert.Equal(t, 1, u.Connections)
 
-	metrics, err := http.Get("http://" + n2.addr + "/metrics")
+	metrics, err := http.Get("http://" + n2.Addr + "/metrics")
 	require.NoError(t, err)
 	body, err := io.ReadAll(metrics.Body)
 	metrics.Body.Close()
@@ -230,7 +167,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	// A graceful stop (SIGTERM) drops n2's leases at once: well before a
 	// lease could expire, eve on n3 sees alice and bob go offline.
 	stopped := time.Now()
-	require.NoError(t, n2.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, n2.Signal(syscall.SIGTERM))
 	_, seenA := eve.await(t, 3*timeout, "bob offline", presence("bob", false))
 	_, seenB := eve.await(t, 3*timeout, "alice offline", presence("alice", false))
 	took = time.Since(stopped)
@@ -243,6 +180,5 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	assert.Equal(t, 1, carol, "carol's offline frames on n3")
 	t.Logf("SIGTERM to offline on another node: %v", took)
 	assert.Less(t, took, timeout/2)
-	<-n2.done
-	assert.Equal(t, 0, n2.cmd.ProcessState.ExitCode())
+	assert.Equal(t, 0, n2.Wait())
 }

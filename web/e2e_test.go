@@ -1,11 +1,9 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +20,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/internal/presencedtest"
 )
 
 // The e2e ring: 21 slots of 100 ms, so the timeout is 2 s.
@@ -68,111 +67,19 @@ func needChromium(t *testing.T) string {
 }
 
 // server is a presenced process on a loopback port.
-type server struct {
-	t     *testing.T
-	bin   string
-	addr  string
-	flags []string
-	base  string // http://127.0.0.1:port
-	out   *syncBuffer
-	cmd   *exec.Cmd
-	done  chan struct{}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type server struct{ *presencedtest.Process }
 
 // startPresenced builds ./cmd/presenced (or takes $PRESENCED_BIN) and runs it
 // on a free loopback port with the given flags; it stops it with SIGTERM when
 // the test ends.
 func startPresenced(t *testing.T, flags ...string) *server {
 	t.Helper()
-	bin := os.Getenv("PRESENCED_BIN")
-	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "presenced")
-		build := exec.Command("go", "build", "-o", bin, "github.com/presenced/presenced/cmd/presenced")
-		out, err := build.CombinedOutput()
-		require.NoError(t, err, "go build ./cmd/presenced:\n%s", out)
-	}
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-
-	s := &server{t: t, bin: bin, addr: addr, flags: flags, base: "http://" + addr, out: &syncBuffer{}}
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("presenced output:\n%s", s.out.String())
-		}
-	})
-	s.start()
-	return s
-}
-
-// start runs the process and waits until /healthz answers.
-func (s *server) start() {
-	t := s.t
-	t.Helper()
-	s.cmd = exec.Command(s.bin, append([]string{"-addr", s.addr}, s.flags...)...)
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	require.NoError(t, s.cmd.Start(), "start presenced")
-	done := make(chan struct{})
-	s.done = done
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	require.Eventually(t, func() bool {
-		select {
-		case <-done:
-			return true // exited: reported below
-		default:
-		}
-		res, err := http.Get(s.base + "/healthz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	}, 15*time.Second, 20*time.Millisecond, "presenced did not become healthy")
-	select {
-	case <-done:
-		t.Fatalf("presenced exited at start:\n%s", s.out.String())
-	default:
-	}
-}
-
-// stop sends SIGTERM, the graceful shutdown, and waits for the exit.
-func (s *server) stop() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-	s.cmd = nil
+	return &server{presencedtest.Start(t, presencedtest.Build(t), flags...)}
 }
 
 func (s *server) getJSON(t *testing.T, path string, v any) {
 	t.Helper()
-	res, err := http.Get(s.base + path)
+	res, err := http.Get(s.URL + path)
 	require.NoError(t, err, "GET %s", path)
 	defer res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode, "GET %s", path)
@@ -370,7 +277,7 @@ func TestE2E(t *testing.T) {
 	a := b.ctx
 
 	// The page works with no parameters: it picks a guest ID and connects.
-	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(srv.base+"/"),
+	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
 	uid := eval[string](t, a, `document.getElementById('me-uid').textContent`)
 	require.Regexp(t, `^guest-[0-9a-z]{4}$`, uid)
@@ -462,7 +369,7 @@ func TestE2E(t *testing.T) {
 
 	t.Run("chat between two pages", func(t *testing.T) {
 		bob := b.tab("page 2")
-		do(t, bob, "open a second page", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.base+"/?uid=e2e-bob"),
+		do(t, bob, "open a second page", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.URL+"/?uid=e2e-bob"),
 			chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
 		assert.Equal(t, "e2e-bob", eval[string](t, bob, `document.getElementById('me-uid').textContent`), "?uid= is honoured")
 		waitJS(t, a, "bob listed on page 1", `!!document.querySelector('#users li[data-uid="e2e-bob"]')`, 5*time.Second)
@@ -505,7 +412,7 @@ func TestE2E(t *testing.T) {
 	t.Run("reconnect after a server restart", func(t *testing.T) {
 		from := time.Now()
 		defer func() { b.outage(from, time.Now()) }()
-		srv.stop() // SIGTERM: every connection gets 1001
+		srv.Stop() // SIGTERM: every connection gets 1001
 		waitJS(t, a, "the page to notice", `document.getElementById('me').dataset.state !== "live"`, 5*time.Second)
 		waitJS(t, a, "close 1001 shown", `document.getElementById('me-close').textContent.startsWith("1001")`, time.Second)
 		assert.Contains(t, eval[string](t, a, `document.querySelector('#log li[data-kind="conn"]').textContent`), "reconnecting with backoff")
@@ -513,7 +420,7 @@ func TestE2E(t *testing.T) {
 		assert.Regexp(t, `^reconnect try 1 in `, eval[string](t, a, `document.getElementById('me-state').textContent`))
 		// Let it fail at least once against the closed port before the server returns.
 		waitJS(t, a, "a failed try", `/^reconnect try [2-9] in /.test(document.getElementById('me-state').textContent)`, 10*time.Second)
-		srv.start()
+		srv.Restart()
 		waitJS(t, a, "reconnected", `document.getElementById('me').dataset.state === "live"`, 20*time.Second)
 		assert.True(t, srv.online(t, uid), "%s online at the restarted server", uid)
 		// A refused attempt is a 1006 without a close frame.
@@ -548,9 +455,9 @@ func TestDemoScreenshot(t *testing.T) {
 	b := startBrowser(t, chromium)
 	a := b.ctx
 	bob := b.tab("page 2")
-	do(t, bob, "open bob", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.base+"/?uid=bob"),
+	do(t, bob, "open bob", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.URL+"/?uid=bob"),
 		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
-	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), colorScheme("light"), chromedp.Navigate(srv.base+"/"),
+	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), colorScheme("light"), chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)),
 		chromedp.SetValue(chromedp.CSS("#spawn-n"), "6"), chromedp.Click(chromedp.CSS("#spawn")))
 	waitJS(t, a, "6 live", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 6`, 5*time.Second)

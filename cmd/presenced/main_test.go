@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,6 +16,8 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/internal/presencedtest"
 )
 
 const waitLong = 10 * time.Second
@@ -187,31 +185,8 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "presenced")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
-
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-tick", "100ms")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill() })
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				addrc <- m[1]
-			}
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case <-time.After(waitLong):
-		t.Fatal("the server did not start")
-	}
+	p := presencedtest.Start(t, presencedtest.Build(t), "-tick", "100ms")
+	addr := p.Addr
 
 	var clients []*websocket.Conn
 	for _, uid := range []string{"alice", "bob"} {
@@ -222,7 +197,7 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 		require.NoError(t, err)
 		clients = append(clients, ws)
 	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.Signal(syscall.SIGTERM))
 	for _, ws := range clients {
 		require.NoError(t, ws.SetReadDeadline(time.Now().Add(waitLong)))
 		var err error
@@ -233,11 +208,11 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 		assert.Equal(t, websocket.CloseGoingAway, ce.Code)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan int, 1)
+	go func() { exited <- p.Wait() }()
 	select {
-	case err := <-exited:
-		assert.NoError(t, err, "exit status 0")
+	case code := <-exited:
+		assert.Equal(t, 0, code, "exit status 0")
 	case <-time.After(waitLong):
 		t.Fatal("the server did not exit after SIGTERM")
 	}
