@@ -318,10 +318,10 @@ func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool
 	cur := uint32(now) & atMask
 	for _, i := range list {
 		e := &tb.entries[i]
-		if !live(e.ttl.Load()) || e.meta.Load()&atMask != cur {
+		ttl := int64(e.ttl.Load())
+		if !live(uint32(ttl)) || e.meta.Load()&atMask != cur {
 			continue // removed, expired, or rescheduled: a stale index
 		}
-		ttl := int64(e.ttl.Load())
 		var at int64
 	check:
 		w := e.word.Load()
