@@ -1,6 +1,9 @@
 package tracker
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 type eventKind uint8
 
@@ -8,11 +11,13 @@ const (
 	online eventKind = iota
 	idle
 	offline
+	stepped
 )
 
 type event[K comparable] struct {
 	kind eventKind
 	key  K
+	took time.Duration // stepped only
 }
 
 // dispatcher runs callbacks on a goroutine of its own, started when events
@@ -81,6 +86,8 @@ func (d *dispatcher[K]) call(ev event[K]) {
 		t.onIdle(ev.key)
 	case offline:
 		t.onOffline(ev.key)
+	case stepped:
+		t.onStep(ev.took)
 	}
 }
 

@@ -46,6 +46,10 @@ type Config[K comparable] struct {
 	OnOnline  func(key K)   // first Touch of a key that was not tracked
 	OnIdle    func(key K)   // probe stage: e.g. send a WebSocket ping
 	OnOffline func(key K)   // the key timed out
+	// OnStep, if set, is called after every step, by Run or Advance, after
+	// that step's OnIdle and OnOffline calls, with how long the step's scan
+	// took. A caller that batches work per step flushes it here.
+	OnStep func(took time.Duration)
 }
 
 // Tracker tracks keys that must keep touching to stay online. Create one with
@@ -57,6 +61,7 @@ type Tracker[K comparable] struct {
 	onOnline  func(K)
 	onIdle    func(K)
 	onOffline func(K)
+	onStep    func(time.Duration)
 
 	seed   maphash.Seed
 	shards []shard[K]
@@ -111,6 +116,7 @@ func New[K comparable](cfg Config[K]) (*Tracker[K], error) {
 		onOnline:  cfg.OnOnline,
 		onIdle:    cfg.OnIdle,
 		onOffline: cfg.OnOffline,
+		onStep:    cfg.OnStep,
 		seed:      maphash.MakeSeed(),
 		shards:    make([]shard[K], nshards),
 		mask:      uint64(nshards - 1),
@@ -286,6 +292,7 @@ func (t *Tracker[K]) Advance() []K {
 func (t *Tracker[K]) step(collect bool) []K {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
+	start := time.Now()
 	now := t.now.Load() + 1
 	var expired []K
 	if collect && t.lastExpired > 0 {
@@ -296,6 +303,10 @@ func (t *Tracker[K]) step(collect bool) []K {
 	}
 	t.lastExpired = len(expired)
 	t.now.Store(now)
+	if t.onStep != nil {
+		// Queued under stepMu, so after every event of this step.
+		t.events.push(event[K]{kind: stepped, took: time.Since(start)})
+	}
 	return expired
 }
 

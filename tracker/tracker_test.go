@@ -466,3 +466,54 @@ func TestConcurrentHotKeysNeverExpire(t *testing.T) {
 		assert.True(t, tr.Online(k))
 	}
 }
+
+// OnStep follows each step's other callbacks, for Advance and Run alike, so
+// a caller that batches per step sees the whole step before it flushes.
+func TestOnStepFollowsTheStepsEvents(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		log []string
+	)
+	record := func(s string) {
+		mu.Lock()
+		log = append(log, s)
+		mu.Unlock()
+	}
+	tr, err := New(Config[string]{
+		Slots:     3,
+		IdleAfter: time.Second,
+		OnIdle:    func(k string) { record("idle " + k) },
+		OnOffline: func(k string) { record("offline " + k) },
+		OnStep: func(took time.Duration) {
+			assert.GreaterOrEqual(t, took, time.Duration(0))
+			record("step")
+		},
+	})
+	require.NoError(t, err)
+	tr.Touch("a")
+	for range 3 {
+		tr.Advance()
+	}
+	tr.Close() // waits for the callbacks
+	assert.Equal(t, []string{"step", "idle a", "step", "offline a", "step"}, log)
+
+	steps := make(chan struct{}, 16)
+	tr, err = New(Config[string]{Tick: time.Millisecond, OnStep: func(time.Duration) {
+		select {
+		case steps <- struct{}{}:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go tr.Run(ctx)
+	for range 3 {
+		select {
+		case <-steps:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "Run did not call OnStep")
+		}
+	}
+}

@@ -24,7 +24,7 @@ func signed(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaim
 }
 
 func TestJWTAuth(t *testing.T) {
-	cfg := slowConfig()
+	cfg := testConfig()
 	cfg.Auth = transport.JWTAuth(jwtSecret)
 	s := startServer(t, cfg)
 	future := time.Now().Add(time.Hour).Unix()
@@ -74,7 +74,7 @@ func TestJWTAuth(t *testing.T) {
 // A token that expires while its socket is open does not end the socket:
 // exp is checked when a connection or heartbeat is authenticated.
 func TestJWTCheckedAtUpgradeOnly(t *testing.T) {
-	cfg := slowConfig()
+	cfg := testConfig()
 	cfg.Auth = transport.JWTAuth(jwtSecret)
 	s := startServer(t, cfg)
 	tok := signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "bob", "exp": time.Now().Add(1100 * time.Millisecond).Unix()})
@@ -86,7 +86,7 @@ func TestJWTCheckedAtUpgradeOnly(t *testing.T) {
 }
 
 func TestCustomAuthenticator(t *testing.T) {
-	cfg := slowConfig()
+	cfg := testConfig()
 	cfg.Auth = transport.AuthenticatorFunc(func(r *http.Request) (string, error) {
 		switch key := r.Header.Get("X-Api-Key"); key {
 		case "k1":
@@ -130,7 +130,7 @@ func TestValidUID(t *testing.T) {
 // Refusals happen before the upgrade: a plain HTTP request sees the status
 // and a JSON error body.
 func TestRefusalIsPlainHTTP(t *testing.T) {
-	cfg := slowConfig()
+	cfg := testConfig()
 	cfg.Auth = transport.JWTAuth(jwtSecret)
 	hub, err := transport.New(cfg)
 	require.NoError(t, err)

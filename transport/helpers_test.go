@@ -1,65 +1,171 @@
 package transport_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strings"
+	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/transport"
 )
 
-// waitLong bounds every wait for an event; tests normally see it in a few
-// ticks, this is only a safety net against hanging.
-const waitLong = 5 * time.Second
+// waitLong bounds every wait for something that must happen. Tests normally
+// see it at once; the bound only keeps a broken test from hanging, so it is
+// generous enough for -race on a machine whose cores are all busy.
+const waitLong = 20 * time.Second
 
 type testServer struct {
-	hub *transport.Hub
-	srv *httptest.Server
-	reg *prometheus.Registry
+	hub  *transport.Hub
+	srv  *httptest.Server
+	reg  *prometheus.Registry
+	addr string // 127.0.0.1:port
 }
 
-// slowConfig has a timeout (3 s) long enough that no test client idles out
-// while a functional test runs.
-func slowConfig() transport.Config {
+// testConfig has a 30-step timeout. Under startServer the ring steps only
+// when the test calls step, so no client idles out while a test runs,
+// however busy the machine.
+func testConfig() transport.Config {
 	return transport.Config{Slots: 31, Tick: 100 * time.Millisecond}
 }
 
-// fastConfig has a 200 ms timeout and a 50 ms tick, for timing tests: a
-// ping goes out 100-150 ms after the last frame, so its pong has at least
-// 50 ms, a lot on loopback, even under -race on a busy machine.
-func fastConfig() transport.Config {
-	return transport.Config{Slots: 5, Tick: 50 * time.Millisecond, CloseTimeout: 200 * time.Millisecond}
+// serverOptions are how a test server differs from the usual one.
+type serverOptions struct {
+	// clock steps the ring from the wall clock, as in production; without
+	// it only step moves time.
+	clock bool
+	// headerTimeout is the http.Server's ReadHeaderTimeout, as
+	// cmd/presenced sets one; 0 means waitLong.
+	headerTimeout time.Duration
+	// sendBuffer > 0 fixes the socket send buffer of every accepted
+	// connection (else loopback autotuning grows it to megabytes and hides a
+	// client that stops reading).
+	sendBuffer int
 }
 
+// startServer serves a Hub for cfg on loopback whose ring steps only when
+// the test calls step.
 func startServer(t *testing.T, cfg transport.Config) *testServer {
+	return startServerWith(t, cfg, serverOptions{})
+}
+
+func startServerWith(t *testing.T, cfg transport.Config, opts serverOptions) *testServer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	if cfg.Registerer == nil {
 		cfg.Registerer = reg
 	}
-	hub, err := transport.New(cfg)
+	newHub := transport.NewManual
+	if opts.clock {
+		newHub = transport.New
+	}
+	hub, err := newHub(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(hub)
+	srv := httptest.NewUnstartedServer(hub)
+	srv.Config.ReadHeaderTimeout = cmp(opts.headerTimeout, waitLong)
+	if opts.sendBuffer > 0 {
+		srv.Listener = smallSendBuffers{srv.Listener, opts.sendBuffer}
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 		defer cancel()
-		require.NoError(t, hub.Shutdown(ctx))
+		assert.NoError(t, hub.Shutdown(ctx))
 		srv.Close()
 	})
-	return &testServer{hub: hub, srv: srv, reg: reg}
+	return &testServer{hub: hub, srv: srv, reg: reg, addr: srv.Listener.Addr().String()}
+}
+
+func cmp[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+type smallSendBuffers struct {
+	net.Listener
+	size int
+}
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.(*net.TCPConn).SetWriteBuffer(l.size); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("set send buffer: %w", err)
+	}
+	return c, nil
+}
+
+// step moves the ring n steps, as n ticks of the clock would.
+func (s *testServer) step(n int) {
+	for range n {
+		s.hub.Step()
+	}
 }
 
 func (s *testServer) wsURL(query string) string {
-	return "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/ws?" + query
+	return "ws://" + s.addr + "/ws?" + query
+}
+
+// dialer dials clients; rcvBuf > 0 shrinks the client's socket receive
+// buffer, so a client that stops reading backs up into the server quickly.
+func dialer(rcvBuf int) *websocket.Dialer {
+	nd := &net.Dialer{Timeout: waitLong}
+	if rcvBuf > 0 {
+		// Before connect, so the window offered in the handshake is small too.
+		nd.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvBuf)
+			})
+			return errors.Join(err, serr)
+		}
+	}
+	return &websocket.Dialer{HandshakeTimeout: waitLong, NetDialContext: nd.DialContext}
+}
+
+// connect opens a WebSocket as uid with d and reads its welcome frame. It
+// returns an error rather than failing, so goroutines may call it. The
+// server has registered the connection when it returns: the welcome comes
+// after that.
+func (s *testServer) connect(d *websocket.Dialer, uid string) (*websocket.Conn, error) {
+	ws, resp, err := d.Dial(s.wsURL("uid="+url.QueryEscape(uid)), nil)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", uid, err)
+	}
+	var m struct{ Type string }
+	_ = ws.SetReadDeadline(time.Now().Add(waitLong))
+	if err := ws.ReadJSON(&m); err != nil || m.Type != "welcome" {
+		ws.Close()
+		return nil, fmt.Errorf("welcome for %s: type %q, err %v", uid, m.Type, err)
+	}
+	_ = ws.SetReadDeadline(time.Time{})
+	return ws, nil
 }
 
 // dial opens a WebSocket as uid (demo auth) and returns it after reading the
@@ -74,7 +180,7 @@ func (s *testServer) dial(t *testing.T, uid string) (*websocket.Conn, map[string
 
 func (s *testServer) dialRaw(t *testing.T, query string, header http.Header) *websocket.Conn {
 	t.Helper()
-	ws, resp, err := websocket.DefaultDialer.Dial(s.wsURL(query), header)
+	ws, resp, err := dialer(0).Dial(s.wsURL(query), header)
 	require.NoError(t, err)
 	resp.Body.Close()
 	t.Cleanup(func() { ws.Close() })
@@ -84,13 +190,53 @@ func (s *testServer) dialRaw(t *testing.T, query string, header http.Header) *we
 // dialStatus attempts an upgrade that must fail and returns the HTTP status.
 func (s *testServer) dialStatus(t *testing.T, query string, header http.Header) int {
 	t.Helper()
-	ws, resp, err := websocket.DefaultDialer.Dial(s.wsURL(query), header)
+	ws, resp, err := dialer(0).Dial(s.wsURL(query), header)
 	if ws != nil {
 		ws.Close()
 	}
 	require.ErrorIs(t, err, websocket.ErrBadHandshake)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// upgradeRaw performs the WebSocket handshake by hand on a raw TCP
+// connection, so the test can then write bytes no client library would.
+func (s *testServer) upgradeRaw(t *testing.T, uid string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", s.addr, waitLong)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	key := make([]byte, 16)
+	_, _ = rand.Read(key)
+	fmt.Fprintf(c, "GET /ws?uid=%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", uid, s.addr, base64.StdEncoding.EncodeToString(key))
+	br := bufio.NewReader(c)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(waitLong)))
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	return c, br
+}
+
+// ended fails unless the server closes c: it reads (and discards) until EOF
+// or a reset, failing on a timeout.
+func ended(t *testing.T, c net.Conn, r io.Reader) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(waitLong)))
+	_, err := io.Copy(io.Discard, r)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "server did not close the connection")
+}
+
+// alive checks the server still serves a fresh client: welcome, then a pong
+// for a ping.
+func (s *testServer) alive(t *testing.T, uid string) {
+	t.Helper()
+	ws, err := s.connect(dialer(0), uid)
+	require.NoError(t, err)
+	defer ws.Close()
+	send(t, ws, `{"type":"ping"}`)
+	readUntil(t, ws, `{"type":"pong"}`)
 }
 
 func readRaw(t *testing.T, ws *websocket.Conn) string {
@@ -166,6 +312,14 @@ func (s *testServer) user(t *testing.T, uid string) userPresence {
 	return p
 }
 
+// onlineCount is how many users the server reports online.
+func (s *testServer) onlineCount(t *testing.T) int {
+	t.Helper()
+	var p struct{ Count int }
+	require.Equal(t, http.StatusOK, s.getJSON(t, "/api/presence?limit=0", &p))
+	return p.Count
+}
+
 func (s *testServer) heartbeat(t *testing.T, query string, header http.Header) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/api/heartbeat?"+query, nil)
@@ -204,16 +358,39 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 	return 0
 }
 
+// waitMetric waits until a counter or gauge reaches want.
+func (s *testServer) waitMetric(t *testing.T, name string, labels map[string]string, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return metric(t, s.reg, name, labels) == want }, waitLong, time.Millisecond,
+		"%s%v: want %v, have %v", name, labels, want, metric(t, s.reg, name, labels))
+}
+
+// keepalives is how many frames of kind (text, binary, ping, pong,
+// heartbeat) the server has counted as keepalives; each is counted after
+// its touch.
+func (s *testServer) keepalives(t *testing.T, kind string) float64 {
+	return metric(t, s.reg, "presenced_keepalives_total", map[string]string{"kind": kind})
+}
+
 // watcher reads a connection continuously, answering pings as a browser
-// does, so it stays online however long a test waits, and hands over its
-// text frames in order.
+// does, and hands over its text frames in order.
 type watcher struct {
+	ws     *websocket.Conn
 	frames chan string
 	done   chan error
+	pongs  chan string
+	seq    atomic.Int64
 }
 
 func watch(ws *websocket.Conn) *watcher {
-	w := &watcher{frames: make(chan string, 1024), done: make(chan error, 1)}
+	w := &watcher{ws: ws, frames: make(chan string, 1024), done: make(chan error, 1), pongs: make(chan string, 16)}
+	ws.SetPongHandler(func(data string) error {
+		select {
+		case w.pongs <- data:
+		default:
+		}
+		return nil
+	})
 	go func() {
 		for {
 			_, data, err := ws.ReadMessage()
@@ -247,4 +424,63 @@ func (w *watcher) until(t *testing.T, want string) {
 	t.Helper()
 	for w.next(t) != want {
 	}
+}
+
+// sync makes a round trip with a WebSocket ping, so the server has handled
+// every frame this client sent before it (the server reads a connection in
+// order). The ping is itself a keepalive.
+func (w *watcher) sync(t *testing.T) {
+	t.Helper()
+	id := strconv.FormatInt(w.seq.Add(1), 10)
+	require.NoError(t, w.ws.WriteControl(websocket.PingMessage, []byte(id), time.Now().Add(waitLong)))
+	timeout := time.After(waitLong)
+	for {
+		select {
+		case p := <-w.pongs:
+			if p == id {
+				return
+			}
+		case err := <-w.done:
+			require.FailNow(t, "connection closed", "%v", err)
+		case <-timeout:
+			require.FailNow(t, "no pong")
+		}
+	}
+}
+
+// closed returns the error that ended the connection, failing if it is
+// still open after waitLong.
+func (w *watcher) closed(t *testing.T) error {
+	t.Helper()
+	for {
+		select {
+		case _, ok := <-w.frames:
+			if !ok {
+				return <-w.done
+			}
+		case <-time.After(waitLong):
+			require.FailNow(t, "connection still open")
+		}
+	}
+}
+
+// stepEvery steps the ring every d until the returned stop is called, for
+// tests that wait on the idle timeout or a grace period among other things.
+func (s *testServer) stepEvery(d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tk := time.NewTicker(d)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				s.hub.Step()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }

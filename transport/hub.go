@@ -138,7 +138,11 @@ type userState struct {
 
 // New returns a running Hub for cfg: its ring steps and its engine delivers
 // from now on, until Shutdown.
-func New(cfg Config) (*Hub, error) {
+func New(cfg Config) (*Hub, error) { return newHub(cfg, false) }
+
+// newHub is New; with manual set the ring steps only when a test calls
+// tracker.Advance.
+func newHub(cfg Config, manual bool) (*Hub, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -185,6 +189,7 @@ func New(cfg Config) (*Hub, error) {
 		IdleAfter: time.Duration(slots-1) * tick / 2,
 		OnIdle:    h.onIdle,
 		OnOffline: h.onOffline,
+		OnStep:    func(took time.Duration) { h.m.steps.Observe(took.Seconds()) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transport: ring: %w", err)
@@ -206,9 +211,15 @@ func New(cfg Config) (*Hub, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.bg.Add(2)
-	go h.runRing(ctx, tick)
+	h.bg.Add(1)
 	go h.runEngine(ctx)
+	if !manual {
+		h.bg.Add(1)
+		go func() {
+			defer h.bg.Done()
+			h.tracker.Run(ctx)
+		}()
+	}
 	return h, nil
 }
 
@@ -221,30 +232,6 @@ func orDefault[T int | int64 | time.Duration](v, def T) T {
 
 // Timeout is how long a connection may stay silent: (Slots-1)*Tick.
 func (h *Hub) Timeout() time.Duration { return h.tracker.Timeout() }
-
-// runRing steps the ring from the wall clock, like tracker.Run, timing each
-// step for presenced_ring_step_seconds. Steps missed while the process
-// stalled are caught up.
-func (h *Hub) runRing(ctx context.Context, tick time.Duration) {
-	defer h.bg.Done()
-	start := time.Now()
-	timer := time.NewTimer(tick)
-	defer timer.Stop()
-	var done int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		for due := int64(time.Since(start) / tick); done < due && ctx.Err() == nil; done++ {
-			t0 := time.Now()
-			h.tracker.Advance()
-			h.m.steps.Observe(time.Since(t0).Seconds())
-		}
-		timer.Reset(time.Until(start.Add(time.Duration(done+1) * tick)))
-	}
-}
 
 // runEngine keeps the engine's Run going; a networked engine may fail, and
 // is restarted with a capped backoff.

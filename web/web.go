@@ -2,7 +2,7 @@
 //
 // The page is plain HTML, CSS and JavaScript modules with no build step, and
 // it fetches nothing from another origin: it talks to the server that serves
-// it, over /ws (DESIGN §5) and GET /api/ring.
+// it, over /ws and GET /api/ring.
 package web
 
 import (

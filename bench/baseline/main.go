@@ -4,7 +4,7 @@
 // pings, a read deadline extended on every pong (and every message), a
 // 256-slot send channel and 1 KiB buffers.
 //
-// It speaks the subset of presenced's protocol (DESIGN §5) that loadgen uses:
+// It speaks the subset of presenced's protocol that loadgen uses:
 // the welcome frame with timeout_ms, {"type":"ping"} -> {"type":"pong"}, an
 // error frame for anything else, and close 4408 "idle timeout" when nothing
 // arrived for -timeout. It keeps no presence.

@@ -1,4 +1,4 @@
-// A WebSocket client of presenced (DESIGN §5): welcome, ping/pong, chat,
+// A WebSocket client of presenced: welcome, ping/pong, chat,
 // presence, error frames, plus the demo-only "silence" message.
 //
 // Keepalives: after each pong the client waits a fraction of the server's

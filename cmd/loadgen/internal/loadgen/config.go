@@ -1,5 +1,5 @@
 // Package loadgen drives many real WebSocket clients against a presenced-style
-// server (DESIGN §5: welcome, ping/pong, idle close 4408) and measures how
+// server (welcome, ping/pong, idle close 4408) and measures how
 // quickly the server drops clients that go silent and whether it ever drops
 // one that did not.
 //
