@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,32 +55,14 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer that a test may read while run writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // startRun runs the server in-process on a free loopback port and returns
 // its address; the server stops when the test ends.
-func startRun(t *testing.T, args []string, env map[string]string) (string, *syncBuffer) {
+func startRun(t *testing.T, args []string, env map[string]string) (string, *presencedtest.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &presencedtest.SyncBuffer{}
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, out)
