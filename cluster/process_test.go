@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -93,25 +91,6 @@ func (c *wsClient) await(t *testing.T, within time.Duration, what string, match 
 	}
 }
 
-// edgeSources returns who wrote each offline edge of uid in the events
-// streams of a presenced node (default prefix and shards): the node itself
-// when it dropped its lease, "claim:<node>" when a lease expired.
-func edgeSources(t *testing.T, c *redis.Client, uid string) []string {
-	t.Helper()
-	var by []string
-	for shard := range DefaultShards {
-		key := "{presenced:" + strconv.Itoa(shard) + "}:events"
-		msgs, err := c.XRange(context.Background(), key, "-", "+").Result()
-		require.NoError(t, err)
-		for _, m := range msgs {
-			if m.Values["u"] == uid && m.Values["on"] == "0" {
-				by = append(by, m.Values["by"].(string))
-			}
-		}
-	}
-	return by
-}
-
 // connections polls a node until it reports want connections for uid, so a
 // test acts only once the node has registered them.
 func connections(t *testing.T, addr, uid string, want int) {
@@ -171,7 +150,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	_, seen := bob.await(t, processWait, "carol offline", presence("carol", false))
 	t.Logf("SIGKILL to offline on the other node: %v (timeout %v)", time.Since(killed), timeout)
 	// A surviving node claimed carol's expired lease; n1 dropped nothing.
-	by := edgeSources(t, srv.client(t), "carol")
+	by := offlineBy(t, srv.client(t), "presenced", DefaultShards, "carol")
 	require.Len(t, by, 1, "carol's offline edges in Redis")
 	assert.Contains(t, []string{"claim:n2", "claim:n3"}, by[0])
 
@@ -197,7 +176,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	}
 	assert.Equal(t, 1, carol, "carol's offline frames")
 	assert.Equal(t, 0, alice, "alice has a tab on n2")
-	assert.Empty(t, edgeSources(t, srv.client(t), "alice"), "alice's offline edges in Redis")
+	assert.Empty(t, offlineBy(t, srv.client(t), "presenced", DefaultShards, "alice"), "alice's offline edges in Redis")
 	connections(t, n2.Addr, "alice", 1)
 
 	metrics, err := http.Get("http://" + n2.Addr + "/metrics")
@@ -222,7 +201,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	}
 	assert.Equal(t, 1, carol, "carol's offline frames on n3")
 	for _, uid := range []string{"alice", "bob"} {
-		assert.Equal(t, []string{"n2"}, edgeSources(t, srv.client(t), uid), "%s's offline edges in Redis", uid)
+		assert.Equal(t, []string{"n2"}, offlineBy(t, srv.client(t), "presenced", DefaultShards, uid), "%s's offline edges in Redis", uid)
 	}
 	assert.Equal(t, 0, n2.Wait())
 }
