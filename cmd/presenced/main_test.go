@@ -93,7 +93,9 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestServesPageAPIAndMetrics(t *testing.T) {
-	addr, out := startRun(t, []string{"-slots", "11", "-tick", "100ms"}, nil)
+	// A 20 s timeout: alice never answers a ping, and must stay online
+	// however slowly the checks run.
+	addr, out := startRun(t, []string{"-slots", "11", "-tick", "2s"}, nil)
 	assert.Contains(t, out.String(), "demo mode", "warns when running without authentication")
 	base := "http://" + addr
 
@@ -106,13 +108,13 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 	defer ws.Close()
 	_, welcome, err := ws.ReadMessage()
 	require.NoError(t, err)
-	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":1000,"online":["alice"]}`, string(welcome))
+	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":20000,"online":["alice"]}`, string(welcome))
 
 	for _, tc := range []struct{ path, want string }{
 		{"/healthz", `"status":"ok"`},
 		{"/api/presence", `{"count":1,"users":["alice"]}`},
 		{"/api/presence/alice", `{"uid":"alice","online":true,"connections":1}`},
-		{"/api/ring", `"slots":11,"tick_ms":100`},
+		{"/api/ring", `"slots":11,"tick_ms":2000`},
 		{"/metrics", "presenced_connections 1"},
 		{"/metrics", "go_goroutines"},
 	} {
@@ -166,7 +168,9 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	p := presencedtest.Start(t, presencedtest.Build(t), "-tick", "100ms")
+	// The default 30 s timeout: the clients read nothing until the close, so
+	// they must not be dropped as idle first.
+	p := presencedtest.Start(t, presencedtest.Build(t))
 	addr := p.Addr
 
 	var clients []*websocket.Conn
