@@ -320,18 +320,6 @@ func (e *Engine) Close(ctx context.Context) error {
 	return e.closeErr
 }
 
-// crash stops renewing without dropping anything, as if the process died; for
-// tests.
-func (e *Engine) crash() {
-	e.closeOnce.Do(func() {
-		e.mu.Lock()
-		e.closed = true
-		e.mu.Unlock()
-		e.stop()
-		<-e.writerDone
-	})
-}
-
 // fail records a failed Redis operation; the first one after a success is logged.
 func (e *Engine) fail(op string, err error) {
 	if errors.Is(err, context.Canceled) {

@@ -56,7 +56,7 @@ func dial(t *testing.T, hs *httptest.Server, uid string) *websocket.Conn {
 // next reads frames until one matches, failing after a deadline.
 func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool) frame {
 	t.Helper()
-	require.NoError(t, ws.SetReadDeadline(time.Now().Add(3*time.Second)))
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(testWait)))
 	for {
 		_, data, err := ws.ReadMessage()
 		require.NoError(t, err, "waiting for %s", what)

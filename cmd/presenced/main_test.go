@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,32 +55,14 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer that a test may read while run writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // startRun runs the server in-process on a free loopback port and returns
 // its address; the server stops when the test ends.
-func startRun(t *testing.T, args []string, env map[string]string) (string, *syncBuffer) {
+func startRun(t *testing.T, args []string, env map[string]string) (string, *presencedtest.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &presencedtest.SyncBuffer{}
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, out)
@@ -112,7 +93,9 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestServesPageAPIAndMetrics(t *testing.T) {
-	addr, out := startRun(t, []string{"-slots", "11", "-tick", "100ms"}, nil)
+	// A 20 s timeout: alice never answers a ping, and must stay online
+	// however slowly the checks run.
+	addr, out := startRun(t, []string{"-slots", "11", "-tick", "2s"}, nil)
 	assert.Contains(t, out.String(), "demo mode", "warns when running without authentication")
 	base := "http://" + addr
 
@@ -125,13 +108,13 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 	defer ws.Close()
 	_, welcome, err := ws.ReadMessage()
 	require.NoError(t, err)
-	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":1000,"online":["alice"]}`, string(welcome))
+	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":20000,"online":["alice"]}`, string(welcome))
 
 	for _, tc := range []struct{ path, want string }{
 		{"/healthz", `"status":"ok"`},
 		{"/api/presence", `{"count":1,"users":["alice"]}`},
 		{"/api/presence/alice", `{"uid":"alice","online":true,"connections":1}`},
-		{"/api/ring", `"slots":11,"tick_ms":100`},
+		{"/api/ring", `"slots":11,"tick_ms":2000`},
 		{"/metrics", "presenced_connections 1"},
 		{"/metrics", "go_goroutines"},
 	} {
@@ -185,7 +168,9 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	p := presencedtest.Start(t, presencedtest.Build(t), "-tick", "100ms")
+	// The default 30 s timeout: the clients read nothing until the close, so
+	// they must not be dropped as idle first.
+	p := presencedtest.Start(t, presencedtest.Build(t))
 	addr := p.Addr
 
 	var clients []*websocket.Conn
