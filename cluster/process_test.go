@@ -32,11 +32,18 @@ type wsClient struct {
 	stop   chan struct{}
 }
 
-func connect(t *testing.T, addr, uid string, every time.Duration) *wsClient {
+// connect dials addr as uid, watching the users in watch, and pings every
+// so often.
+func connect(t *testing.T, addr, uid string, every time.Duration, watch ...string) *wsClient {
 	t.Helper()
 	ws, resp, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?uid="+uid, nil)
 	require.NoError(t, err)
 	resp.Body.Close()
+	if len(watch) > 0 {
+		list, err := json.Marshal(watch)
+		require.NoError(t, err)
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"watch","uids":`+string(list)+`}`)))
+	}
 	c := &wsClient{ws: ws, frames: make(chan frame, 256), stop: make(chan struct{})}
 	go func() {
 		defer close(c.frames)
@@ -131,23 +138,29 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	n1 := startPresenced(t, bin, srv.addr(), "n1", slots, tick)
 	n2 := startPresenced(t, bin, srv.addr(), "n2", slots, tick)
 	n3 := startPresenced(t, bin, srv.addr(), "n3", slots, tick)
-	eve := connect(t, n3.Addr, "eve", timeout/4)
-	eve.await(t, processWait, "eve's welcome", func(f frame) bool { return f.Type == "welcome" })
+	eve := connect(t, n3.Addr, "eve", timeout/4, "alice", "bob", "carol")
+	eve.await(t, processWait, "eve's watch list", func(f frame) bool { return f.Type == "watching" })
 
-	bob := connect(t, n2.Addr, "bob", timeout/4)
-	bob.await(t, processWait, "bob's welcome", func(f frame) bool { return f.Type == "welcome" })
+	bob := connect(t, n2.Addr, "bob", timeout/4, "alice", "carol")
+	bob.await(t, processWait, "bob's watch list", func(f frame) bool { return f.Type == "watching" })
 	connect(t, n1.Addr, "alice", timeout/4)
 	connect(t, n2.Addr, "alice", timeout/4)
 	connect(t, n1.Addr, "carol", timeout/4)
-	bob.await(t, processWait, "alice online", presence("alice", true))
-	bob.await(t, processWait, "carol online", presence("carol", true))
+	// One status frame or two: edges within a tick are coalesced.
+	seenOnline := map[string]bool{}
+	bob.await(t, processWait, "alice and carol online", func(f frame) bool {
+		for _, uid := range []string{"alice", "carol"} {
+			seenOnline[uid] = seenOnline[uid] || status(uid, true)(f)
+		}
+		return seenOnline["alice"] && seenOnline["carol"]
+	})
 	// Both of alice's tabs must hold a lease before n1 dies.
 	connections(t, n2.Addr, "alice", 2)
 
 	require.NoError(t, n1.Signal(syscall.SIGKILL))
 	n1.Wait()
 	killed := time.Now()
-	_, seen := bob.await(t, processWait, "carol offline", presence("carol", false))
+	_, seen := bob.await(t, processWait, "carol offline", status("carol", false))
 	t.Logf("SIGKILL to offline on the other node: %v (timeout %v)", time.Since(killed), timeout)
 	// A surviving node claimed carol's expired lease; n1 dropped nothing.
 	by := offlineBy(t, srv.client(t), "presenced", DefaultShards, "carol")
@@ -167,10 +180,10 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	}
 	carol, alice := 0, 0
 	for _, f := range seen {
-		if presence("carol", false)(f) {
+		if status("carol", false)(f) {
 			carol++
 		}
-		if presence("alice", false)(f) {
+		if status("alice", false)(f) {
 			alice++
 		}
 	}
@@ -190,12 +203,17 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	// edges are its own, not a claim after expiry.
 	stopped := time.Now()
 	require.NoError(t, n2.Signal(syscall.SIGTERM))
-	_, seenA := eve.await(t, processWait, "bob offline", presence("bob", false))
-	_, seenB := eve.await(t, processWait, "alice offline", presence("alice", false))
+	seenOffline := map[string]bool{}
+	_, seenA := eve.await(t, processWait, "bob and alice offline", func(f frame) bool {
+		for _, uid := range []string{"alice", "bob"} {
+			seenOffline[uid] = seenOffline[uid] || status(uid, false)(f)
+		}
+		return seenOffline["alice"] && seenOffline["bob"]
+	})
 	t.Logf("SIGTERM to offline on another node: %v (timeout %v)", time.Since(stopped), timeout)
 	carol = 0
-	for _, f := range append(seenA, seenB...) {
-		if presence("carol", false)(f) {
+	for _, f := range seenA {
+		if status("carol", false)(f) {
 			carol++
 		}
 	}

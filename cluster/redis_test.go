@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -147,16 +148,18 @@ type recorded struct {
 
 func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
 
-func (r *recorder) PresenceChanged(uid string, on bool) {
+func (r *recorder) UserChanged(uid string, on bool) {
 	r.mu.Lock()
 	r.edges = append(r.edges, recorded{uid, on, time.Now()})
 	r.mu.Unlock()
 	r.poke()
 }
 
-func (r *recorder) Broadcast(msg []byte) {
+func (r *recorder) MemberChanged(channel, uid string, joined bool) {}
+
+func (r *recorder) Deliver(m presence.Message) {
 	r.mu.Lock()
-	r.chats = append(r.chats, string(msg))
+	r.chats = append(r.chats, string(m.Frame))
 	r.mu.Unlock()
 	r.poke()
 }
