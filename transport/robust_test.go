@@ -32,18 +32,20 @@ import (
 // chat at full speed: the slow one is closed (its user goes offline and the
 // others hear of it) and every chat reaches every other client.
 func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
-	// The ring steps only by hand, so nobody idles out here: the slow client
-	// is closed for not reading. Default queue: 256 frames.
+	// The ring steps only by hand, so nobody idles out here, and the queue
+	// holds every chat of the test, so a reader that a busy machine stalls is
+	// not closed for a burst: the slow client is closed because a write to
+	// it blocks for WriteTimeout.
 	s := startServerWith(t, transport.Config{
-		WriteTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond,
+		SendQueue: 1024, WriteTimeout: 2 * time.Second, CloseTimeout: 200 * time.Millisecond,
 	}, serverOptions{sendBuffer: 64 << 10})
 
 	slow, err := s.connect(dialer(4096), "slow", "lobby")
 	require.NoError(t, err)
 	defer slow.Close()
 
-	// 480 chats of 3 KB (1.4 MB) overflow the slow client's 256-frame queue
-	// and its socket buffers (64 KB + 8 KB) well before the end.
+	// 480 chats of 3 KB (1.4 MB) overflow the slow client's socket buffers
+	// (64 KB + 8 KB) well before the end.
 	const chatters, perChatter = 8, 60
 	text := strings.Repeat("x", 3000)
 	var (
