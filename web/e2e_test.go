@@ -662,6 +662,26 @@ func TestE2E(t *testing.T) {
 		waitJS(t, a, "dave's offline logged", has(logged("offline", dave)), wait)
 	})
 
+	t.Run("publish and send from the server side", func(t *testing.T) {
+		post := func(path, body string) {
+			t.Helper()
+			res, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+			require.NoError(t, err, "POST %s", path)
+			res.Body.Close()
+			require.Equal(t, http.StatusNoContent, res.StatusCode, "POST %s %s", path, body)
+		}
+		post("/api/publish", `{"channel":"lobby","data":{"note":"<b>from the server</b>"}}`)
+		sel := `#chat li.system[data-channel="lobby"] p`
+		waitJS(t, a, "the published message in the lobby's chat", has(sel), wait)
+		assert.JSONEq(t, `{"note":"<b>from the server</b>"}`, eval[string](t, a, text(sel)))
+		waitJS(t, a, "the publish logged", has(`#log li[data-kind="publish"]`), wait)
+		assert.Zero(t, eval[int](t, a, `document.querySelectorAll('#chat b, #log b').length`), "published data is shown as text")
+
+		post("/api/send", `{"uid":`+q(uid)+`,"data":{"to":"you"}}`)
+		waitJS(t, a, "the message logged", has(`#log li[data-kind="message"]`), wait)
+		assert.Contains(t, eval[string](t, a, text(`#log li[data-kind="message"]`)), `{"to":"you"}`)
+	})
+
 	t.Run("layout", func(t *testing.T) {
 		for _, vp := range []struct {
 			name string
@@ -741,7 +761,18 @@ func TestDemoScreenshot(t *testing.T) {
 	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), colorScheme("light"), chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)),
 		chromedp.SetValue(chromedp.CSS("#spawn-n"), "6"), chromedp.Click(chromedp.CSS("#spawn")))
-	waitJS(t, a, "6 live", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 6`, 5*time.Second)
+	waitJS(t, a, "6 live", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 6`, wait)
+	// A second room, then back to the lobby; bob watched (online) and carol (offline).
+	do(t, a, "join a room", chromedp.SendKeys(chromedp.CSS("#join-name"), "design"), chromedp.Click(chromedp.CSS("#join")))
+	waitJS(t, a, "design joined", has(shown("design")), wait)
+	do(t, a, "back to the lobby", chromedp.Click(chromedp.CSS(roomTab("lobby"))))
+	waitJS(t, a, "the lobby shown", has(shown("lobby")), wait)
+	for _, u := range []string{"bob", "carol"} {
+		do(t, a, "watch "+u, chromedp.SendKeys(chromedp.CSS("#watch-uid"), u), chromedp.Click(chromedp.CSS("#watch")))
+	}
+	waitJS(t, a, "bob online", has(`#watched li[data-uid="bob"][data-online="online"]`), wait)
+	waitJS(t, a, "carol offline", has(`#watched li[data-uid="carol"][data-online="offline"]`), wait)
+	waitJS(t, a, "bob in the lobby", has(member("bob")), wait)
 	do(t, a, "chat", chromedp.Sleep(1500*time.Millisecond),
 		chromedp.SendKeys(chromedp.CSS("#chat-text"), "hello! watch the silenced ones go idle and drop"), chromedp.Click(chromedp.CSS("#chat-send")))
 	do(t, bob, "reply", chromedp.Sleep(800*time.Millisecond),
@@ -754,7 +785,7 @@ func TestDemoScreenshot(t *testing.T) {
 	do(t, a, "silence 2", silence(2))
 	do(t, a, "silence 3", chromedp.Sleep(16*time.Second), silence(3))
 	do(t, a, "silence 4", chromedp.Sleep(10*time.Second), silence(4))
-	waitJS(t, a, "a dropped client", `!!document.querySelector('#sims .sim[data-state="closed"]')`, 15*time.Second)
+	waitJS(t, a, "a dropped client", `!!document.querySelector('#sims .sim[data-state="closed"]')`, wait)
 	// Park the mouse off the buttons so none is drawn hovered.
 	do(t, a, "settle", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 2, 790), chromedp.Sleep(1500*time.Millisecond))
 	screenshot(t, a, out)
