@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -266,17 +269,172 @@ func screenshot(t *testing.T, ctx context.Context, file string) {
 
 func q(s string) string { return strconv.Quote(s) }
 
+// wsClient is a Go WebSocket client of presenced: another user the page can
+// see, without a second browser. Its reader answers the server's pings, and
+// it sends an app ping every quarter timeout, so it stays online while the
+// test runs; frames wait in a buffer for next.
+type wsClient struct {
+	t      *testing.T
+	uid    string
+	ws     *websocket.Conn
+	wmu    sync.Mutex
+	frames chan wsFrame
+	done   chan struct{}
+}
+
+// wsFrame is any server frame of the protocol, with the raw JSON for messages.
+type wsFrame struct {
+	Type    string   `json:"type"`
+	UID     string   `json:"uid"`
+	Channel string   `json:"channel"`
+	Count   int      `json:"count"`
+	Members []string `json:"members"`
+	Joins   []string `json:"joins"`
+	Leaves  []string `json:"leaves"`
+	Online  []string `json:"online"`
+	Offline []string `json:"offline"`
+	From    string   `json:"from"`
+	Text    string   `json:"text"`
+	Error   string   `json:"error"`
+	raw     string
+}
+
+func (f wsFrame) String() string { return f.raw }
+
+// dialWS connects uid to the server, joining channels at connect, and
+// returns once the welcome has come.
+func dialWS(t *testing.T, srv *server, uid string, channels ...string) *wsClient {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws?" + url.Values{"uid": {uid}}.Encode()
+	if len(channels) > 0 {
+		u += "&" + url.Values{"channels": {strings.Join(channels, ",")}}.Encode()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	ws, res, err := websocket.DefaultDialer.DialContext(ctx, u, nil)
+	require.NoError(t, err, "dial %s", u)
+	res.Body.Close()
+	c := &wsClient{t: t, uid: uid, ws: ws, frames: make(chan wsFrame, 1024), done: make(chan struct{})}
+	go c.read()
+	go c.keepalive(e2eTimeout / 4)
+	t.Cleanup(c.close)
+	w := c.next("welcome")
+	require.Equal(t, uid, w.UID, "welcome: %s", w)
+	return c
+}
+
+func (c *wsClient) read() {
+	defer close(c.frames)
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		var f wsFrame
+		if err := json.Unmarshal(data, &f); err != nil {
+			f = wsFrame{Type: "not json"}
+		}
+		f.raw = string(data)
+		if f.Type == "pong" {
+			continue
+		}
+		select {
+		case c.frames <- f:
+		default: // a test that stopped reading; keep answering pings
+		}
+	}
+}
+
+func (c *wsClient) keepalive(every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tk.C:
+			c.wmu.Lock()
+			err := c.ws.WriteJSON(map[string]string{"type": "ping"})
+			c.wmu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (c *wsClient) send(v any) {
+	c.t.Helper()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	require.NoError(c.t, c.ws.WriteJSON(v), "%s sends %v", c.uid, v)
+}
+
+// next returns the next frame of type typ, skipping others; it fails the
+// test after e2eWait or if the connection ends first.
+func (c *wsClient) next(typ string) wsFrame {
+	c.t.Helper()
+	deadline := time.After(e2eWait)
+	var skipped []string
+	for {
+		select {
+		case f, ok := <-c.frames:
+			require.True(c.t, ok, "%s: connection closed waiting for a %q frame (skipped %v)", c.uid, typ, skipped)
+			if f.Type == typ {
+				return f
+			}
+			skipped = append(skipped, f.raw)
+		case <-deadline:
+			c.t.Fatalf("%s: no %q frame in %v (skipped %v)", c.uid, typ, e2eWait, skipped)
+		}
+	}
+}
+
+// close ends the connection normally; it may be called more than once.
+func (c *wsClient) close() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	close(c.done)
+	c.wmu.Lock()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+	c.wmu.Unlock()
+	_ = c.ws.Close()
+}
+
+// Selectors of the page, for the waits below.
+func member(uid string) string { return `#members li[data-uid=` + q(uid) + `]` }
+func logged(kind, uid string) string {
+	return `#log li[data-kind=` + q(kind) + `][data-uid=` + q(uid) + `]`
+}
+func has(sel string) string    { return `!!document.querySelector(` + q(sel) + `)` }
+func hasNo(sel string) string  { return `!document.querySelector(` + q(sel) + `)` }
+func text(sel string) string   { return `document.querySelector(` + q(sel) + `)?.textContent ?? ''` }
+func roomTab(ch string) string { return `#room-tabs button[data-channel=` + q(ch) + `]` }
+
+// shown is the room the member list and the chat show, with its state.
+func shown(ch string) string {
+	return `#rooms-card[data-channel=` + q(ch) + `][data-state="joined"]`
+}
+
 // TestE2E drives the page in a real Chromium against a real presenced on a
-// short ring: the page connects, the ring turns, a silenced simulated client
-// goes idle and is dropped with 4408 within timeout+tick, chat crosses from
-// one tab to another, and the console stays clean.
+// short ring: the page connects and joins the lobby, lists its members from
+// the snapshot and follows the diffs as other users join and leave; chat
+// reaches the members of a room and no one else; a second room can be joined,
+// used and left; a watched user shows online, then offline; a silenced
+// simulated client is dropped with 4408 within timeout+tick; a restarted
+// server is reconnected to with everything joined and watched again; and the
+// console stays clean.
 func TestE2E(t *testing.T) {
 	chromium := needChromium(t)
 	srv := startPresenced(t, "-slots", strconv.Itoa(e2eSlots), "-tick", e2eTick.String())
 	b := startBrowser(t, chromium)
 	a := b.ctx
 
-	// The page works with no parameters: it picks a guest ID and connects.
+	// The page works with no parameters: it picks a guest ID, connects and
+	// joins the lobby.
 	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
 	uid := eval[string](t, a, `document.getElementById('me-uid').textContent`)
@@ -290,7 +448,18 @@ func TestE2E(t *testing.T) {
 	var me presenceOne
 	srv.getJSON(t, "/api/presence/"+uid, &me)
 	assert.Equal(t, presenceOne{UID: uid, Online: true, Connections: 1}, me)
-	waitJS(t, a, "own user listed", `!!document.querySelector('#users li[data-uid=`+q(uid)+`]')`, e2eWait)
+	waitJS(t, a, "the lobby joined", has(shown("lobby")), e2eWait)
+	waitJS(t, a, "own user listed in the lobby", has(member(uid)), e2eWait)
+	var lobby struct {
+		Channel string   `json:"channel"`
+		Count   int      `json:"count"`
+		Members []string `json:"members"`
+	}
+	srv.getJSON(t, "/api/channels/lobby", &lobby)
+	assert.Equal(t, "lobby", lobby.Channel)
+	assert.Contains(t, lobby.Members, uid, "the page is a member of the lobby at the server")
+	assert.Equal(t, strconv.Itoa(lobby.Count), eval[string](t, a, text("#room-count")), "the page shows the lobby's count")
+	assert.Contains(t, eval[string](t, a, `document.querySelector('#log li[data-kind="joined"]')?.textContent ?? ''`), "joined lobby")
 
 	t.Run("ring", func(t *testing.T) {
 		assert.Equal(t, e2eSlots, eval[int](t, a, `document.querySelectorAll('#ring .slot').length`), "one drawn slot per server slot")
@@ -314,6 +483,42 @@ func TestE2E(t *testing.T) {
 		assert.LessOrEqual(t, lag, 10, "drawn cursor %d, server cursor %d: more than a second apart", drawn, r.Cursor)
 	})
 
+	t.Run("a member joins, chats and leaves the lobby", func(t *testing.T) {
+		carol := dialWS(t, srv, "e2e-carol", "lobby")
+		j := carol.next("joined")
+		assert.Equal(t, "lobby", j.Channel, "%s", j)
+		assert.Contains(t, j.Members, uid, "the snapshot lists the page's user: %s", j)
+		assert.True(t, slices.IsSorted(j.Members), "members sorted: %s", j)
+		assert.Equal(t, len(j.Members), j.Count, "a small channel lists every member: %s", j)
+
+		// The page learns of carol from a diff.
+		waitJS(t, a, "carol listed", has(member("e2e-carol")), e2eWait)
+		waitJS(t, a, "carol's join logged", has(logged("join", "e2e-carol")), e2eWait)
+		assert.Contains(t, eval[string](t, a, text(logged("join", "e2e-carol"))), "joined lobby")
+		assert.Equal(t, strconv.Itoa(j.Count), eval[string](t, a, text("#room-count")))
+
+		// Chat from a Go client reaches the page; the page's reaches carol.
+		carol.send(map[string]string{"type": "chat", "channel": "lobby", "text": "hello from Go <i>plain</i>"})
+		sel := `#chat li[data-channel="lobby"][data-from="e2e-carol"] p`
+		waitJS(t, a, "carol's message on the page", has(sel), e2eWait)
+		assert.Equal(t, "hello from Go <i>plain</i>", eval[string](t, a, text(sel)))
+		assert.Zero(t, eval[int](t, a, `document.querySelectorAll('#chat i').length`), "chat text is shown as text, not HTML")
+		do(t, a, "reply", chromedp.SendKeys(chromedp.CSS("#chat-text"), "hi carol"), chromedp.Click(chromedp.CSS("#chat-send")))
+		own := carol.next("chat")
+		if own.From == "e2e-carol" { // the sender gets its own message too
+			own = carol.next("chat")
+		}
+		assert.Equal(t, wsFrame{Type: "chat", Channel: "lobby", From: uid, Text: "hi carol"}, wsFrame{Type: own.Type, Channel: own.Channel, From: own.From, Text: own.Text}, "%s", own)
+		assert.Empty(t, eval[string](t, a, `document.getElementById('chat-text').value`), "the box is cleared after sending")
+
+		// Carol leaves the lobby but stays connected: a diff takes her off the list.
+		carol.send(map[string]string{"type": "leave", "channel": "lobby"})
+		assert.Equal(t, "lobby", carol.next("left").Channel)
+		waitJS(t, a, "carol gone from the list", hasNo(member("e2e-carol")), e2eWait)
+		waitJS(t, a, "carol's leave logged", has(logged("leave", "e2e-carol")), e2eWait)
+		assert.True(t, srv.online(t, "e2e-carol"), "carol left the lobby, not the server")
+	})
+
 	t.Run("silenced client drops with 4408", func(t *testing.T) {
 		do(t, a, "spawn 3", chromedp.SetValue(chromedp.CSS("#spawn-n"), "3"), chromedp.Click(chromedp.CSS("#spawn")))
 		waitJS(t, a, "3 live simulated clients", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 3`, e2eWait)
@@ -321,6 +526,7 @@ func TestE2E(t *testing.T) {
 		require.Len(t, sims, 3)
 		for _, s := range sims {
 			assert.True(t, srv.online(t, s), "%s online at the server", s)
+			waitJS(t, a, s+" in the lobby", has(member(s)), e2eWait)
 		}
 		victim, others := sims[0], sims[1:]
 		row := `#sims .sim[data-uid=` + q(victim) + `]`
@@ -347,7 +553,7 @@ func TestE2E(t *testing.T) {
 			}
 			gone = time.Since(start)
 			return true
-		}, e2eTimeout+e2eTick+20*time.Second, 10*time.Millisecond, "%s never went offline", victim)
+		}, e2eTimeout+e2eTick+e2eWait, 10*time.Millisecond, "%s never went offline", victim)
 		t.Logf("silenced %s went offline after %v, %d steps (timeout %v, tick %v)", victim, gone, steps, e2eTimeout, e2eTick)
 		// Offline comes from the ring, not from the page: the silence frame
 		// itself (sent after the first cursor read) is the last keepalive, and
@@ -359,41 +565,132 @@ func TestE2E(t *testing.T) {
 			assert.True(t, srv.online(t, s), "%s, not silenced, is still online", s)
 		}
 
-		// What the page shows: idle first, then the close and the offline edge.
-		waitJS(t, a, "the offline event in the log", `!!document.querySelector('#log li[data-kind="offline"][data-uid=`+q(victim)+`]')`, e2eWait)
-		closed := eval[string](t, a, `document.querySelector('#log li[data-kind="closed"][data-uid=`+q(victim)+`]')?.textContent || ''`)
-		assert.Contains(t, closed, "4408 idle timeout")
+		// What the page shows: idle first, then the close and the lobby's leave.
+		waitJS(t, a, "the leave in the log", has(logged("leave", victim)), e2eWait)
+		waitJS(t, a, "the close in the log", has(logged("closed", victim)), e2eWait)
+		assert.Contains(t, eval[string](t, a, text(logged("closed", victim))), "4408 idle timeout")
 		order := eval[[]string](t, a, `[...document.querySelectorAll('#log li[data-uid=`+q(victim)+`]')].reverse().map(li => li.dataset.kind)`)
 		require.GreaterOrEqual(t, len(order), 5, "log of %s, oldest first: %v", victim, order)
-		assert.Equal(t, []string{"online", "silenced", "idle"}, order[:3], "log of %s, oldest first", victim)
-		assert.ElementsMatch(t, []string{"closed", "offline"}, order[3:5], "log of %s, oldest first: %v", victim, order)
+		assert.Equal(t, []string{"join", "silenced", "idle"}, order[:3], "log of %s, oldest first", victim)
+		assert.ElementsMatch(t, []string{"closed", "leave"}, order[3:5], "log of %s, oldest first: %v", victim, order)
 		waitJS(t, a, "the row closed", `document.querySelector(`+q(row)+`).dataset.state === "closed"`, e2eWait)
-		assert.Contains(t, eval[string](t, a, `document.querySelector(`+q(row+` .status`)+`).textContent`), "4408 idle timeout")
-		waitJS(t, a, "gone from the online list", `!document.querySelector('#users li[data-uid=`+q(victim)+`]')`, e2eWait)
+		assert.Contains(t, eval[string](t, a, text(row+` .status`)), "4408 idle timeout")
+		waitJS(t, a, "gone from the lobby", hasNo(member(victim)), e2eWait)
 
-		// Bring back reconnects it.
+		// Bring back reconnects it, into the lobby.
 		do(t, a, "bring back "+victim, chromedp.Click(chromedp.CSS(row+` button[data-act="back"]`)))
 		waitJS(t, a, victim+" live again", `document.querySelector(`+q(row)+`).dataset.state === "live"`, e2eWait)
 		assert.True(t, srv.online(t, victim), "%s online again", victim)
+		waitJS(t, a, victim+" back in the lobby", has(member(victim)), e2eWait)
 	})
 
-	t.Run("chat between two pages", func(t *testing.T) {
+	t.Run("a second room", func(t *testing.T) {
 		bob := b.tab("page 2")
 		do(t, bob, "open a second page", chromedp.EmulateViewport(800, 700), chromedp.Navigate(srv.URL+"/?uid=e2e-bob"),
 			chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
 		assert.Equal(t, "e2e-bob", eval[string](t, bob, `document.getElementById('me-uid').textContent`), "?uid= is honoured")
-		waitJS(t, a, "bob listed on page 1", `!!document.querySelector('#users li[data-uid="e2e-bob"]')`, e2eWait)
+		waitJS(t, a, "bob listed on page 1", has(member("e2e-bob")), e2eWait)
+		waitJS(t, bob, "page 1 listed on page 2", has(member(uid)), e2eWait)
+		// erin stays in the lobby only: what is said in the room must not reach her.
+		erin := dialWS(t, srv, "e2e-erin", "lobby")
+		erin.next("joined")
 
-		text := `hello from the ring <b>not bold</b>`
-		do(t, a, "send a chat message", chromedp.SendKeys(chromedp.CSS("#chat-text"), text), chromedp.Click(chromedp.CSS("#chat-send")))
-		sel := `#chat li[data-from=` + q(uid) + `] p`
-		waitJS(t, bob, "the message on page 2", `!!document.querySelector(`+q(sel)+`)`, e2eWait)
-		assert.Equal(t, text, eval[string](t, bob, `document.querySelector(`+q(sel)+`).textContent`))
-		assert.Zero(t, eval[int](t, bob, `document.querySelectorAll('#chat b').length`), "chat text is shown as text, not HTML")
-		assert.Empty(t, eval[string](t, a, `document.getElementById('chat-text').value`), "the box is cleared after sending")
+		// Page 1 joins a room; the form rejects a name the server would refuse.
+		do(t, a, "join a bad name", chromedp.SendKeys(chromedp.CSS("#join-name"), "no spaces"), chromedp.Click(chromedp.CSS("#join")))
+		waitJS(t, a, "the bad name refused", `[...document.querySelectorAll('#log li[data-kind="error"]')].some(li => li.textContent.includes('"no spaces" is not a room name'))`, e2eWait)
+		assert.Equal(t, "no spaces", eval[string](t, a, `document.getElementById('join-name').value`), "kept to be fixed")
+		eval[string](t, a, `document.getElementById('join-name').value = ''`)
+		assert.Equal(t, 1, eval[int](t, a, `document.querySelectorAll('#room-tabs button').length`), "no tab for a refused name")
 
-		do(t, bob, "reply", chromedp.SendKeys(chromedp.CSS("#chat-text"), "hi, I can see your simulated clients"), chromedp.Click(chromedp.CSS("#chat-send")))
-		waitJS(t, a, "the reply on page 1", `!!document.querySelector('#chat li[data-from="e2e-bob"]')`, e2eWait)
+		const room = "e2e:room/1"
+		do(t, a, "join "+room, chromedp.SendKeys(chromedp.CSS("#join-name"), room), chromedp.Click(chromedp.CSS("#join")))
+		waitJS(t, a, "the room joined and shown", has(shown(room)), e2eWait)
+		assert.Equal(t, "1", eval[string](t, a, text("#room-count")), "alone in the new room")
+		assert.Equal(t, []string{uid}, eval[[]string](t, a, `[...document.querySelectorAll('#members li[data-uid]')].map(li => li.dataset.uid)`))
+		assert.Equal(t, room, eval[string](t, a, text("#chat-room")), "the chat is the room's")
+
+		do(t, bob, "bob joins "+room, chromedp.SendKeys(chromedp.CSS("#join-name"), room), chromedp.Click(chromedp.CSS("#join")))
+		waitJS(t, bob, "the room joined on page 2", has(shown(room)), e2eWait)
+		waitJS(t, a, "bob in the room on page 1", has(member("e2e-bob")), e2eWait)
+		assert.Equal(t, "2", eval[string](t, a, text("#room-count")))
+
+		do(t, a, "chat in the room", chromedp.SendKeys(chromedp.CSS("#chat-text"), "only for the room"), chromedp.Click(chromedp.CSS("#chat-send")))
+		inRoom := `#chat li[data-channel=` + q(room) + `][data-from=` + q(uid) + `] p`
+		waitJS(t, bob, "the room's message on page 2", has(inRoom), e2eWait)
+		assert.Equal(t, "only for the room", eval[string](t, bob, text(inRoom)))
+		do(t, bob, "bob answers in the room", chromedp.SendKeys(chromedp.CSS("#chat-text"), "room reply"), chromedp.Click(chromedp.CSS("#chat-send")))
+		waitJS(t, a, "bob's answer on page 1", has(`#chat li[data-channel=`+q(room)+`][data-from="e2e-bob"]`), e2eWait)
+
+		// Back in the lobby tab: the lobby's chat, and what is said there
+		// is the first chat erin gets (frames on one connection keep their order).
+		do(t, a, "show the lobby", chromedp.Click(chromedp.CSS(roomTab("lobby"))))
+		waitJS(t, a, "the lobby shown", has(shown("lobby")), e2eWait)
+		assert.False(t, eval[bool](t, a, `[...document.querySelectorAll('#chat li')].some(li => !li.hidden && li.dataset.channel !== 'lobby')`),
+			"only the lobby's messages are shown")
+		do(t, a, "chat in the lobby", chromedp.SendKeys(chromedp.CSS("#chat-text"), "lobby again"), chromedp.Click(chromedp.CSS("#chat-send")))
+		got := erin.next("chat")
+		assert.Equal(t, "lobby", got.Channel, "erin gets the lobby's chat and not the room's: %s", got)
+		assert.Equal(t, "lobby again", got.Text, "%s", got)
+
+		// A message in the room while the lobby is shown: an unread mark on its tab.
+		do(t, bob, "bob again", chromedp.SendKeys(chromedp.CSS("#chat-text"), "are you there?"), chromedp.Click(chromedp.CSS("#chat-send")))
+		waitJS(t, a, "unread mark", `document.querySelector(`+q(roomTab(room)+` .unread`)+`)?.textContent === "1"`, e2eWait)
+
+		// Leave the room: its tab goes; page 2 sees page 1 go.
+		do(t, a, "show the room", chromedp.Click(chromedp.CSS(roomTab(room))))
+		waitJS(t, a, "the room shown", has(shown(room)), e2eWait)
+		assert.Empty(t, eval[string](t, a, text(roomTab(room)+` .unread`)), "read once shown")
+		do(t, a, "leave the room", chromedp.Click(chromedp.CSS("#room-leave")))
+		waitJS(t, a, "the room's tab gone", hasNo(roomTab(room)), e2eWait)
+		waitJS(t, a, "the lobby shown again", has(shown("lobby")), e2eWait)
+		assert.Equal(t, []string{"hello from Go <i>plain</i>", "hi carol", "lobby again"},
+			eval[[]string](t, a, `[...document.querySelectorAll('#chat li:not([hidden]) p')].map(p => p.textContent)`), "the lobby's chat shown again")
+		waitJS(t, a, "left logged", `[...document.querySelectorAll('#log li[data-kind="left"]')].some(li => li.textContent.includes(`+q("left "+room)+`))`, e2eWait)
+		waitJS(t, bob, "page 1 gone from the room on page 2", hasNo(member(uid)), e2eWait)
+		assert.Equal(t, "1", eval[string](t, bob, text("#room-count")))
+		assert.True(t, eval[bool](t, a, has(member("e2e-bob"))), "bob still in the lobby")
+	})
+
+	t.Run("watch a user", func(t *testing.T) {
+		const dave = "e2e-dave"
+		row := `#watched li[data-uid=` + q(dave) + `]`
+		do(t, a, "watch dave", chromedp.SendKeys(chromedp.CSS("#watch-uid"), dave), chromedp.Click(chromedp.CSS("#watch")))
+		waitJS(t, a, "dave offline", has(row+`[data-online="offline"]`), e2eWait)
+		assert.Contains(t, eval[string](t, a, `document.querySelector('#log li[data-kind="watch"]')?.textContent ?? ''`), "watching 1 user, 0 online")
+
+		d := dialWS(t, srv, dave) // in no room: the watch alone tells the page
+		waitJS(t, a, "dave online", has(row+`[data-online="online"]`), e2eWait)
+		waitJS(t, a, "dave's online logged", has(logged("online", dave)), e2eWait)
+		assert.False(t, eval[bool](t, a, has(member(dave))), "dave joined no room")
+
+		d.close()
+		waitJS(t, a, "dave offline again", has(row+`[data-online="offline"]`), e2eWait)
+		waitJS(t, a, "dave's offline logged", has(logged("offline", dave)), e2eWait)
+	})
+
+	t.Run("publish and send from the server side", func(t *testing.T) {
+		post := func(path, body string) {
+			t.Helper()
+			res, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+			require.NoError(t, err, "POST %s", path)
+			res.Body.Close()
+			if res.StatusCode == http.StatusNotFound {
+				// The protocol has these endpoints; a server without them
+				// yet cannot show what the page does with their frames.
+				t.Skipf("the server has no POST %s (404)", path)
+			}
+			require.Equal(t, http.StatusNoContent, res.StatusCode, "POST %s %s", path, body)
+		}
+		post("/api/publish", `{"channel":"lobby","data":{"note":"<b>from the server</b>"}}`)
+		sel := `#chat li.system[data-channel="lobby"] p`
+		waitJS(t, a, "the published message in the lobby's chat", has(sel), e2eWait)
+		assert.JSONEq(t, `{"note":"<b>from the server</b>"}`, eval[string](t, a, text(sel)))
+		waitJS(t, a, "the publish logged", has(`#log li[data-kind="publish"]`), e2eWait)
+		assert.Zero(t, eval[int](t, a, `document.querySelectorAll('#chat b, #log b').length`), "published data is shown as text")
+
+		post("/api/send", `{"uid":`+q(uid)+`,"data":{"to":"you"}}`)
+		waitJS(t, a, "the message logged", has(`#log li[data-kind="message"]`), e2eWait)
+		assert.Contains(t, eval[string](t, a, text(`#log li[data-kind="message"]`)), `{"to":"you"}`)
 	})
 
 	t.Run("layout", func(t *testing.T) {
@@ -435,19 +732,52 @@ func TestE2E(t *testing.T) {
 		assert.True(t, srv.online(t, uid), "%s online at the restarted server", uid)
 		// A refused attempt is a 1006 without a close frame.
 		assert.True(t, eval[bool](t, a, `[...document.querySelectorAll('#log li[data-kind="conn"]')].some(li => li.textContent.includes("1006"))`))
+		// The new connection is in the lobby again and watches dave again.
+		waitJS(t, a, "the lobby joined again", has(shown("lobby")), e2eWait)
+		waitJS(t, a, "listed in the lobby again", has(member(uid)), e2eWait)
+		waitJS(t, a, "dave watched again", has(`#watched li[data-uid="e2e-dave"][data-online="offline"]`), e2eWait)
 	})
 
 	t.Run("disconnect and connect by hand", func(t *testing.T) {
 		do(t, a, "disconnect", chromedp.Click(chromedp.CSS("#me-toggle")))
 		waitJS(t, a, "closed", `document.getElementById('me').dataset.state === "closed"`, e2eWait)
-		require.Eventually(t, func() bool { return !srv.online(t, uid) }, 20*time.Second, 10*time.Millisecond, "offline after Disconnect")
+		require.Eventually(t, func() bool { return !srv.online(t, uid) }, e2eWait, 10*time.Millisecond, "offline after Disconnect")
 		assert.Equal(t, "Connect", eval[string](t, a, `document.getElementById('me-toggle').textContent`))
 		assert.True(t, strings.HasPrefix(eval[string](t, a, `document.getElementById('me-close').textContent`), "1000"), "a normal close")
 		do(t, a, "connect", chromedp.Click(chromedp.CSS("#me-toggle")))
 		waitJS(t, a, "live", `document.getElementById('me').dataset.state === "live"`, e2eWait)
 		assert.True(t, srv.online(t, uid), "online after Connect")
+		waitJS(t, a, "in the lobby again", has(member(uid)), e2eWait)
 	})
 
+	assert.Empty(t, b.errors(), "console errors or exceptions")
+}
+
+// TestE2ELargeRoom checks how the page shows a room too big to list: the
+// snapshot is bounded (count exact, fewer names) and the diffs carry the
+// count only. The server is told that 2 names is big.
+func TestE2ELargeRoom(t *testing.T) {
+	chromium := needChromium(t)
+	srv := startPresenced(t, "-slots", strconv.Itoa(e2eSlots), "-tick", e2eTick.String(), "-member-list", "2", "-presence-lists", "2")
+	for _, u := range []string{"big-1", "big-2", "big-3"} {
+		dialWS(t, srv, u, "lobby")
+	}
+	b := startBrowser(t, chromium)
+	a := b.ctx
+	do(t, a, "open the page", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(srv.URL+"/?uid=big-page"),
+		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
+	waitJS(t, a, "the lobby joined", has(shown("lobby")), e2eWait)
+	assert.Equal(t, "4", eval[string](t, a, text("#room-count")), "the count is exact")
+	assert.Equal(t, 2, eval[int](t, a, `document.querySelectorAll('#members li[data-uid]').length`), "the snapshot's 2 names")
+	assert.Equal(t, "true", eval[string](t, a, `document.getElementById('rooms-card').dataset.partial`))
+	assert.Contains(t, eval[string](t, a, text("#room-note")), "list partial: 2 listed")
+	assert.Contains(t, eval[string](t, a, text("#members li.more")), "2 more")
+
+	dialWS(t, srv, "big-4", "lobby")
+	waitJS(t, a, "the count-only diff", `document.getElementById('room-count').textContent === "5"`, e2eWait)
+	assert.Contains(t, eval[string](t, a, text("#room-note")), "counts, not names")
+	assert.Equal(t, 2, eval[int](t, a, `document.querySelectorAll('#members li[data-uid]').length`), "the list is kept as it was")
+	assert.False(t, eval[bool](t, a, has(logged("join", "big-4"))), "no names in a count-only diff")
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
 
@@ -471,6 +801,17 @@ func TestDemoScreenshot(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)),
 		chromedp.SetValue(chromedp.CSS("#spawn-n"), "6"), chromedp.Click(chromedp.CSS("#spawn")))
 	waitJS(t, a, "6 live", `document.querySelectorAll('#sims .sim[data-state="live"]').length === 6`, e2eWait)
+	// A second room, then back to the lobby; bob watched (online) and carol (offline).
+	do(t, a, "join a room", chromedp.SendKeys(chromedp.CSS("#join-name"), "design"), chromedp.Click(chromedp.CSS("#join")))
+	waitJS(t, a, "design joined", has(shown("design")), e2eWait)
+	do(t, a, "back to the lobby", chromedp.Click(chromedp.CSS(roomTab("lobby"))))
+	waitJS(t, a, "the lobby shown", has(shown("lobby")), e2eWait)
+	for _, u := range []string{"bob", "carol"} {
+		do(t, a, "watch "+u, chromedp.SendKeys(chromedp.CSS("#watch-uid"), u), chromedp.Click(chromedp.CSS("#watch")))
+	}
+	waitJS(t, a, "bob online", has(`#watched li[data-uid="bob"][data-online="online"]`), e2eWait)
+	waitJS(t, a, "carol offline", has(`#watched li[data-uid="carol"][data-online="offline"]`), e2eWait)
+	waitJS(t, a, "bob in the lobby", has(member("bob")), e2eWait)
 	do(t, a, "chat", chromedp.Sleep(1500*time.Millisecond),
 		chromedp.SendKeys(chromedp.CSS("#chat-text"), "hello! watch the silenced ones go idle and drop"), chromedp.Click(chromedp.CSS("#chat-send")))
 	do(t, bob, "reply", chromedp.Sleep(800*time.Millisecond),
@@ -483,7 +824,7 @@ func TestDemoScreenshot(t *testing.T) {
 	do(t, a, "silence 2", silence(2))
 	do(t, a, "silence 3", chromedp.Sleep(16*time.Second), silence(3))
 	do(t, a, "silence 4", chromedp.Sleep(10*time.Second), silence(4))
-	waitJS(t, a, "a dropped client", `!!document.querySelector('#sims .sim[data-state="closed"]')`, 15*time.Second)
+	waitJS(t, a, "a dropped client", `!!document.querySelector('#sims .sim[data-state="closed"]')`, e2eWait)
 	// Park the mouse off the buttons so none is drawn hovered.
 	do(t, a, "settle", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 2, 790), chromedp.Sleep(1500*time.Millisecond))
 	screenshot(t, a, out)

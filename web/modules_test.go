@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +18,9 @@ import (
 )
 
 // TestModulesInBrowser runs the page's pure modules in Chromium, served by
-// web.Handler alone (no presenced): formatting, user ID rules, the reconnect
-// backoff and the ring drawing, including the cursor passing slot 0.
+// web.Handler alone (no presenced): formatting, user ID and channel name
+// rules, the reconnect backoff, the room and watch list models fed with
+// server frames, and the ring drawing, including the cursor passing slot 0.
 func TestModulesInBrowser(t *testing.T) {
 	chromium := needChromium(t)
 	mux := http.NewServeMux()
@@ -76,6 +79,111 @@ func TestModulesInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("validChannel", func(t *testing.T) {
+		cases := map[string]bool{
+			"lobby": true, "a": true, "team:42/general#ops": true, "x_y.z-w@host": true,
+			"": false, "with space": false, "é": false, "a,b": false, "a?b": false, "<b>": false,
+		}
+		long := strings.Repeat("c", 128)
+		cases[long] = true
+		cases[long+"c"] = false
+		for in, want := range cases {
+			var got bool
+			run(t, `import('/format.js').then(m => m.validChannel(`+q(in)+`))`, &got)
+			assert.Equal(t, want, got, "validChannel(%q)", in)
+		}
+	})
+
+	t.Run("room", func(t *testing.T) {
+		type view struct {
+			State     string   `json:"state"`
+			Count     int      `json:"count"`
+			Members   []string `json:"members"`
+			Partial   bool     `json:"partial"`
+			CountOnly bool     `json:"countOnly"`
+			Joins     []string `json:"joins"`
+			Leaves    []string `json:"leaves"`
+		}
+		// Each step feeds one frame (null: none) and reads the room after it.
+		var got []view
+		run(t, `import('/rooms.js').then(m => {
+			const r = new m.Room('lobby');
+			const out = [];
+			const look = (d) => out.push({state: r.state, count: r.count, members: r.sorted(), partial: r.partial,
+				countOnly: r.countOnly, joins: d ? d.joins : [], leaves: d ? d.leaves : []});
+			look(null);
+			r.snapshot({type: 'joined', channel: 'lobby', count: 3, members: ['alice', 'bob', 'carol']}); look(null);
+			look(r.diff({type: 'presence', channel: 'lobby', count: 3, joins: ['dave'], leaves: ['bob']}));
+			// An edge the list already has changes nothing.
+			look(r.diff({type: 'presence', channel: 'lobby', count: 3, joins: ['dave'], leaves: ['zed']}));
+			// A big room: the count alone; the list stays, marked partial.
+			look(r.diff({type: 'presence', channel: 'lobby', count: 1500}));
+			look(r.diff({type: 'presence', channel: 'lobby', count: 1499, joins: [], leaves: ['alice']}));
+			// A bounded snapshot: count exact, fewer members listed.
+			r.snapshot({type: 'joined', channel: 'lobby', count: 250, members: ['a', 'b']}); look(null);
+			// A fresh complete snapshot clears the partial mark.
+			r.snapshot({type: 'joined', channel: 'lobby', count: 2, members: ['a', 'b']}); look(null);
+			look(r.diff({type: 'presence', channel: 'lobby', count: 1, leaves: ['a']}));
+			// Junk in the lists is ignored.
+			look(r.diff({type: 'presence', channel: 'lobby', count: 2, joins: [7, null, 'c']}));
+			return out;
+		})`, &got)
+		want := []view{
+			{State: "joining", Count: 0, Members: []string{}, Partial: false, Joins: []string{}, Leaves: []string{}},
+			{State: "joined", Count: 3, Members: []string{"alice", "bob", "carol"}, Joins: []string{}, Leaves: []string{}},
+			{State: "joined", Count: 3, Members: []string{"alice", "carol", "dave"}, Joins: []string{"dave"}, Leaves: []string{"bob"}},
+			{State: "joined", Count: 3, Members: []string{"alice", "carol", "dave"}, Joins: []string{}, Leaves: []string{}},
+			{State: "joined", Count: 1500, Members: []string{"alice", "carol", "dave"}, Partial: true, CountOnly: true, Joins: []string{}, Leaves: []string{}},
+			{State: "joined", Count: 1499, Members: []string{"carol", "dave"}, Partial: true, CountOnly: true, Joins: []string{}, Leaves: []string{"alice"}},
+			{State: "joined", Count: 250, Members: []string{"a", "b"}, Partial: true, Joins: []string{}, Leaves: []string{}},
+			{State: "joined", Count: 2, Members: []string{"a", "b"}, Joins: []string{}, Leaves: []string{}},
+			{State: "joined", Count: 1, Members: []string{"b"}, Joins: []string{}, Leaves: []string{"a"}},
+			{State: "joined", Count: 2, Members: []string{"b", "c"}, Joins: []string{"c"}, Leaves: []string{}},
+		}
+		require.Len(t, got, len(want))
+		for i := range want {
+			assert.Equal(t, want[i], got[i], "step %d", i)
+		}
+	})
+
+	t.Run("watch list", func(t *testing.T) {
+		type change struct {
+			UID    string `json:"uid"`
+			Online bool   `json:"online"`
+		}
+		var got struct {
+			UIDs    []string         `json:"uids"`
+			Steps   [][]change       `json:"steps"`
+			Final   map[string]*bool `json:"final"`
+			Removed bool             `json:"removed"`
+			Added   []bool           `json:"added"`
+		}
+		run(t, `import('/rooms.js').then(m => {
+			const w = new m.WatchList();
+			const added = [w.add('carol'), w.add('bob'), w.add('bob')];
+			const steps = [];
+			steps.push(w.watching({type: 'watching', online: ['bob']}, 1));
+			steps.push(w.status({type: 'status', online: ['carol'], offline: ['bob']}, 2));
+			// Repeats change nothing; users no longer watched are ignored.
+			steps.push(w.status({type: 'status', online: ['carol', 'mallory'], offline: []}, 3));
+			const removed = w.remove('carol');
+			steps.push(w.status({type: 'status', offline: ['carol']}, 4));
+			const final = Object.fromEntries([...w.users].map(([u, s]) => [u, s.online]));
+			return {uids: w.uids(), steps, final, removed, added};
+		})`, &got)
+		assert.Equal(t, []bool{true, true, false}, got.Added)
+		assert.True(t, got.Removed)
+		assert.Equal(t, []string{"bob"}, got.UIDs, "sorted, as sent in a watch frame")
+		no := false
+		assert.Equal(t, [][]change{
+			{{"bob", true}, {"carol", false}},
+			{{"bob", false}, {"carol", true}},
+			{},
+			{},
+		}, got.Steps)
+		assert.Equal(t, map[string]*bool{"bob": &no}, got.Final)
+	})
+
 	t.Run("backoff", func(t *testing.T) {
 		// Attempt n waits between half and all of min(15 s, 0.5 s * 2^n).
 		var got [][2]float64
@@ -97,6 +205,11 @@ func TestModulesInBrowser(t *testing.T) {
 		var got string
 		run(t, `import('/conn.js').then(m => m.socketURL({uid: 'a b&c'}))`, &got)
 		assert.Equal(t, "ws"+srv.URL[len("http"):]+"/ws?uid=a+b%26c", got)
+		run(t, `import('/conn.js').then(m => m.socketURL({uid: 'alice', channels: ['lobby', 'team:1/x#y'].join(',')}))`, &got)
+		u, err := url.Parse(got)
+		require.NoError(t, err)
+		assert.Equal(t, "/ws", u.Path)
+		assert.Equal(t, url.Values{"uid": {"alice"}, "channels": {"lobby,team:1/x#y"}}, u.Query(), "a server reads the channels back: %s", got)
 	})
 
 	t.Run("ring", func(t *testing.T) {

@@ -1,10 +1,12 @@
 // The demo page: one connection of its own, simulated clients, the ring, the
-// users online, an event log and a chat. Everything comes from this server:
-// the WebSocket at /ws and GET /api/ring.
+// rooms this connection joined with their members, the users it watches, an
+// event log and a chat per room. Everything comes from this server: the
+// WebSocket at /ws and GET /api/ring.
 
 import { Client } from './conn.js';
 import { RingView } from './ring.js';
-import { fmtDur, fmtClock, randomTag, validUid } from './format.js';
+import { Room, WatchList } from './rooms.js';
+import { fmtDur, fmtClock, randomTag, validChannel, validUid } from './format.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -12,6 +14,10 @@ const MAX_SIMS = 100;
 const MAX_LOG = 300;
 const MAX_CHAT = 200;
 const MAX_USERS_SHOWN = 150;
+const MAX_WATCHED = 50;
+const MAX_ROOMS = 20;
+const MAX_EDGES_LOGGED = 10; // per diff; a big diff is summed up after these
+const LOBBY = 'lobby';
 const MAX_CHAT_BYTES = 4000; // under the server's default 4096-byte frame limit, with room for the JSON around it
 
 const params = new URLSearchParams(location.search);
@@ -34,8 +40,17 @@ const ui = {
   simsEmpty: $('sims-empty'),
   simsCount: $('sims-count'),
   spawnN: $('spawn-n'),
-  users: $('users'),
-  usersCount: $('users-count'),
+  roomsCard: $('rooms-card'),
+  roomTabs: $('room-tabs'),
+  roomCount: $('room-count'),
+  roomNote: $('room-note'),
+  roomLeave: $('room-leave'),
+  joinName: $('join-name'),
+  members: $('members'),
+  watched: $('watched'),
+  watchedEmpty: $('watched-empty'),
+  watchUid: $('watch-uid'),
+  chatRoom: $('chat-room'),
   chat: $('chat'),
   chatEmpty: $('chat-empty'),
   chatText: $('chat-text'),
@@ -45,9 +60,13 @@ const ui = {
 const ring = new RingView($('ring'));
 let ringInfo = null; // last reading of /api/ring
 
-// users: who the server says is online, and when this page last heard from
-// each (0: not known, e.g. a user that never chatted).
-const users = new Map();
+// rooms: the channels this connection has joined or asked to join, in the
+// order it asked; selected is the one the member list and the chat show.
+const rooms = new Map([[LOBBY, new Room(LOBBY)]]);
+let selected = LOBBY;
+const watch = new WatchList();
+// heard: when this page last saw a frame from a user it does not run (a chat).
+const heard = new Map();
 const sims = []; // {client, idleLogged}
 
 // syncChildren makes nodes the children of parent, touching the DOM only when
@@ -123,48 +142,112 @@ function guestUid() {
   }
 }
 
-const me = new Client({ uid, token, reconnect: true });
+const me = new Client({ uid, token, reconnect: true, channels: [LOBBY] });
+
+// wantChannels keeps the channels a reconnect joins at once in step with the rooms.
+function wantChannels() {
+  me.channels = [...rooms.keys()];
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+// logEdges logs the users of one list of a diff, a few by name and the rest as a number.
+function logEdges(kind, uids, text) {
+  for (const u of uids.slice(0, MAX_EDGES_LOGGED)) logEvent(kind, u, text);
+  if (uids.length > MAX_EDGES_LOGGED) logEvent(kind, '', `and ${plural(uids.length - MAX_EDGES_LOGGED, 'more user')}: ${text}`);
+}
+
+function dataText(v) {
+  const s = JSON.stringify(v === undefined ? null : v);
+  return s.length > 300 ? `${s.slice(0, 300)}…` : s;
+}
 
 me.addEventListener('frame', (ev) => {
   const f = ev.detail;
   const now = Date.now();
+  const ch = typeof f.channel === 'string' ? f.channel : '';
   switch (f.type) {
     case 'welcome': {
-      const before = new Map(users);
-      users.clear();
-      for (const u of Array.isArray(f.online) ? f.online : []) {
-        if (typeof u === 'string') users.set(u, { heardAt: before.get(u)?.heardAt || 0 });
-      }
-      // Welcomed means online, whether or not the list was built before this connection counted.
-      if (!users.has(me.uid)) users.set(me.uid, { heardAt: 0 });
-      const n = users.size;
-      logEvent('conn', me.uid, `connected · ${n} user${n === 1 ? '' : 's'} online · timeout ${fmtDur(me.timeoutMs)}`);
+      // The channels of ?channels= follow, one snapshot each; until then a
+      // room shows what the last connection knew, as stale.
+      for (const r of rooms.values()) r.state = 'joining';
+      watch.unknown();
+      if (watch.size) me.send({ type: 'watch', uids: watch.uids() });
+      const names = [...rooms.keys()];
+      logEvent('conn', me.uid, `connected · timeout ${fmtDur(me.timeoutMs)}` + (names.length ? ` · joining ${names.join(', ')}` : ''));
       break;
     }
-    case 'presence': {
-      if (typeof f.uid !== 'string') break;
-      if (f.online) {
-        if (!users.has(f.uid)) users.set(f.uid, { heardAt: 0 });
-        logEvent('online', f.uid, 'is online');
-      } else {
-        users.delete(f.uid);
-        logEvent('offline', f.uid, 'is offline');
+    case 'joined': {
+      if (!ch) break;
+      let r = rooms.get(ch);
+      if (!r) {
+        r = new Room(ch);
+        rooms.set(ch, r);
+        wantChannels();
       }
+      r.snapshot(f);
+      const shown = r.partial ? ` (${r.members.size} listed)` : '';
+      logEvent('joined', '', `joined ${ch} · ${plural(r.count, 'member')}${shown}`);
+      break;
+    }
+    case 'left':
+      if (!ch) break;
+      dropRoom(ch);
+      logEvent('left', '', `left ${ch}`);
+      break;
+    case 'presence': {
+      const r = rooms.get(ch);
+      if (!r || r.state !== 'joined') break;
+      const d = r.diff(f);
+      // Count-only diffs come at most once a tick from big rooms: the count shows them.
+      logEdges('join', d.joins, `joined ${ch}`);
+      logEdges('leave', d.leaves, `left ${ch}`);
       break;
     }
     case 'chat': {
       if (typeof f.from !== 'string' || typeof f.text !== 'string') break;
       // A chat frame is a keepalive of its sender's connection.
-      const u = users.get(f.from);
-      if (u) u.heardAt = now;
-      addChat(f.from, f.text, now);
+      heard.set(f.from, now);
+      addChat(ch, { from: f.from, text: f.text }, now);
       break;
     }
-    case 'error':
-      logEvent('error', '', `server: ${f.error}`);
+    case 'publish': {
+      const text = dataText(f.data);
+      addChat(ch, { text, system: 'published by the server' }, now);
+      logEvent('publish', '', `to ${ch}: ${text}`);
       break;
+    }
+    case 'message':
+      logEvent('message', '', `from the server to ${me.uid}: ${dataText(f.data)}`);
+      break;
+    case 'watching': {
+      watch.watching(f, now);
+      const on = watch.uids().filter((u) => watch.users.get(u).online);
+      logEvent('watch', '', `watching ${plural(watch.size, 'user')}, ${on.length} online` + (on.length ? `: ${on.join(', ')}` : ''));
+      break;
+    }
+    case 'status':
+      for (const c of watch.status(f, now)) logEvent(c.online ? 'online' : 'offline', c.uid, c.online ? 'is online' : 'is offline');
+      break;
+    case 'error': {
+      logEvent('error', '', `server: ${f.error}` + (ch ? ` (${ch})` : ''));
+      // A room still waiting for its snapshot was refused.
+      const r = rooms.get(ch);
+      if (r && r.state === 'joining') dropRoom(ch);
+      break;
+    }
   }
 });
+
+function dropRoom(ch) {
+  if (!rooms.delete(ch)) return;
+  wantChannels();
+  for (const li of [...ui.chat.children]) if (li.dataset.channel === ch) li.remove();
+  if (selected === ch) selected = rooms.keys().next().value || '';
+  showChat();
+}
 
 me.addEventListener('closed', (ev) => {
   const c = ev.detail;
@@ -237,13 +320,14 @@ function spawn(n) {
   n = Math.max(1, Math.min(n | 0 || 1, 50, room));
   for (let i = 0; i < n; i++) {
     // Pings at a spread of delays, so the clients land in different slots.
-    const client = new Client({ uid: `sim-${simTag}-${++simSeq}`, pingAt: [0.2, 0.4] });
+    const client = new Client({ uid: `sim-${simTag}-${++simSeq}`, pingAt: [0.2, 0.4], channels: [LOBBY] });
     const sim = { client, idleLogged: false };
     client.addEventListener('closed', (ev) => {
       logEvent('closed', client.uid, `connection closed: ${closeText(ev.detail)}`);
     });
     client.addEventListener('frame', (ev) => {
-      if (ev.detail.type === 'error') logEvent('error', client.uid, `server: ${ev.detail.error}`);
+      const f = ev.detail;
+      if (f.type === 'error') logEvent('error', client.uid, `server: ${f.error}` + (typeof f.channel === 'string' ? ` (${f.channel})` : ''));
     });
     client.addEventListener('change', renderSoon);
     sims.push(sim);
@@ -362,26 +446,64 @@ $('close-sims').addEventListener('click', () => {
   render();
 });
 
-// ---- users online ----
+// ---- rooms and their members ----
 
-// lastHeard is when this page last knew of a keepalive from uid, or 0.
-function lastHeard(u, info) {
+// lastHeard is when this page last knew of a keepalive from u, or 0.
+function lastHeard(u) {
   if (u === me.uid && me.live) return me.lastSent;
   const sim = sims.find((s) => s.client.uid === u);
   if (sim && sim.client.live) return sim.client.lastSent;
-  return info.heardAt;
+  return heard.get(u) || 0;
 }
 
-function renderUsers(now) {
+function renderRooms(now) {
+  const tabs = [];
+  const old = new Map();
+  for (const b of ui.roomTabs.children) old.set(b.dataset.channel, b);
+  for (const r of rooms.values()) {
+    let b = old.get(r.name);
+    if (!b) {
+      b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'tab';
+      b.setAttribute('role', 'tab');
+      b.dataset.channel = r.name;
+      b.innerHTML = '<span class="name"></span><span class="n"></span><span class="unread"></span>';
+      b.querySelector('.name').textContent = r.name;
+    }
+    b.dataset.state = r.state;
+    b.setAttribute('aria-selected', String(r.name === selected));
+    b.querySelector('.n').textContent = r.state === 'joined' ? String(r.count) : '…';
+    b.querySelector('.unread').textContent = r.unread ? String(r.unread) : '';
+    tabs.push(b);
+  }
+  syncChildren(ui.roomTabs, tabs);
+
+  const r = rooms.get(selected);
+  ui.roomsCard.dataset.channel = r ? r.name : '';
+  ui.roomsCard.dataset.state = r ? r.state : 'none';
+  ui.roomsCard.dataset.partial = String(!!r && r.partial);
+  ui.roomsCard.classList.toggle('stale', !me.live || !r || r.state !== 'joined');
+  ui.roomLeave.hidden = !r;
+  ui.roomCount.textContent = r ? String(r.count) : '0';
+  ui.chatRoom.textContent = r ? r.name : 'no room';
+  ui.chatText.placeholder = r ? `Message ${r.name}…` : 'Join a room to chat';
+  if (!r) {
+    ui.roomNote.textContent = 'no room: join one';
+    syncChildren(ui.members, []);
+    return;
+  }
+  if (r.state !== 'joined') ui.roomNote.textContent = `${r.state}…`;
+  else if (r.countOnly) ui.roomNote.textContent = `members · list partial: a room this big gets counts, not names`;
+  else if (r.partial) ui.roomNote.textContent = `members · list partial: ${r.members.size} listed`;
+  else ui.roomNote.textContent = r.count === 1 ? 'member' : 'members';
+
   const t = timeoutMs();
   const mine = new Map(sims.map((s, i) => [s.client.uid, i]));
-  const list = [...users.keys()].sort((a, b) => {
-    const ra = a === me.uid ? -1 : mine.has(a) ? mine.get(a) : MAX_SIMS;
-    const rb = b === me.uid ? -1 : mine.has(b) ? mine.get(b) : MAX_SIMS;
-    return ra - rb || (a < b ? -1 : a > b ? 1 : 0);
-  });
+  const rank = (u) => (u === me.uid ? -1 : mine.has(u) ? mine.get(u) : MAX_SIMS);
+  const list = r.sorted().sort((a, b) => rank(a) - rank(b));
   const rows = new Map();
-  for (const li of ui.users.children) if (li.dataset.uid) rows.set(li.dataset.uid, li);
+  for (const li of ui.members.children) if (li.dataset.uid) rows.set(li.dataset.uid, li);
   const shown = list.slice(0, MAX_USERS_SHOWN);
   const frag = [];
   for (const u of shown) {
@@ -393,64 +515,192 @@ function renderUsers(now) {
       li.querySelector('.uid').textContent = u;
     }
     rows.delete(u);
-    const heard = lastHeard(u, users.get(u));
-    const age = now - heard;
-    const known = heard > 0 && t > 0 && age < t;
+    const at = lastHeard(u);
+    const age = now - at;
+    const known = at > 0 && t > 0 && age < t;
     li.classList.toggle('known', known);
     li.querySelector('.dot').style.setProperty('--life', known ? (1 - age / t).toFixed(3) : '0');
-    li.querySelector('.tag').textContent = u === me.uid ? 'you' : mine.has(u) ? 'simulated' : '';
-    li.querySelector('.seen').textContent = heard > 0 ? `heard ${fmtDur(age)} ago` : '';
+    li.querySelector('.tag').textContent = u === me.uid ? 'you' : mine.has(u) ? 'simulated' : watch.has(u) ? 'watched' : '';
+    li.querySelector('.seen').textContent = at > 0 ? `heard ${fmtDur(age)} ago` : '';
     li.title = known
       ? `last keepalive this page knows of: ${fmtDur(age)} ago; offline ${fmtDur(t)} to ${fmtDur(t + tickMs())} after the last one`
-      : 'online; its keepalives are not visible from this page';
+      : 'a member; its keepalives are not visible from this page';
     frag.push(li);
   }
-  if (list.length > shown.length) {
-    let more = ui.users.querySelector('.more');
+  const hidden = r.count - shown.length;
+  if (hidden > 0) {
+    let more = ui.members.querySelector('.more');
     if (!more) {
       more = document.createElement('li');
       more.className = 'more';
     }
-    more.textContent = `and ${list.length - shown.length} more`;
+    more.textContent = list.length > shown.length ? `and ${hidden} more` : `and ${hidden} more not listed`;
     frag.push(more);
   }
-  syncChildren(ui.users, frag);
-  ui.usersCount.textContent = String(users.size);
-  ui.users.closest('.card').classList.toggle('stale', !me.live);
+  syncChildren(ui.members, frag);
 }
+
+function select(ch) {
+  if (!rooms.has(ch)) return;
+  selected = ch;
+  rooms.get(ch).unread = 0;
+  showChat();
+  render();
+}
+
+ui.roomTabs.addEventListener('click', (ev) => {
+  const b = ev.target.closest('button[data-channel]');
+  if (b) select(b.dataset.channel);
+});
+
+$('join-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const ch = ui.joinName.value.trim();
+  if (!ch) return;
+  if (!validChannel(ch)) {
+    logEvent('error', '', `${JSON.stringify(ch)} is not a room name: 1–128 letters, digits or _.-:@/#`);
+    return;
+  }
+  if (!rooms.has(ch) && rooms.size >= MAX_ROOMS) {
+    logEvent('error', '', `at most ${MAX_ROOMS} rooms per page`);
+    return;
+  }
+  if (!me.send({ type: 'join', channel: ch })) {
+    logEvent('error', '', 'not connected: cannot join now');
+    return;
+  }
+  if (!rooms.has(ch)) rooms.set(ch, new Room(ch));
+  wantChannels();
+  ui.joinName.value = '';
+  select(ch);
+});
+
+ui.roomLeave.addEventListener('click', () => {
+  const r = rooms.get(selected);
+  if (!r) return;
+  if (me.send({ type: 'leave', channel: r.name })) {
+    r.state = 'leaving';
+    render();
+    return;
+  }
+  // Not connected: nothing to tell the server, just forget the room.
+  dropRoom(r.name);
+  logEvent('left', '', `left ${r.name} (while disconnected)`);
+  render();
+});
+
+// ---- watched users ----
+
+function sendWatch() {
+  // Offline: the welcome of the next connection sends the list.
+  if (me.live) me.send({ type: 'watch', uids: watch.uids() });
+}
+
+function renderWatch(now) {
+  const rows = new Map();
+  for (const li of ui.watched.children) rows.set(li.dataset.uid, li);
+  const frag = [];
+  for (const u of watch.uids()) {
+    const w = watch.users.get(u);
+    let li = rows.get(u);
+    if (!li) {
+      li = document.createElement('li');
+      li.dataset.uid = u;
+      li.innerHTML = '<span class="dot"></span><code class="uid"></code><span class="seen"></span>' +
+        '<button type="button" class="small-btn icon" data-act="unwatch" aria-label="Stop watching" title="Stop watching">×</button>';
+      li.querySelector('.uid').textContent = u;
+    }
+    const state = w.online === null || !me.live ? 'unknown' : w.online ? 'online' : 'offline';
+    li.dataset.online = state;
+    li.querySelector('.seen').textContent = state === 'unknown' ? (me.live ? 'asking…' : 'not connected')
+      : `${state}${w.since ? ` for ${fmtDur(now - w.since)}` : ''}`;
+    frag.push(li);
+  }
+  syncChildren(ui.watched, frag);
+  ui.watchedEmpty.hidden = watch.size > 0;
+}
+
+$('watch-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const u = ui.watchUid.value.trim();
+  if (!u) return;
+  if (!validUid(u)) {
+    logEvent('error', '', `${JSON.stringify(u)} is not a user ID: 1–64 letters, digits or _.-@`);
+    return;
+  }
+  if (!watch.has(u) && watch.size >= MAX_WATCHED) {
+    logEvent('error', '', `at most ${MAX_WATCHED} watched users per page`);
+    return;
+  }
+  ui.watchUid.value = '';
+  if (!watch.add(u)) return;
+  sendWatch();
+  render();
+});
+
+ui.watched.addEventListener('click', (ev) => {
+  const b = ev.target.closest('button[data-act="unwatch"]');
+  if (!b) return;
+  if (watch.remove(b.closest('li').dataset.uid)) sendWatch();
+  render();
+});
 
 // ---- chat ----
 
-function addChat(from, text, at) {
+function addChat(ch, { from = '', text, system = '' }, at) {
+  const r = rooms.get(ch);
+  if (!r) return; // a room this page has left since
   const li = document.createElement('li');
-  li.dataset.from = from;
+  li.dataset.channel = ch;
+  if (from) li.dataset.from = from;
   if (from === me.uid) li.className = 'mine';
+  if (system) li.className = 'system';
   const head = document.createElement('div');
   head.className = 'head';
-  const who = document.createElement('code');
-  who.textContent = from;
+  const who = document.createElement(from ? 'code' : 'span');
+  who.textContent = from || system;
   const time = document.createElement('time');
   time.textContent = fmtClock(at);
   head.append(who, time);
   const body = document.createElement('p');
   body.textContent = text;
   li.append(head, body);
+  li.hidden = ch !== selected;
   const stick = ui.chat.scrollHeight - ui.chat.scrollTop - ui.chat.clientHeight < 40;
   ui.chat.appendChild(li);
   while (ui.chat.childElementCount > MAX_CHAT) ui.chat.firstElementChild.remove();
-  if (stick) ui.chat.scrollTop = ui.chat.scrollHeight;
-  ui.chatEmpty.hidden = true;
+  if (ch !== selected) r.unread++;
+  else if (stick) ui.chat.scrollTop = ui.chat.scrollHeight;
+  showChat();
+}
+
+// showChat shows the messages of the selected room only.
+function showChat() {
+  let any = false;
+  for (const li of ui.chat.children) {
+    li.hidden = li.dataset.channel !== selected;
+    any ||= !li.hidden;
+  }
+  ui.chatEmpty.hidden = any;
+  ui.chatEmpty.textContent = !rooms.has(selected) ? 'Join a room to chat.'
+    : selected === LOBBY ? 'Open this page in a second window and say hello.'
+      : `Nothing said in ${selected} yet.`;
 }
 
 $('chat-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   const text = ui.chatText.value.trim();
   if (!text) return;
+  const r = rooms.get(selected);
+  if (!r || r.state !== 'joined') {
+    logEvent('error', '', 'join a room first: chat goes to the members of a room');
+    return;
+  }
   if (new TextEncoder().encode(text).length > MAX_CHAT_BYTES) {
     logEvent('error', '', `message too long: at most ${MAX_CHAT_BYTES} bytes`);
     return;
   }
-  if (!me.send({ type: 'chat', text })) {
+  if (!me.send({ type: 'chat', channel: r.name, text })) {
     logEvent('error', '', 'not connected: the message was not sent');
     return;
   }
@@ -490,7 +740,8 @@ function render() {
   const now = Date.now();
   renderMe(now);
   renderSims(now);
-  renderUsers(now);
+  renderRooms(now);
+  renderWatch(now);
 }
 
 function loop() {
@@ -511,6 +762,7 @@ function renderSoon() {
 }
 
 me.addEventListener('change', renderSoon);
+showChat();
 me.connect();
 pollRing();
 loop();

@@ -1,5 +1,7 @@
-// A WebSocket client of presenced: welcome, ping/pong, chat,
-// presence, error frames, plus the demo-only "silence" message.
+// A WebSocket client of presenced: the welcome, ping/pong and the
+// demo-only "silence" message here; channels, chat, watch lists and the
+// frames they bring are the caller's, through send() and "frame" events.
+// The channels it names at connect are joined as the socket opens.
 //
 // Keepalives: after each pong the client waits a fraction of the server's
 // timeout and sends the next app ping. Scheduling from the reply, never with
@@ -28,7 +30,7 @@ const STABLE_MS = 10000;
 /**
  * Client is one WebSocket connection. It dispatches:
  *  - "change": any state or timing field changed;
- *  - "frame":  detail is a parsed server frame (welcome, pong, chat, presence, error, ...);
+ *  - "frame":  detail is a parsed server frame (welcome, joined, presence, chat, status, error, ...);
  *  - "closed": detail is {code, reason, clean, at}.
  * States: new, connecting, open (socket up, no welcome yet), live, waiting (reconnect
  * scheduled), closed.
@@ -40,11 +42,14 @@ export class Client extends EventTarget {
    * @param {string} [o.token]  JWT sent as ?token= instead, when the server wants one
    * @param {boolean} [o.reconnect] reconnect with backoff after an unwanted close
    * @param {number[]} [o.pingAt] app ping delay as [min, max] fractions of the timeout
+   * @param {string[]} [o.channels] channels to join at connect (?channels=); the
+   *   caller may change the array between connections
    */
-  constructor({ uid, token = '', reconnect = false, pingAt = [1 / 3, 1 / 3] }) {
+  constructor({ uid, token = '', reconnect = false, pingAt = [1 / 3, 1 / 3], channels = [] }) {
     super();
     this.uid = uid;
     this.token = token;
+    this.channels = channels;
     this.reconnect = reconnect;
     this.pingAt = pingAt;
     this.ws = null;
@@ -72,7 +77,9 @@ export class Client extends EventTarget {
     this.silenced = false;
     // With a token the server (with -jwt-secret) takes the user from it; the uid
     // is what a server in demo mode uses instead.
-    const ws = new WebSocket(socketURL(this.token ? { uid: this.uid, token: this.token } : { uid: this.uid }));
+    const query = this.token ? { uid: this.uid, token: this.token } : { uid: this.uid };
+    if (this.channels.length) query.channels = this.channels.join(',');
+    const ws = new WebSocket(socketURL(query));
     this.ws = ws;
     this.setState('connecting');
     ws.onopen = () => {

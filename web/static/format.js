@@ -1,10 +1,16 @@
-// Small pure helpers for the page: durations, clock times, IDs.
+// Small pure helpers for the page: durations, clock times, IDs, channel names.
 
 const UID_RE = /^[A-Za-z0-9_.@-]{1,64}$/;
+const CHANNEL_RE = /^[A-Za-z0-9_.:@\/#-]{1,128}$/;
 
 /** validUid reports whether s is a user ID the server accepts: 1–64 letters, digits or _.-@ */
 export function validUid(s) {
   return UID_RE.test(s);
+}
+
+/** validChannel reports whether s is a channel name the server accepts: 1–128 letters, digits or _.-:@/# */
+export function validChannel(s) {
+  return CHANNEL_RE.test(s);
 }
 
 /** randomTag returns 4 random base-36 characters. */
