@@ -317,14 +317,15 @@ func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
 
 // wireMessage is a presence.Message on Pub/Sub; its frame is JSON already.
 type wireMessage struct {
-	Channel string          `json:"c,omitempty"`
-	UID     string          `json:"u,omitempty"`
-	Frame   json.RawMessage `json:"f"`
+	Channel    string          `json:"c,omitempty"`
+	UID        string          `json:"u,omitempty"`
+	Frame      json.RawMessage `json:"f,omitempty"`
+	Disconnect bool            `json:"x,omitempty"`
 }
 
 // Publish sends m to the clients of every node through Redis Pub/Sub.
 func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
-	msg, err := json.Marshal(wireMessage{m.Channel, m.UID, m.Frame})
+	msg, err := json.Marshal(wireMessage{m.Channel, m.UID, m.Frame, m.Disconnect})
 	if err != nil {
 		return fmt.Errorf("cluster: publish: %w", err)
 	}

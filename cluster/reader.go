@@ -21,6 +21,7 @@ type delivery struct {
 type edgeEvent struct {
 	uid string
 	on  bool
+	by  string // the node that wrote it, or "claim:" and the node that claimed a dead one's lease
 }
 
 // Run relays presence edges from the event streams, and chat from Pub/Sub, to
@@ -92,7 +93,7 @@ func (e *Engine) Run(ctx context.Context, r presence.Relay) error {
 				continue
 			}
 			e.m.relayed.WithLabelValues("chat").Inc()
-			r.Deliver(presence.Message{Channel: w.Channel, UID: w.UID, Frame: w.Frame})
+			r.Deliver(presence.Message{Channel: w.Channel, UID: w.UID, Frame: w.Frame, Disconnect: w.Disconnect})
 		case <-e.resync:
 			reconcile = time.After(settle)
 		case d := <-in:
@@ -100,7 +101,7 @@ func (e *Engine) Run(ctx context.Context, r presence.Relay) error {
 				reconcile = time.After(settle)
 			}
 			for _, ev := range d.edges {
-				e.relayEdge(view, r, ev.uid, ev.on)
+				e.relayEdge(view, r, ev.uid, ev.on, ev.by == e.cfg.Node || ev.by == "claim:"+e.cfg.Node)
 			}
 		case <-reconcile:
 			reconcile = nil
@@ -111,8 +112,9 @@ func (e *Engine) Run(ctx context.Context, r presence.Relay) error {
 	}
 }
 
-// relayEdge applies one edge to view and passes it on if it changes it.
-func (e *Engine) relayEdge(view map[string]struct{}, r presence.Relay, uid string, on bool) {
+// relayEdge applies one edge to view and passes it on if it changes it; here
+// says this node produced it.
+func (e *Engine) relayEdge(view map[string]struct{}, r presence.Relay, uid string, on, here bool) {
 	_, was := view[uid]
 	if was == on {
 		return
@@ -125,7 +127,7 @@ func (e *Engine) relayEdge(view map[string]struct{}, r presence.Relay, uid strin
 		delete(view, uid)
 	}
 	e.m.relayed.WithLabelValues(kind).Inc()
-	r.UserChanged(uid, on)
+	r.UserChanged(uid, on, here)
 }
 
 // bootstrap reads where each stream ends, then who is online: edges after
@@ -198,13 +200,13 @@ func (e *Engine) reconcile(ctx context.Context, view map[string]struct{}, r pres
 	var on, off int
 	for uid := range view {
 		if _, ok := fresh[uid]; !ok {
-			e.relayEdge(view, r, uid, false)
+			e.relayEdge(view, r, uid, false, false)
 			off++
 		}
 	}
 	for uid := range fresh {
 		if _, ok := view[uid]; !ok {
-			e.relayEdge(view, r, uid, true)
+			e.relayEdge(view, r, uid, true, false)
 			on++
 		}
 	}
@@ -269,10 +271,11 @@ func (e *Engine) readStreams(ctx context.Context, shards []int, cursors []string
 			for _, msg := range st.Messages {
 				uid, _ := msg.Values["u"].(string)
 				on, _ := msg.Values["on"].(string)
+				by, _ := msg.Values["by"].(string)
 				if uid == "" {
 					continue
 				}
-				d.edges = append(d.edges, edgeEvent{uid: uid, on: on == "1"})
+				d.edges = append(d.edges, edgeEvent{uid: uid, on: on == "1", by: by})
 			}
 		}
 		if (d.recovered || len(d.edges) > 0) && !send(d) {

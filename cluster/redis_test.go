@@ -148,7 +148,7 @@ type recorded struct {
 
 func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
 
-func (r *recorder) UserChanged(uid string, on bool) {
+func (r *recorder) UserChanged(uid string, on, here bool) {
 	r.mu.Lock()
 	r.edges = append(r.edges, recorded{uid, on, time.Now()})
 	r.mu.Unlock()
@@ -367,7 +367,7 @@ func streamEntries(t *testing.T, c redis.UniversalClient, k shardKeys) []streamE
 		require.NoError(t, err, "stream ID %s", m.ID)
 		uid, _ := m.Values["u"].(string)
 		by, _ := m.Values["by"].(string)
-		out = append(out, streamEntry{edgeEvent{uid, m.Values["on"] == "1"}, by, at})
+		out = append(out, streamEntry{edgeEvent{uid: uid, on: m.Values["on"] == "1"}, by, at})
 	}
 	return out
 }

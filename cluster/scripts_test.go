@@ -71,7 +71,7 @@ func TestSetScriptEdgesAndCounts(t *testing.T) {
 		online, err := c.ZScore(ctx, k.online, st.uid).Result()
 		assert.Equal(t, st.wantLeases > 0, err == nil, "online at step %d (%v %v)", i, online, err)
 	}
-	assert.Equal(t, []edgeEvent{{"u", true}, {"u", false}, {"u", true}}, streamEdges(t, c, k))
+	assert.Equal(t, []edgeEvent{{uid: "u", on: true}, {uid: "u", on: false}, {uid: "u", on: true}}, streamEdges(t, c, k))
 }
 
 // A renewal costs one ZADD when every lease is there, and adds back, with
@@ -99,7 +99,7 @@ func TestSetScriptRenewal(t *testing.T) {
 	conns, err := c.HGet(ctx, k.conns, "u").Int()
 	require.NoError(t, err)
 	assert.Equal(t, 2, conns)
-	assert.Equal(t, []edgeEvent{{"u", true}, {"v", true}}, streamEdges(t, c, k))
+	assert.Equal(t, []edgeEvent{{uid: "u", on: true}, {uid: "v", on: true}}, streamEdges(t, c, k))
 
 	// A drop in a renewal batch takes the full path.
 	assert.Equal(t, []int64{0, 1, 0, 1}, renew("u", 2, "v", 0))
@@ -297,5 +297,5 @@ func TestClaimPausesAfterStall(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "claims never resumed")
 	}
 	assert.Equal(t, []int64{1, 1, 0}, res)
-	assert.Equal(t, []edgeEvent{{"x", true}, {"x", false}}, streamEdges(t, c, k))
+	assert.Equal(t, []edgeEvent{{uid: "x", on: true}, {uid: "x", on: false}}, streamEdges(t, c, k))
 }

@@ -47,16 +47,20 @@ type Engine interface {
 // joins it and leaves when its last one there leaves or closes. Relay
 // methods never block on I/O and never call the Engine.
 type Relay interface {
-	UserChanged(uid string, online bool)
+	// UserChanged reports a user's edge to every node; here is true on the
+	// one node whose change (or claim of a dead node's records) produced it.
+	UserChanged(uid string, online, here bool)
 	MemberChanged(channel, uid string, joined bool)
 	Deliver(m Message)
 }
 
-// A Message is a complete JSON text frame for the connections of one user
-// (UID) or for the members of one channel (Channel); exactly one of the two
-// is set.
+// A Message is for the connections of one user (UID) or for the members of
+// one channel (Channel); exactly one of the two is set. It carries a
+// complete JSON text frame, or with Disconnect set (and UID) it ends every
+// connection of the user.
 type Message struct {
-	Channel string `json:"channel,omitempty"`
-	UID     string `json:"uid,omitempty"`
-	Frame   []byte `json:"frame"`
+	Channel    string
+	UID        string
+	Frame      []byte
+	Disconnect bool
 }

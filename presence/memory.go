@@ -73,7 +73,7 @@ func (e *memoryEngine) edgeLocked(ev memoryEvent) {
 
 func deliverEdge(r Relay, ev memoryEvent) {
 	if ev.channel == "" {
-		r.UserChanged(ev.uid, ev.on)
+		r.UserChanged(ev.uid, ev.on, true)
 	} else {
 		r.MemberChanged(ev.channel, ev.uid, ev.on)
 	}

@@ -46,10 +46,12 @@ const (
 )
 
 // A Client is one connection as the Node sees it. Send queues a complete
-// JSON text frame for it; it must not block, nor call the Node. A Client is
-// compared by ==, so use a pointer.
+// JSON text frame for it; Disconnect starts ending it at the server's
+// request. Neither may block or call the Node: the Node calls them under its
+// locks. A Client is compared by ==, so use a pointer.
 type Client interface {
 	Send(frame []byte)
+	Disconnect()
 }
 
 // Config configures a Node. The zero value works: a 30 s lease (31 slots of
@@ -74,6 +76,12 @@ type Config struct {
 	PresenceLists int // above this many members a channel's diffs carry the count only; 0 means 1,000
 	MaxWatch      int // most user IDs in one watch list; 0 means 1,000
 	MaxChannels   int // most channels one connection may join; 0 means 100
+
+	// OnPresence, if set, is told of each user's online and offline edges,
+	// once per edge across all nodes: on the node whose change (or claim of
+	// a dead node) produced it. It runs on a goroutine of its own, one call
+	// at a time, in the order of the edges.
+	OnPresence func(uid string, online bool)
 
 	Logger *slog.Logger // nil: silent
 }
@@ -169,6 +177,7 @@ func New(cfg Config) (*Node, error) {
 		n.engine = NewMemoryEngine()
 	}
 	n.v.init(orDefault(cfg.MemberList, DefaultMemberList), orDefault(cfg.PresenceLists, DefaultPresenceLists))
+	n.v.notify.fn = cfg.OnPresence
 	if m, ok := n.engine.(*memoryEngine); ok {
 		m.attach(&n.v)
 	}
@@ -562,9 +571,15 @@ func (n *Node) Send(ctx context.Context, uid string, data json.RawMessage) error
 	return n.engine.Publish(ctx, Message{UID: uid, Frame: frame})
 }
 
-// Close releases the Node's rings. Call it after Shutdown, once every
-// connection is disconnected.
+// DisconnectUser ends every connection of uid, on every node.
+func (n *Node) DisconnectUser(ctx context.Context, uid string) error {
+	return n.engine.Publish(ctx, Message{UID: uid, Disconnect: true})
+}
+
+// Close releases the Node's rings and waits for pending OnPresence calls.
+// Call it after Shutdown, once every connection is disconnected.
 func (n *Node) Close() {
 	n.leases.Close()
 	n.graces.Close()
+	n.v.notify.close()
 }

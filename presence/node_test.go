@@ -21,6 +21,8 @@ type client struct {
 	frames []string
 }
 
+func (c *client) Disconnect() { c.Send([]byte("disconnect")) }
+
 func (c *client) Send(frame []byte) {
 	c.mu.Lock()
 	c.frames = append(c.frames, string(frame))

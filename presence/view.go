@@ -16,6 +16,7 @@ import (
 // net of what followed.
 type view struct {
 	memberList, presenceLists int
+	notify                    notifier // OnPresence
 
 	mu       sync.Mutex
 	online   map[string]struct{}
@@ -55,6 +56,7 @@ type watchState struct {
 
 func (v *view) init(memberList, presenceLists int) {
 	v.memberList, v.presenceLists = memberList, presenceLists
+	v.notify.idle.L = &v.notify.mu
 	v.online = make(map[string]struct{})
 	v.channels = make(map[string]*channelView)
 	v.byUser = make(map[string][]Client)
@@ -63,11 +65,14 @@ func (v *view) init(memberList, presenceLists int) {
 }
 
 // UserChanged records an online or offline edge.
-func (v *view) UserChanged(uid string, online bool) {
+func (v *view) UserChanged(uid string, online, here bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, was := v.online[uid]; was == online {
 		return
+	}
+	if here {
+		v.notify.push(uid, online)
 	}
 	if online {
 		v.online[uid] = struct{}{}
@@ -128,7 +133,11 @@ func (v *view) Deliver(m Message) {
 		return
 	}
 	for _, c := range v.byUser[m.UID] {
-		c.Send(m.Frame)
+		if m.Disconnect {
+			c.Disconnect()
+		} else {
+			c.Send(m.Frame)
+		}
 	}
 }
 

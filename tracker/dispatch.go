@@ -31,11 +31,13 @@ type event[K comparable] struct {
 // ring the queue holds at most about two events per key.
 type dispatcher[K comparable] struct {
 	mu      sync.Mutex
-	cond    sync.Cond // signalled when running turns false
+	cond    sync.Cond // signalled when running turns false or a batch is done
 	queue   []event[K]
 	spare   []event[K]
 	running bool
 	closed  bool
+	pushed  uint64 // events queued so far
+	done    uint64 // events whose callback has returned
 
 	t *Tracker[K]
 }
@@ -47,6 +49,7 @@ func (d *dispatcher[K]) push(evs ...event[K]) {
 		return // Close has returned: nobody is listening any more
 	}
 	d.queue = append(d.queue, evs...)
+	d.pushed += uint64(len(evs))
 	if !d.running {
 		d.running = true
 		go d.run()
@@ -69,10 +72,13 @@ func (d *dispatcher[K]) run() {
 		for _, ev := range batch {
 			d.call(ev)
 		}
+		n := len(batch)
 		clear(batch)
 
 		d.mu.Lock()
 		d.spare = batch[:0]
+		d.done += uint64(n)
+		d.cond.Broadcast()
 		d.mu.Unlock()
 	}
 }
@@ -88,6 +94,15 @@ func (d *dispatcher[K]) call(ev event[K]) {
 		t.onOffline(ev.key)
 	case stepped:
 		t.onStep(ev.took)
+	}
+}
+
+// settle waits until every event pushed before the call has been handled.
+func (d *dispatcher[K]) settle() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for target := d.pushed; d.done < target && d.running; {
+		d.cond.Wait()
 	}
 }
 

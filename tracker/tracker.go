@@ -287,6 +287,14 @@ func (t *Tracker[K]) Advance() []K {
 	return t.step(true)
 }
 
+// Settle waits until every callback of the events so far has returned: with
+// Advance, it lets a test step the ring by hand and then look at what the
+// callbacks did. It must not be called from a callback, which it would wait
+// for.
+func (t *Tracker[K]) Settle() {
+	t.events.settle()
+}
+
 // step moves the cursor one slot and checks every entry in the slot it
 // leaves, shard by shard.
 func (t *Tracker[K]) step(collect bool) []K {

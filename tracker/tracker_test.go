@@ -535,3 +535,37 @@ func TestOnStepFollowsTheStepsEvents(t *testing.T) {
 		}
 	}
 }
+
+// Settle returns once the callbacks of the steps so far have run, however
+// slow they are.
+func TestSettleWaitsForCallbacks(t *testing.T) {
+	var offline atomic.Int32
+	release := make(chan struct{})
+	tr, err := New(Config[string]{
+		Slots: 2,
+		OnOffline: func(string) {
+			<-release
+			offline.Add(1)
+		},
+	})
+	require.NoError(t, err)
+	defer tr.Close()
+	tr.Touch("a")
+	tr.Touch("b")
+	tr.Advance()
+	tr.Advance()
+	settled := make(chan struct{})
+	go func() {
+		tr.Settle()
+		close(settled)
+	}()
+	select {
+	case <-settled:
+		t.Fatal("Settle returned while a callback was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-settled
+	assert.EqualValues(t, 2, offline.Load())
+	tr.Settle() // nothing pending: at once
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -51,54 +52,128 @@ func ValidUID(uid string) bool {
 	return true
 }
 
-// DemoAuth trusts the ?uid= query parameter: anyone can claim any identity.
-// Use it for the demo and for tests only.
-func DemoAuth() Authenticator {
-	return AuthenticatorFunc(func(r *http.Request) (string, error) {
-		uid := r.URL.Query().Get("uid")
-		if !ValidUID(uid) {
-			return "", fmt.Errorf("%w: %q", ErrInvalidUID, uid)
+// A Session is what a SessionAuthenticator knows of a client beyond its
+// user ID: until when the identity holds, and which channels it may join.
+type Session struct {
+	UID     string
+	Expires time.Time // zero: never
+	// Channels limits the channels the user may join: exact names, and
+	// entries ending in "*" that allow every name with that prefix. nil
+	// allows every channel.
+	Channels []string
+}
+
+// Allows reports whether the session may join channel.
+func (s Session) Allows(channel string) bool {
+	if s.Channels == nil {
+		return true
+	}
+	for _, c := range s.Channels {
+		if prefix, ok := strings.CutSuffix(c, "*"); ok && strings.HasPrefix(channel, prefix) || c == channel {
+			return true
 		}
-		return uid, nil
-	})
+	}
+	return false
+}
+
+// A SessionAuthenticator is an Authenticator whose identities expire and may
+// be limited to channels; JWTAuth is one. The Hub closes a connection with
+// 4401 "token expired" when its session expires, unless the client sent a
+// newer token in a refresh frame first.
+type SessionAuthenticator interface {
+	Authenticator
+	// Session authenticates r, as Authenticate does, and returns its session.
+	Session(r *http.Request) (Session, error)
+	// Refresh checks a token a connected client sent to extend its session.
+	Refresh(token string) (Session, error)
+}
+
+// DemoAuth trusts the ?uid= query parameter: anyone can claim any identity.
+// Use it for the demo and for tests only. A Hub with DemoAuth (or no
+// Authenticator) runs in demo mode.
+func DemoAuth() Authenticator { return demoAuth{} }
+
+type demoAuth struct{}
+
+func (demoAuth) Authenticate(r *http.Request) (string, error) {
+	uid := r.URL.Query().Get("uid")
+	if !ValidUID(uid) {
+		return "", fmt.Errorf("%w: %q", ErrInvalidUID, uid)
+	}
+	return uid, nil
 }
 
 // JWTAuth verifies an HS256 token signed with secret, taken from the
 // "Authorization: Bearer" header or else the ?token= query parameter
 // (browsers cannot set headers on a WebSocket). Its "sub" claim is the user
-// ID; "exp" and "nbf", when present, are enforced.
-func JWTAuth(secret []byte) Authenticator {
-	key := append([]byte(nil), secret...)
-	parser := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}))
-	keyFunc := func(*jwt.Token) (any, error) { return key, nil }
-	return AuthenticatorFunc(func(r *http.Request) (string, error) {
-		raw := bearerToken(r)
-		if raw == "" {
-			return "", fmt.Errorf("%w: no token (Authorization: Bearer or ?token=)", ErrUnauthenticated)
-		}
-		var claims jwt.RegisteredClaims
-		if _, err := parser.ParseWithClaims(raw, &claims, keyFunc); err != nil {
-			return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
-		}
-		if claims.Subject == "" {
-			return "", fmt.Errorf("%w: token has no sub claim", ErrUnauthenticated)
-		}
-		if !ValidUID(claims.Subject) {
-			return "", fmt.Errorf("%w: token subject %q", ErrInvalidUID, claims.Subject)
-		}
-		return claims.Subject, nil
-	})
+// ID and "exp" is required; "nbf" is enforced when present. An optional
+// "channels" claim, an array of channel names where an entry ending in "*"
+// is a prefix, limits the channels the user may join.
+func JWTAuth(secret []byte) SessionAuthenticator {
+	return &jwtAuth{
+		key:    append([]byte(nil), secret...),
+		parser: jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired()),
+	}
 }
 
+type jwtAuth struct {
+	key    []byte
+	parser *jwt.Parser
+}
+
+// jwtClaims are the claims JWTAuth reads.
+type jwtClaims struct {
+	jwt.RegisteredClaims
+	Channels *[]string `json:"channels,omitempty"`
+}
+
+func (a *jwtAuth) Authenticate(r *http.Request) (string, error) {
+	s, err := a.Session(r)
+	return s.UID, err
+}
+
+func (a *jwtAuth) Session(r *http.Request) (Session, error) {
+	raw := bearerToken(r)
+	if raw == "" {
+		return Session{}, fmt.Errorf("%w: no token (Authorization: Bearer or ?token=)", ErrUnauthenticated)
+	}
+	return a.Refresh(raw)
+}
+
+func (a *jwtAuth) Refresh(raw string) (Session, error) {
+	var claims jwtClaims
+	if _, err := a.parser.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return a.key, nil }); err != nil {
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	if claims.Subject == "" {
+		return Session{}, fmt.Errorf("%w: token has no sub claim", ErrUnauthenticated)
+	}
+	if !ValidUID(claims.Subject) {
+		return Session{}, fmt.Errorf("%w: token subject %q", ErrInvalidUID, claims.Subject)
+	}
+	s := Session{UID: claims.Subject, Expires: claims.ExpiresAt.Time}
+	if claims.Channels != nil {
+		s.Channels = append([]string{}, *claims.Channels...)
+	}
+	return s, nil
+}
+
+// bearerToken returns the token of "Authorization: Bearer", or else of
+// ?token=: another Authorization scheme, set by a proxy, does not hide it.
 func bearerToken(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, tok, ok := strings.Cut(h, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(tok)
-		}
-		return ""
+	if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(tok)
 	}
 	return r.URL.Query().Get("token")
+}
+
+// session authenticates r with auth, as a Session whatever kind auth is.
+func session(auth Authenticator, r *http.Request) (Session, error) {
+	if sa, ok := auth.(SessionAuthenticator); ok {
+		return sa.Session(r)
+	}
+	uid, err := auth.Authenticate(r)
+	return Session{UID: uid}, err
 }
 
 // authStatus maps an Authenticator error to its HTTP status.

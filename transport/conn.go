@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -25,6 +26,8 @@ type conn struct {
 	uid string
 	ws  *websocket.Conn
 
+	session Session // owned by the reader goroutine after the upgrade
+
 	silenced atomic.Bool // control frames are not keepalives (demo aid)
 	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
 
@@ -46,6 +49,30 @@ func (c *conn) Send(frame []byte) {
 		go c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
 	}
 }
+
+// Disconnect closes c with 4403 at the server's request, on a goroutine of
+// its own: the node calls it under its locks.
+func (c *conn) Disconnect() {
+	go c.closeWith(CloseDisconnected, "disconnected", reasonKicked)
+}
+
+// allows reports whether c may join channel: its token's channels claim and
+// the embedder's Authorize must both say yes.
+func (c *conn) allows(channel string) bool {
+	return c.session.Allows(channel) && (c.hub.authorize == nil || c.hub.authorize(c.uid, channel))
+}
+
+// expireAt arms the close of c when its session expires; a zero time never.
+func (c *conn) expireAt(t time.Time) {
+	if t.IsZero() {
+		c.hub.expiry.Remove(c)
+		return
+	}
+	c.hub.expiry.TouchFor(c, time.Until(t))
+}
+
+// errNotAllowed answers a join the token or the embedder refused.
+const errNotAllowed = "not allowed to join this channel"
 
 // reply queues a frame answering one of the client's own.
 func (c *conn) reply(frame []byte) {
@@ -237,9 +264,15 @@ func (c *conn) handle(data []byte) {
 	case "ping":
 		c.reply(pongMsg)
 	case "silence":
+		if !h.demo {
+			c.reply(errorMsg(`"silence" is a demo aid, accepted only in demo mode`, ""))
+			return
+		}
 		c.silenced.Store(true)
 	case "join":
-		if err := h.node.Join(c, in.Channel); err != nil {
+		if !c.allows(in.Channel) {
+			c.reply(errorMsg(errNotAllowed, in.Channel))
+		} else if err := h.node.Join(c, in.Channel); err != nil {
 			c.reply(errorMsg(err.Error(), in.Channel))
 		}
 	case "leave":
@@ -248,6 +281,10 @@ func (c *conn) handle(data []byte) {
 		}
 	case "watch":
 		if err := h.node.Watch(c, in.UIDs); err != nil {
+			c.reply(errorMsg(err.Error(), ""))
+		}
+	case "refresh":
+		if err := c.refresh(in.Token); err != nil {
 			c.reply(errorMsg(err.Error(), ""))
 		}
 	case "chat":
@@ -262,7 +299,36 @@ func (c *conn) handle(data []byte) {
 			h.log.Warn("transport: publish chat", "uid", c.uid, "err", err)
 			c.reply(errorMsg("chat not delivered: "+err.Error(), in.Channel))
 		}
+	default: // a type of the application's
+		if h.onMessage == nil {
+			c.reply(errorMsg(fmt.Sprintf("unknown type %q", truncate(in.Type)), ""))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
+		err := h.onMessage(ctx, c.uid, in.Type, data)
+		cancel()
+		if err != nil {
+			c.reply(errorMsg(err.Error(), ""))
+		}
 	}
+}
+
+// refresh extends c's session with a newer token for the same user.
+func (c *conn) refresh(token string) error {
+	sa, ok := c.hub.auth.(SessionAuthenticator)
+	if !ok {
+		return errors.New("refresh needs a server that authenticates with tokens")
+	}
+	s, err := sa.Refresh(token)
+	if err != nil {
+		return fmt.Errorf("refresh refused: %w", err)
+	}
+	if s.UID != c.uid {
+		return errors.New("refresh refused: the token is for another user")
+	}
+	c.session = s
+	c.expireAt(s.Expires)
+	return nil
 }
 
 // finish runs when the reader stops: c no longer counts, leaves the ring and
@@ -285,6 +351,7 @@ func (c *conn) finish(err error) {
 	}
 	h.detach(c)
 	h.tracker.Remove(c)
+	h.expiry.Remove(c)
 	nc := c.ws.NetConn()
 	if tooBig {
 		// gorilla has sent 1009, but the rest of the frame is unread; closing

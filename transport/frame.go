@@ -29,13 +29,14 @@ var pongMsg = []byte(`{"type":"pong"}`)
 // MaxWatch is the most user IDs a watch frame may name.
 const MaxWatch = presence.DefaultMaxWatch
 
-// inbound is a client frame, checked: Type is one the Hub handles and the
-// fields it needs are there and valid.
+// inbound is a client frame, checked: the fields its type needs are there
+// and valid. A type the Hub does not handle is the application's.
 type inbound struct {
 	Type    string
 	Channel string
 	Text    string
 	UIDs    []string
+	Token   string
 }
 
 // wireFrame is every field a client frame may carry; unknown fields are
@@ -45,17 +46,29 @@ type wireFrame struct {
 	Channel *string   `json:"channel"`
 	Text    *string   `json:"text"`
 	UIDs    *[]string `json:"uids"`
+	Token   *string   `json:"token"`
 }
 
 // parseFrame reads one text frame. Its errors are meant for the client's
 // developer: they name the field and what it must be, never a Go type.
 func parseFrame(data []byte) (inbound, error) {
+	var head struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return inbound{}, jsonError(err)
+	}
+	if head.Type == nil || *head.Type == "" {
+		return inbound{}, errors.New(`missing "type"`)
+	}
+	switch *head.Type {
+	case "ping", "silence", "join", "leave", "chat", "watch", "refresh":
+	default:
+		return inbound{Type: *head.Type}, nil // the application's: its fields are its own
+	}
 	var w wireFrame
 	if err := json.Unmarshal(data, &w); err != nil {
 		return inbound{}, jsonError(err)
-	}
-	if w.Type == nil || *w.Type == "" {
-		return inbound{}, errors.New(`missing "type"`)
 	}
 	in := inbound{Type: *w.Type}
 	switch in.Type {
@@ -87,8 +100,11 @@ func parseFrame(data []byte) (inbound, error) {
 			}
 		}
 		in.UIDs = *w.UIDs
-	default:
-		return inbound{}, fmt.Errorf("unknown type %q", truncate(in.Type))
+	case "refresh":
+		if w.Token == nil || *w.Token == "" {
+			return inbound{}, errors.New(`refresh needs a "token"`)
+		}
+		in.Token = *w.Token
 	}
 	return in, nil
 }
@@ -96,7 +112,7 @@ func parseFrame(data []byte) (inbound, error) {
 // jsonError says what was wrong with a frame in the protocol's words.
 func jsonError(err error) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings"}
+		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings", "token": "a string"}
 		field, _, _ := strings.Cut(te.Field, ".") // "uids.0" is an element
 		if w, ok := want[field]; ok {
 			return fmt.Errorf("invalid frame: %q must be %s", field, w)

@@ -164,11 +164,19 @@ func (s *testServer) connect(d *websocket.Dialer, uid string, channels ...string
 		return nil, fmt.Errorf("dial %s: %w", uid, err)
 	}
 	_ = ws.SetReadDeadline(time.Now().Add(waitLong))
-	for i, want := range append([]string{"welcome"}, channels...) {
-		var m struct{ Type, Channel string }
-		if err := ws.ReadJSON(&m); err != nil || (i == 0 && m.Type != "welcome") || (i > 0 && (m.Type != "joined" || m.Channel != want)) {
-			ws.Close()
-			return nil, fmt.Errorf("%s: want %s, got %q %q, err %v", uid, want, m.Type, m.Channel, err)
+	var m struct{ Type, Channel string }
+	if err := ws.ReadJSON(&m); err != nil || m.Type != "welcome" {
+		ws.Close()
+		return nil, fmt.Errorf("%s: want a welcome first, got %q, err %v", uid, m.Type, err)
+	}
+	// The snapshots come in order; what others send to a channel already
+	// joined may come between them.
+	for _, want := range channels {
+		for m.Type != "joined" || m.Channel != want {
+			if err := ws.ReadJSON(&m); err != nil {
+				ws.Close()
+				return nil, fmt.Errorf("%s: want joined %s: %w", uid, want, err)
+			}
 		}
 	}
 	_ = ws.SetReadDeadline(time.Time{})
@@ -319,6 +327,45 @@ func (s *testServer) getJSON(t *testing.T, path string, v any) int {
 	return resp.StatusCode
 }
 
+// getError makes a request that must be refused and returns its status and
+// the error of its JSON body.
+func (s *testServer) getError(t *testing.T, path string) (int, string) {
+	t.Helper()
+	return s.do(t, http.MethodGet, path, nil, "")
+}
+
+// do makes a request with an optional JSON body and Authorization header,
+// and returns its status and, for a refusal, the error of its JSON body.
+func (s *testServer) do(t *testing.T, method, path string, body any, authorization string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, ok := body.(string)
+		if !ok {
+			raw, err := json.Marshal(body)
+			require.NoError(t, err)
+			b = string(raw)
+		}
+		rd = strings.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.srv.URL+path, rd)
+	require.NoError(t, err)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode < 400 {
+		return resp.StatusCode, ""
+	}
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s %s: a refusal is JSON", method, path)
+	var e struct{ Error string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	require.NotEmpty(t, e.Error)
+	return resp.StatusCode, e.Error
+}
+
 type userPresence struct {
 	UID         string `json:"uid"`
 	Online      bool   `json:"online"`
@@ -444,19 +491,29 @@ func (w *listener) until(t *testing.T, want string) {
 // order). The ping is itself a keepalive.
 func (w *listener) sync(t *testing.T) {
 	t.Helper()
+	require.True(t, w.syncOrClosed(t), "connection closed")
+}
+
+// syncOrClosed is sync, or false if the connection closes first.
+func (w *listener) syncOrClosed(t *testing.T) bool {
+	t.Helper()
 	id := strconv.FormatInt(w.seq.Add(1), 10)
-	require.NoError(t, w.ws.WriteControl(websocket.PingMessage, []byte(id), time.Now().Add(waitLong)))
+	if err := w.ws.WriteControl(websocket.PingMessage, []byte(id), time.Now().Add(waitLong)); err != nil {
+		return false
+	}
 	timeout := time.After(waitLong)
 	for {
 		select {
 		case p := <-w.pongs:
 			if p == id {
-				return
+				return true
 			}
 		case err := <-w.done:
-			require.FailNow(t, "connection closed", "%v", err)
+			w.done <- err // for closed
+			return false
 		case <-timeout:
 			require.FailNow(t, "no pong")
+			return false
 		}
 	}
 }

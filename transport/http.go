@@ -2,58 +2,168 @@ package transport
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/presenced/presenced/presence"
 )
 
 // apiTimeout bounds an engine query made for one HTTP request.
 const apiTimeout = 5 * time.Second
 
+// maxAPIBody bounds the JSON body of POST /api/publish and /api/send.
+const maxAPIBody = 64 << 10
+
 func (h *Hub) routes() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", h.ServeWS)
-	mux.HandleFunc("GET /api/presence", h.servePresence)
-	mux.HandleFunc("GET /api/presence/{uid}", h.serveUser)
-	mux.HandleFunc("GET /api/channels/{channel}", h.serveChannel)
 	mux.HandleFunc("POST /api/heartbeat", h.serveHeartbeat)
 	mux.HandleFunc("GET /api/ring", h.serveRing)
 	mux.HandleFunc("GET /healthz", h.serveHealth)
+	mux.HandleFunc("GET /readyz", h.serveReady)
+	// The server API: presence is not public when users sign in.
+	mux.HandleFunc("GET /api/presence", h.serverAPI(h.servePresence))
+	mux.HandleFunc("GET /api/presence/{uid}", h.serverAPI(h.serveUser))
+	mux.HandleFunc("GET /api/channels/{channel}", h.serverAPI(h.serveChannel))
+	mux.HandleFunc("POST /api/publish", h.serverAPI(h.servePublish))
+	mux.HandleFunc("POST /api/send", h.serverAPI(h.serveSend))
 	h.mux = mux
 }
 
-// ServeHTTP serves GET /ws, GET /api/presence, GET /api/presence/{uid},
-// GET /api/channels/{channel}, POST /api/heartbeat, GET /api/ring and
-// GET /healthz; other paths get 404.
-// Mount it for "/ws", "/api/" and "/healthz" in a larger mux.
-func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP serves GET /ws, the HTTP API under /api/, GET /healthz and
+// GET /readyz. Mount it for "/ws", "/api/", "/healthz" and "/readyz" in a
+// larger mux. Unknown paths and methods get 404 and 405 with a JSON body,
+// like every other refusal.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	handler, pattern := h.mux.Handler(r)
+	if pattern == "" {
+		// The mux's own refusal (404, or 405 with Allow): keep its status
+		// and headers, answer in JSON.
+		rec := &statusRecorder{header: http.Header{}}
+		handler.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeError(w, rec.status, strings.ToLower(http.StatusText(rec.status)))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// statusRecorder keeps the status and headers of a response, not its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
+
+// serverAPI guards an endpoint of the server API: with an API key, only
+// requests that present it; without one, everyone in demo mode and nobody
+// otherwise.
+func (h *Hub) serverAPI(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case h.apiKey != "":
+			scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "apikey") ||
+				subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(h.apiKey)) != 1 {
+				writeError(w, http.StatusUnauthorized, "this API needs Authorization: apikey <key>")
+				return
+			}
+		case !h.demo:
+			writeError(w, http.StatusForbidden, "the server API is off: start the server with an API key")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// apiMessage is the body of POST /api/publish and /api/send.
+type apiMessage struct {
+	Channel string          `json:"channel"`
+	UID     string          `json:"uid"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// readMessage reads an apiMessage, answering 400 itself when it is not one.
+func readMessage(w http.ResponseWriter, r *http.Request) (apiMessage, bool) {
+	var m apiMessage
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
+	if err := dec.Decode(&m); err != nil {
+		writeError(w, http.StatusBadRequest, "the body must be a JSON object of at most 64 KiB: "+jsonError(err).Error())
+		return m, false
+	}
+	if len(m.Data) == 0 || string(m.Data) == "null" {
+		writeError(w, http.StatusBadRequest, `missing "data"`)
+		return m, false
+	}
+	return m, true
+}
+
+func (h *Hub) servePublish(w http.ResponseWriter, r *http.Request) {
+	m, ok := readMessage(w, r)
+	if !ok {
+		return
+	}
+	if !presence.ValidChannel(m.Channel) {
+		writeError(w, http.StatusBadRequest, presence.ErrInvalidChannel.Error())
+		return
+	}
+	h.answer(w, h.Publish(r.Context(), m.Channel, m.Data))
+}
+
+func (h *Hub) serveSend(w http.ResponseWriter, r *http.Request) {
+	m, ok := readMessage(w, r)
+	if !ok {
+		return
+	}
+	if !ValidUID(m.UID) {
+		writeError(w, http.StatusBadRequest, `"uid" must be a user ID: 1 to 64 letters, digits or _.-@`)
+		return
+	}
+	h.answer(w, h.Send(r.Context(), m.UID, m.Data))
+}
+
+// answer ends a server API call: 204, or 503 when the engine failed.
+func (h *Hub) answer(w http.ResponseWriter, err error) {
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "not delivered: "+err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
 
 // identify applies the origin and identity rules shared by /ws and
 // /api/heartbeat, and reads ?channels=, writing the error response (403,
 // 401, 400 or 503) itself.
-func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (string, []string, bool) {
+func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (Session, []string, bool) {
 	if !h.origins.allow(r) {
 		writeError(w, http.StatusForbidden, "origin not allowed")
-		return "", nil, false
+		return Session{}, nil, false
 	}
-	uid, err := h.auth.Authenticate(r)
-	if err == nil && !ValidUID(uid) {
+	sess, err := session(h.auth, r)
+	if err == nil && !ValidUID(sess.UID) {
 		err = ErrInvalidUID
 	}
 	if err != nil {
 		h.log.Debug("transport: refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, authStatus(err), err.Error())
-		return "", nil, false
+		return Session{}, nil, false
 	}
 	var channels []string
 	if list := r.URL.Query().Get("channels"); list != "" {
 		if channels, err = h.node.CheckChannels(strings.Split(list, ",")); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
-			return "", nil, false
+			return Session{}, nil, false
 		}
 	}
 	h.mu.Lock()
@@ -61,19 +171,20 @@ func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (string, []string
 	h.mu.Unlock()
 	if closing {
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
-		return "", nil, false
+		return Session{}, nil, false
 	}
-	return uid, channels, true
+	return sess, channels, true
 }
 
 // ServeWS upgrades r to a WebSocket for the user the Authenticator names and
 // serves it until it closes. Use it to mount the socket at a path of your
 // own; ServeHTTP mounts it at /ws.
 func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
-	uid, channels, ok := h.identify(w, r)
+	sess, channels, ok := h.identify(w, r)
 	if !ok {
 		return
 	}
+	uid := sess.UID
 	ws, err := h.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
@@ -84,7 +195,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 			h.log.Debug("transport: set socket send buffer", "err", err)
 		}
 	}
-	c := &conn{hub: h, uid: uid, ws: ws}
+	c := &conn{hub: h, uid: uid, ws: ws, session: sess}
 	ws.SetPingHandler(c.pingHandler)
 	ws.SetPongHandler(c.pongHandler)
 
@@ -99,14 +210,26 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	h.m.connections.Inc()
 	c.touch()
+	c.expireAt(sess.Expires)
 
 	// The welcome goes first; the node's joined snapshots follow it, and the
 	// writer holds back what arrives before the welcome is queued.
 	welcome := mustJSON(welcomeFrame{Type: "welcome", UID: uid, TimeoutMS: h.Timeout().Milliseconds()})
 	h.m.sent(welcome)
 	c.sendWelcome(welcome)
+	var refused []string
+	channels = slices.DeleteFunc(channels, func(ch string) bool {
+		if !c.allows(ch) {
+			refused = append(refused, ch)
+			return true
+		}
+		return false
+	})
 	if err := h.node.Connect(c, uid, channels); err != nil {
 		c.closeWith(websocket.CloseGoingAway, "server shutdown", reasonShutdown)
+	}
+	for _, ch := range refused {
+		c.reply(errorMsg(errNotAllowed, ch))
 	}
 	// A goroutine of its own, so the handler returns and net/http's request,
 	// response and buffers are freed: an idle connection keeps only its
@@ -195,11 +318,17 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
-	uid, channels, ok := h.identify(w, r)
+	sess, channels, ok := h.identify(w, r)
 	if !ok {
 		return
 	}
-	if err := h.heartbeat(uid, channels); err != nil {
+	for _, ch := range channels {
+		if !sess.Allows(ch) || (h.authorize != nil && !h.authorize(sess.UID, ch)) {
+			writeError(w, http.StatusForbidden, errNotAllowed+": "+ch)
+			return
+		}
+	}
+	if err := h.heartbeat(sess.UID, channels); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
@@ -216,15 +345,20 @@ func (h *Hub) serveRing(w http.ResponseWriter, r *http.Request) {
 	}{ring.Slots, ring.Tick.Milliseconds(), ring.Cursor, ring.Due})
 }
 
-// serveHealth answers 200 {"status":"ok"} while the engine is healthy, and
-// 503 with the engine's error, or while shutting down, so a load balancer
-// stops sending clients here.
+// serveHealth answers 200 while the process serves: liveness.
 func (h *Hub) serveHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// serveReady answers 200 {"status":"ok"} while the engine is reachable, and
+// 503 with the reason while it is not or while shutting down, so a load
+// balancer stops sending clients here: readiness.
+func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	closing := h.closing
 	h.mu.Unlock()
 	if closing {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "shutting down"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)

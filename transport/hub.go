@@ -18,6 +18,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,12 @@ const (
 	// CloseIdleTimeout closes a connection silent past the timeout, with
 	// reason "idle timeout".
 	CloseIdleTimeout = 4408
+	// CloseTokenExpired closes a connection whose token expired, with reason
+	// "token expired".
+	CloseTokenExpired = 4401
+	// CloseDisconnected closes the connections Hub.Disconnect ends, with
+	// reason "disconnected".
+	CloseDisconnected = 4403
 	// CloseSlowConsumer closes a connection whose send queue is full, with
 	// reason "slow consumer" (1008, policy violation).
 	CloseSlowConsumer = websocket.ClosePolicyViolation
@@ -64,8 +71,28 @@ type Config struct {
 	Tick  time.Duration // ring step; 0 means 1 s. The timeout is (Slots-1)*Tick.
 
 	// Auth identifies clients of /ws and /api/heartbeat. nil means DemoAuth,
-	// which trusts ?uid=; New logs a warning then.
+	// which trusts ?uid=; New logs a warning then. With a
+	// SessionAuthenticator such as JWTAuth, a connection is closed with 4401
+	// when its token expires, unless the client refreshes it first.
 	Auth Authenticator
+	// APIKey, if set, guards the server API (/api/presence, /api/channels,
+	// /api/publish, /api/send): a request needs "Authorization: apikey
+	// <key>", else 401. Without it, that API is open in demo mode and
+	// answers 403 otherwise: presence is not public when users sign in.
+	APIKey string
+
+	// Authorize, if set, says whether uid may join channel, on top of what
+	// its token's channels claim allows; a refused join gets an error frame.
+	Authorize func(uid, channel string) bool
+	// OnMessage receives client frames of types the Hub does not handle,
+	// on the connection's reader goroutine (so in order, one at a time per
+	// connection); an error it returns goes back to the client as an error
+	// frame. nil: such frames get an "unknown type" error frame.
+	OnMessage func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
+	// OnPresence is told of each user's online and offline edges, once per
+	// edge across all nodes, on the node whose change produced it. It runs
+	// on a goroutine of its own, one call at a time, in order.
+	OnPresence func(uid string, online bool)
 	// Origins lists browser origins allowed besides the request's own host:
 	// "*", full origins ("https://app.example.com") or hosts
 	// ("app.example.com:8443"). Other origins get HTTP 403.
@@ -96,19 +123,30 @@ type Config struct {
 
 	Logger     *slog.Logger          // nil: silent
 	Registerer prometheus.Registerer // nil: metrics are kept but not registered
+	// MetricsNamespace starts every metric name; "" means "presenced".
+	// MetricsLabels are constant labels on every metric. Either lets two
+	// Hubs share a Registerer.
+	MetricsNamespace string
+	MetricsLabels    prometheus.Labels
 }
 
 // Hub serves WebSocket connections and the HTTP API. Create one with New and
 // stop it with Shutdown.
 type Hub struct {
-	tracker  *tracker.Tracker[*conn]
-	node     *presence.Node
-	auth     Authenticator
-	origins  *originPolicy
-	upgrader websocket.Upgrader
-	log      *slog.Logger
-	m        *metrics
-	mux      *http.ServeMux
+	tracker *tracker.Tracker[*conn]
+	expiry  *tracker.Tracker[*conn] // sessions, due when their token expires
+	node    *presence.Node
+	auth    Authenticator
+	demo    bool
+	apiKey  string
+
+	authorize func(uid, channel string) bool
+	onMessage func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
+	origins   *originPolicy
+	upgrader  websocket.Upgrader
+	log       *slog.Logger
+	m         *metrics
+	mux       *http.ServeMux
 
 	maxMessage   int64
 	sendQueue    int
@@ -144,6 +182,9 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	}
 	h := &Hub{
 		auth:         cfg.Auth,
+		apiKey:       cfg.APIKey,
+		authorize:    cfg.Authorize,
+		onMessage:    cfg.OnMessage,
 		origins:      newOriginPolicy(cfg.Origins),
 		log:          log,
 		maxMessage:   orDefault(cfg.MaxMessage, DefaultMaxMessage),
@@ -156,7 +197,9 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	}
 	if h.auth == nil {
 		h.auth = DemoAuth()
-		log.Warn("transport: no authenticator configured: trusting ?uid= (demo mode); anyone can claim any user ID")
+	}
+	if _, h.demo = h.auth.(demoAuth); h.demo {
+		log.Warn("transport: demo mode: trusting ?uid=, anyone can claim any user ID")
 	}
 	slots, tick := cfg.Slots, cfg.Tick
 	if slots == 0 {
@@ -168,6 +211,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	node, err := presence.New(presence.Config{
 		Engine: cfg.Engine, Slots: slots, Tick: tick, Grace: cfg.Grace,
 		MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists, Logger: log,
+		OnPresence: cfg.OnPresence,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
@@ -185,7 +229,14 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		return nil, fmt.Errorf("transport: ring: %w", err)
 	}
 	h.tracker = tr
-	m, err := newMetrics(cfg.Registerer, node)
+	if h.expiry, err = tracker.New(tracker.Config[*conn]{Slots: slots, Tick: tick}); err != nil {
+		return nil, fmt.Errorf("transport: ring: %w", err)
+	}
+	ns := cfg.MetricsNamespace
+	if ns == "" {
+		ns = "presenced"
+	}
+	m, err := newMetrics(cfg.Registerer, ns, cfg.MetricsLabels, node)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +282,11 @@ func (h *Hub) Timeout() time.Duration { return h.tracker.Timeout() }
 // presence goes out.
 func (h *Hub) onStep(took time.Duration) {
 	h.m.steps.Observe(took.Seconds())
+	for _, c := range h.expiry.Advance() {
+		if !h.expiry.Online(c) { // else refreshed since
+			c.closeWith(CloseTokenExpired, "token expired", reasonExpired)
+		}
+	}
 	h.node.Tick()
 }
 
@@ -259,6 +315,41 @@ func (h *Hub) heartbeat(uid string, channels []string) error {
 }
 
 var errShuttingDown = errors.New("transport: shutting down")
+
+// Publish sends data, valid JSON, in a publish frame to every connection
+// that joined channel, on every node:
+// {"type":"publish","channel":"lobby","data":...}.
+func (h *Hub) Publish(ctx context.Context, channel string, data json.RawMessage) error {
+	return h.node.Publish(ctx, channel, data)
+}
+
+// Send sends data, valid JSON, in a message frame to every connection of
+// uid, on every node: {"type":"message","data":...}.
+func (h *Hub) Send(ctx context.Context, uid string, data json.RawMessage) error {
+	if !ValidUID(uid) {
+		return fmt.Errorf("transport: Send: %w: %q", ErrInvalidUID, uid)
+	}
+	return h.node.Send(ctx, uid, data)
+}
+
+// Disconnect closes every connection of uid, on every node, with 4403
+// "disconnected". It does not stop the user from connecting again: refuse
+// that in the Authenticator.
+func (h *Hub) Disconnect(ctx context.Context, uid string) error {
+	return h.node.DisconnectUser(ctx, uid)
+}
+
+// Online returns how many live connections uid has, on every node; 0 means
+// offline.
+func (h *Hub) Online(ctx context.Context, uid string) (conns int, err error) {
+	return h.node.User(ctx, uid)
+}
+
+// Members returns how many members channel has and the first limit of their
+// IDs in ascending order.
+func (h *Hub) Members(ctx context.Context, channel string, limit int) (count int, members []string, err error) {
+	return h.node.Members(channel, limit)
+}
 
 // Shutdown closes every WebSocket with 1001, refuses new ones with 503,
 // reports this node's users offline and waits until every connection is
@@ -313,6 +404,7 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	h.cancel()
 	h.bg.Wait()
 	h.tracker.Close()
+	h.expiry.Close()
 	h.node.Close()
 	return err
 }

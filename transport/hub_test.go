@@ -399,19 +399,20 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-func TestHealthz(t *testing.T) {
+func TestHealthAndReadiness(t *testing.T) {
 	s := startServer(t, testConfig())
 	var body map[string]string
 	assert.Equal(t, http.StatusOK, s.getJSON(t, "/healthz", &body))
 	assert.Equal(t, "ok", body["status"])
+	assert.Equal(t, http.StatusOK, s.getJSON(t, "/readyz", &body))
 
 	cfg := testConfig()
 	cfg.Engine = unhealthyEngine{presence.NewMemoryEngine()}
 	bad := startServer(t, cfg)
-	resp, err := http.Get(bad.srv.URL + "/healthz")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, http.StatusOK, bad.getJSON(t, "/healthz", nil), "alive, though not ready")
+	code, reason := bad.getError(t, "/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, reason, "redis: connection refused")
 }
 
 func TestShutdownClosesWith1001(t *testing.T) {

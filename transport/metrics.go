@@ -10,11 +10,13 @@ import (
 
 // Close reasons, the "reason" label of presenced_closes_total.
 const (
-	reasonIdle     = "idle"     // silent past the timeout: 4408
-	reasonSlow     = "slow"     // send queue full: CloseSlowConsumer
-	reasonShutdown = "shutdown" // Hub.Shutdown: 1001
-	reasonTooBig   = "too_big"  // frame over MaxMessage: 1009
-	reasonClient   = "client"   // the client closed or the network failed
+	reasonIdle     = "idle"         // silent past the timeout: 4408
+	reasonSlow     = "slow"         // send queue full: CloseSlowConsumer
+	reasonShutdown = "shutdown"     // Hub.Shutdown: 1001
+	reasonTooBig   = "too_big"      // frame over MaxMessage: 1009
+	reasonClient   = "client"       // the client closed or the network failed
+	reasonKicked   = "disconnected" // Hub.Disconnect: 4403
+	reasonExpired  = "expired"      // the session's token expired: 4401
 )
 
 type metrics struct {
@@ -53,39 +55,41 @@ func (m *metrics) sent(frame []byte) {
 	c.Inc()
 }
 
-func newMetrics(reg prometheus.Registerer, node *presence.Node) (*metrics, error) {
+// newMetrics makes the Hub's metrics, named namespace_name ("presenced_" by
+// default) and carrying labels, so two Hubs may share a registerer.
+func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.Labels, node *presence.Node) (*metrics, error) {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "presenced_connections",
+			Namespace: namespace, Name: "connections", ConstLabels: labels,
 			Help: "Live WebSocket connections on this node.",
 		}),
 		users: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "presenced_users_online",
+			Namespace: namespace, Name: "users_online", ConstLabels: labels,
 			Help: "Users with at least one live connection or heartbeat on this node (grace periods included).",
 		}, func() float64 { return float64(node.LocalUsers()) }),
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_frames_sent_total",
+			Namespace: namespace, Name: "frames_sent_total", ConstLabels: labels,
 			Help: "Text frames queued for clients, by type.",
 		}, []string{"type"}),
 		keepalives: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_keepalives_total",
+			Namespace: namespace, Name: "keepalives_total", ConstLabels: labels,
 			Help: "Inbound keepalives by kind: text, binary, ping and pong frames, and HTTP heartbeats.",
 		}, []string{"kind"}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_closes_total",
-			Help: "Closed WebSocket connections by reason: idle, slow, shutdown, too_big, client.",
+			Namespace: namespace, Name: "closes_total", ConstLabels: labels,
+			Help: "Closed WebSocket connections by reason: idle, slow, shutdown, too_big, client, disconnected, expired.",
 		}, []string{"reason"}),
 		steps: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "presenced_ring_step_seconds",
+			Namespace: namespace, Name: "ring_step_seconds", ConstLabels: labels,
 			Help:    "Time taken by one step of the ring's cursor.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12), // 1µs .. ~4s
 		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_events_dropped_total",
+			Namespace: namespace, Name: "events_dropped_total", ConstLabels: labels,
 			Help: "Outbound frames not delivered because a connection's send queue was full (should stay 0).",
 		}),
 		chats: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_chat_messages_total",
+			Namespace: namespace, Name: "chat_messages_total", ConstLabels: labels,
 			Help: "Chat messages received from this node's connections.",
 		}),
 	}
@@ -98,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, node *presence.Node) (*metrics, error
 	for _, t := range frameTypes {
 		m.framesByType[t] = m.frames.WithLabelValues(t)
 	}
-	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient} {
+	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient, reasonKicked, reasonExpired} {
 		m.closes.WithLabelValues(r)
 	}
 	if reg == nil {
