@@ -3,8 +3,10 @@ package presence
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
+
+	"github.com/presenced/presenced/internal/shrink"
+	"github.com/presenced/presenced/internal/sortedset"
 )
 
 // NewMemoryEngine returns an Engine that keeps presence in this process
@@ -26,12 +28,15 @@ type memoryEvent struct {
 type memoryEngine struct {
 	// mu orders edges: the Relay sees them in the order they happened. It is
 	// held while calling the Relay, which never calls back.
-	mu      sync.Mutex
-	users   map[string]int // uid -> connections; absent means offline
-	members map[membership]struct{}
-	relay   Relay
-	early   []memoryEvent // edges before Run, delivered when it starts
-	running bool
+	mu          sync.Mutex
+	users       map[string]int // uid -> connections; absent means offline
+	online      sortedset.Set  // the keys of users, in order for listings
+	members     map[membership]struct{}
+	usersPeak   int
+	membersPeak int
+	relay       Relay
+	early       []memoryEvent // edges before Run, delivered when it starts
+	running     bool
 }
 
 func (e *memoryEngine) SetUser(uid string, n int) {
@@ -40,8 +45,11 @@ func (e *memoryEngine) SetUser(uid string, n int) {
 	was := e.users[uid]
 	if n <= 0 {
 		delete(e.users, uid)
+		e.users = shrink.Map(e.users, &e.usersPeak)
+		e.online.Remove(uid)
 	} else {
 		e.users[uid] = n
+		e.online.Add(uid)
 	}
 	if (was > 0) != (n > 0) {
 		e.edgeLocked(memoryEvent{uid: uid, on: n > 0})
@@ -55,6 +63,7 @@ func (e *memoryEngine) SetMember(channel, uid string, n int) {
 	_, was := e.members[k]
 	if n <= 0 {
 		delete(e.members, k)
+		e.members = shrink.Map(e.members, &e.membersPeak)
 	} else {
 		e.members[k] = struct{}{}
 	}
@@ -85,25 +94,11 @@ func (e *memoryEngine) User(ctx context.Context, uid string) (int, error) {
 	return e.users[uid], nil
 }
 
-// Users sorts every online user on each call: O(n log n), fine for the one
-// process this engine serves.
+// Users lists from an ordered index: O(limit), whatever the count.
 func (e *memoryEngine) Users(ctx context.Context, limit int) (int, []string, error) {
 	e.mu.Lock()
-	count := len(e.users)
-	if limit <= 0 {
-		e.mu.Unlock()
-		return count, []string{}, nil
-	}
-	all := make([]string, 0, count)
-	for uid := range e.users {
-		all = append(all, uid)
-	}
-	e.mu.Unlock()
-	slices.Sort(all)
-	if len(all) > limit {
-		all = all[:limit:limit]
-	}
-	return count, all, nil
+	defer e.mu.Unlock()
+	return len(e.users), e.online.First(limit), nil
 }
 
 // Publish hands m to the Relay on the caller's goroutine. Messages published

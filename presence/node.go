@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/tracker"
 )
 
@@ -106,12 +107,14 @@ type Node struct {
 	maxWatch    int
 	maxChannels int
 
-	mu      sync.Mutex
-	conns   map[Client]*connState
-	users   map[string]*userState
-	leases  *tracker.Tracker[string] // HTTP-heartbeat leases, by user
-	graces  *tracker.Tracker[string] // grace periods, by user
-	closing bool
+	mu        sync.Mutex
+	conns     map[Client]*connState
+	users     map[string]*userState
+	connsPeak int
+	usersPeak int
+	leases    *tracker.Tracker[string] // HTTP-heartbeat leases, by user
+	graces    *tracker.Tracker[string] // grace periods, by user
+	closing   bool
 
 	v view
 }
@@ -295,6 +298,7 @@ func (n *Node) Disconnect(c Client) {
 		return
 	}
 	delete(n.conns, c)
+	n.conns = shrink.Map(n.conns, &n.connsPeak)
 	n.v.removeClient(c, cs.uid, cs.channels)
 	n.detachLocked(cs)
 }
@@ -336,6 +340,7 @@ func (n *Node) detachLocked(cs *connState) {
 func (n *Node) forgetLocked(uid string, u *userState) {
 	if u.count() == 0 {
 		delete(n.users, uid)
+		n.users = shrink.Map(n.users, &n.usersPeak)
 	}
 }
 

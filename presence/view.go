@@ -3,6 +3,9 @@ package presence
 import (
 	"slices"
 	"sync"
+
+	"github.com/presenced/presenced/internal/shrink"
+	"github.com/presenced/presenced/internal/sortedset"
 )
 
 // view is what this node knows of presence, built from the Engine's edges:
@@ -28,6 +31,9 @@ type view struct {
 	watching map[Client]*watchState
 	userLog  []edge // edges of watched users this tick
 	rebased  []*watchState
+
+	// The peak sizes of the maps, so they give memory back after churn.
+	onlinePeak, channelsPeak, byUserPeak, watchersPeak, watchingPeak int
 }
 
 type edge struct {
@@ -37,7 +43,7 @@ type edge struct {
 
 type channelView struct {
 	name    string
-	members []string // sorted
+	members sortedset.Set
 	subs    map[Client]*sub
 	log     []edge // member edges this tick, kept only while there are subs
 }
@@ -78,6 +84,7 @@ func (v *view) UserChanged(uid string, online, here bool) {
 		v.online[uid] = struct{}{}
 	} else {
 		delete(v.online, uid)
+		v.online = shrink.Map(v.online, &v.onlinePeak)
 	}
 	if len(v.watchers[uid]) > 0 {
 		v.userLog = append(v.userLog, edge{uid, online})
@@ -96,14 +103,8 @@ func (v *view) MemberChanged(channel, uid string, joined bool) {
 		cv = &channelView{name: channel, subs: make(map[Client]*sub)}
 		v.channels[channel] = cv
 	}
-	i, found := slices.BinarySearch(cv.members, uid)
-	if found == joined {
+	if joined && !cv.members.Add(uid) || !joined && !cv.members.Remove(uid) {
 		return
-	}
-	if joined {
-		cv.members = slices.Insert(cv.members, i, uid)
-	} else {
-		cv.members = slices.Delete(cv.members, i, i+1)
 	}
 	if len(cv.subs) > 0 {
 		if len(cv.log) == 0 {
@@ -115,8 +116,9 @@ func (v *view) MemberChanged(channel, uid string, joined bool) {
 }
 
 func (v *view) dropIfUnused(cv *channelView) {
-	if len(cv.members) == 0 && len(cv.subs) == 0 && len(cv.log) == 0 && v.channels[cv.name] == cv {
+	if cv.members.Len() == 0 && len(cv.subs) == 0 && len(cv.log) == 0 && v.channels[cv.name] == cv {
 		delete(v.channels, cv.name)
+		v.channels = shrink.Map(v.channels, &v.channelsPeak)
 	}
 }
 
@@ -155,6 +157,7 @@ func (v *view) removeClient(c Client, uid string, channels []string) {
 	cs := slices.DeleteFunc(v.byUser[uid], func(x Client) bool { return x == c })
 	if len(cs) == 0 {
 		delete(v.byUser, uid)
+		v.byUser = shrink.Map(v.byUser, &v.byUserPeak)
 	} else {
 		v.byUser[uid] = cs
 	}
@@ -165,7 +168,10 @@ func (v *view) removeClient(c Client, uid string, channels []string) {
 		}
 	}
 	v.unwatchLocked(c)
-	delete(v.watching, c)
+	if _, ok := v.watching[c]; ok {
+		delete(v.watching, c)
+		v.watching = shrink.Map(v.watching, &v.watchingPeak)
+	}
 }
 
 // subscribe (re)subscribes c to channel and sends it the snapshot, in one
@@ -178,9 +184,8 @@ func (v *view) subscribe(c Client, channel string) {
 		cv = &channelView{name: channel, subs: make(map[Client]*sub)}
 		v.channels[channel] = cv
 	}
-	cv.subs[c] = &sub{base: len(cv.log), seen: len(cv.members)}
-	list := cv.members[:min(len(cv.members), v.memberList)]
-	c.Send(mustJSON(joinedFrame{Type: "joined", Channel: channel, Count: len(cv.members), Members: orEmpty(slices.Clip(list))}))
+	cv.subs[c] = &sub{base: len(cv.log), seen: cv.members.Len()}
+	c.Send(mustJSON(joinedFrame{Type: "joined", Channel: channel, Count: cv.members.Len(), Members: cv.members.First(v.memberList)}))
 }
 
 func (v *view) unsubscribe(c Client, channel string) {
@@ -229,6 +234,7 @@ func (v *view) unwatchLocked(c Client) {
 			delete(w, c)
 			if len(w) == 0 {
 				delete(v.watchers, uid)
+				v.watchers = shrink.Map(v.watchers, &v.watchersPeak)
 			}
 		}
 	}
@@ -243,7 +249,7 @@ func (v *view) members(channel string, limit int) (int, []string) {
 	if cv == nil {
 		return 0, []string{}
 	}
-	return len(cv.members), slices.Clone(cv.members[:min(len(cv.members), max(limit, 0))])
+	return cv.members.Len(), cv.members.First(limit)
 }
 
 // flush sends the tick's netted changes: per channel at most one diff to
@@ -269,7 +275,7 @@ func (v *view) flush() {
 }
 
 func (v *view) flushChannel(cv *channelView) {
-	count := len(cv.members)
+	count := cv.members.Len()
 	lists := count <= v.presenceLists
 	frames := make(map[int][]byte) // by base with lists, by count seen without
 	for c, s := range cv.subs {
@@ -300,10 +306,7 @@ func (v *view) diff(cv *channelView, s *sub, count int, lists bool) []byte {
 		}
 		return mustJSON(diffFrame{Type: "presence", Channel: cv.name, Count: count})
 	}
-	joins, leaves := netEdges(cv.log[min(s.base, len(cv.log)):], func(uid string) bool {
-		_, found := slices.BinarySearch(cv.members, uid)
-		return found
-	})
+	joins, leaves := netEdges(cv.log[min(s.base, len(cv.log)):], cv.members.Has)
 	if len(joins) == 0 && len(leaves) == 0 {
 		return nil
 	}

@@ -76,7 +76,8 @@ type Tracker[K comparable] struct {
 
 	events dispatcher[K]
 
-	runMu     sync.Mutex // held by the one Run that steps
+	runMu     sync.Mutex   // held by the one Run that steps
+	stalled   atomic.Int64 // UnixNano when Run last found itself behind the clock
 	closing   chan struct{}
 	closeOnce sync.Once
 }
@@ -442,13 +443,29 @@ func (t *Tracker[K]) Run(ctx context.Context) {
 		case <-ticker.C:
 		}
 		// A Ticker drops ticks when its reader is slow; the clock does not.
-		for due := int64(time.Since(start) / t.tick); done < due; done++ {
+		due := int64(time.Since(start) / t.tick)
+		if due-done > 1 {
+			t.stalled.Store(time.Now().UnixNano())
+		}
+		for ; done < due; done++ {
 			if ctx.Err() != nil || t.isClosing() {
 				return
 			}
 			t.step(false)
 		}
 	}
+}
+
+// Stalled returns when Run last found itself more than one step behind the
+// clock, because the process was stopped or starved, and caught up; the zero
+// Time if never. Keys touched during the stall may still sit unread in
+// sockets when the catch-up steps report them offline: a caller can give
+// those a moment before acting on the report.
+func (t *Tracker[K]) Stalled() time.Time {
+	if ns := t.stalled.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 func (t *Tracker[K]) isClosing() bool {

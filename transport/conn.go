@@ -9,9 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -19,20 +21,23 @@ import (
 //
 // Write path: one goroutine writes at a time (gorilla's rule). It is started
 // when the queue becomes non-empty and exits when it is empty again, so an
-// idle connection parks only its reader goroutine. The queue is bounded by
-// Hub.sendQueue; a client that falls that far behind is closed.
+// idle connection parks only its reader goroutine. The queue is bounded in
+// bytes by Hub.queueBytes; a client that falls that far behind is closed.
 type conn struct {
 	hub *Hub
 	uid string
 	ws  *websocket.Conn
 
-	session Session // owned by the reader goroutine after the upgrade
+	session Session   // owned by the reader goroutine after the upgrade
+	rate    rateState // owned by the reader goroutine
 
-	silenced atomic.Bool // control frames are not keepalives (demo aid)
-	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
+	silenced  atomic.Bool  // control frames are not keepalives (demo aid)
+	reprieved atomic.Int64 // the stall (UnixNano) after which its timeout was put off
+	stopped   atomic.Bool  // mirrors closing, for the reader's lock-free checks
 
 	mu       sync.Mutex
 	queue    [][]byte // outbound text frames; a nil item is a ping
+	queued   int      // bytes in queue
 	welcomed bool     // the welcome is queued; until then the writer waits
 	writing  bool     // a writer goroutine owns the socket's write side
 	closing  bool     // a close frame is due or sent: no more data frames
@@ -92,10 +97,11 @@ func (c *conn) enqueue(msg []byte) bool {
 	if c.closing {
 		return true
 	}
-	if len(c.queue) >= c.hub.sendQueue {
+	if c.queued+len(msg) > c.hub.queueBytes {
 		return false
 	}
 	c.queue = append(c.queue, msg)
+	c.queued += len(msg)
 	c.startWriterLocked()
 	return true
 }
@@ -114,6 +120,7 @@ func (c *conn) sendWelcome(msg []byte) {
 	defer c.mu.Unlock()
 	if !c.closing {
 		c.queue = append([][]byte{msg}, c.queue...)
+		c.queued += len(msg)
 	}
 	c.welcomed = true
 	c.startWriterLocked()
@@ -130,7 +137,7 @@ func (c *conn) closeWith(code int, reason, metric string) {
 	}
 	c.closing = true
 	c.stopped.Store(true)
-	c.queue = nil
+	c.queue, c.queued = nil, 0
 	c.closeMsg = websocket.FormatCloseMessage(code, reason)
 	c.welcomed = true // a close needs no welcome before it
 	if !c.writing {
@@ -147,7 +154,7 @@ func (c *conn) writeLoop() {
 	for {
 		c.mu.Lock()
 		batch := c.queue
-		c.queue = nil
+		c.queue, c.queued = nil, 0
 		if len(batch) == 0 {
 			closeMsg := c.closeMsg
 			c.closeMsg = nil
@@ -182,7 +189,7 @@ func (c *conn) writeLoop() {
 				wasClosing := c.closing
 				c.closing = true
 				c.stopped.Store(true)
-				c.queue, c.closeMsg = nil, nil
+				c.queue, c.queued, c.closeMsg = nil, 0, nil
 				c.mu.Unlock()
 				if !wasClosing {
 					reason := reasonClient
@@ -234,21 +241,46 @@ func (c *conn) readLoop() {
 		}
 		c.touch()
 		c.silenced.Store(false)
+		var data []byte
+		var n int64
 		if mt == websocket.BinaryMessage {
 			h.m.kaBinary.Inc()
-			if _, err = io.Copy(io.Discard, r); err != nil {
-				break
-			}
+			n, err = io.Copy(io.Discard, r)
+		} else {
+			h.m.kaText.Inc()
+			data, err = io.ReadAll(r)
+			n = int64(len(data))
+		}
+		if err != nil {
+			break
+		}
+		if !c.admit(int(n)) || mt == websocket.BinaryMessage {
 			continue
 		}
-		h.m.kaText.Inc()
-		var data []byte
-		if data, err = io.ReadAll(r); err != nil {
-			break
+		if !utf8.Valid(data) {
+			c.closeWith(websocket.CloseInvalidFramePayloadData, "invalid UTF-8", reasonInvalid)
+			continue
 		}
 		c.handle(data)
 	}
 	c.finish(err)
+}
+
+// admit applies the inbound limits to a frame of size bytes and reports
+// whether to act on it. The first frame over the limit gets an error frame;
+// a connection that stays over it is closed.
+func (c *conn) admit(size int) bool {
+	switch c.rate.check(&c.hub.limits, time.Now(), size) {
+	case accept:
+		return true
+	case cutOff:
+		c.closeWith(websocket.ClosePolicyViolation, "rate limit exceeded", reasonFlood)
+	default:
+		if c.rate.refused == 1 {
+			c.reply(errorMsg("too many messages: slow down, this one was dropped", ""))
+		}
+	}
+	return false
 }
 
 // handle acts on one text frame. Whatever the client sent, the answer is a
@@ -339,7 +371,7 @@ func (c *conn) finish(err error) {
 	wasClosing := c.closing
 	c.closing = true
 	c.stopped.Store(true)
-	c.queue = nil
+	c.queue, c.queued = nil, 0
 	c.mu.Unlock()
 	tooBig := errors.Is(err, websocket.ErrReadLimit)
 	if !wasClosing {
@@ -363,6 +395,8 @@ func (c *conn) finish(err error) {
 	nc.Close()
 	h.mu.Lock()
 	delete(h.live, c)
+	h.live = shrink.Map(h.live, &h.livePeak)
+	h.releaseLocked(c.uid)
 	h.mu.Unlock()
 	h.m.connections.Dec()
 	h.readers.Done()
@@ -393,6 +427,9 @@ func (c *conn) controlKeepalive(ping bool) {
 // after counting it as a keepalive.
 func (c *conn) pingHandler(data string) error {
 	c.controlKeepalive(true)
+	if !c.admit(len(data)) {
+		return nil // no pong for a ping over the limit
+	}
 	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.hub.writeTimeout))
 	var ne net.Error
 	if err == nil || errors.Is(err, websocket.ErrCloseSent) || (errors.As(err, &ne) && ne.Timeout()) {

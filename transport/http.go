@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -185,8 +186,15 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	uid := sess.UID
+	if !h.reserve(uid) {
+		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
+		return
+	}
 	ws, err := h.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		h.mu.Lock()
+		h.releaseLocked(uid)
+		h.mu.Unlock()
 		return // the upgrader has answered with an HTTP error
 	}
 	ws.SetReadLimit(h.maxMessage)
@@ -201,6 +209,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 
 	h.mu.Lock()
 	if h.closing {
+		h.releaseLocked(uid)
 		h.mu.Unlock()
 		goingAway(ws, h.writeTimeout)
 		return
@@ -235,6 +244,25 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// response and buffers are freed: an idle connection keeps only its
 	// reader's small stack.
 	go c.readLoop()
+}
+
+// reserve counts a WebSocket of uid about to open, unless uid has
+// MaxConnsPerUser already.
+func (h *Hub) reserve(uid string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.perUser[uid] >= h.maxPerUser {
+		return false
+	}
+	h.perUser[uid]++
+	return true
+}
+
+func (h *Hub) releaseLocked(uid string) {
+	if h.perUser[uid]--; h.perUser[uid] <= 0 {
+		delete(h.perUser, uid)
+		h.perUser = shrink.Map(h.perUser, &h.userPeak)
+	}
 }
 
 func goingAway(ws *websocket.Conn, timeout time.Duration) {

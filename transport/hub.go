@@ -52,7 +52,11 @@ const (
 // Defaults used when a Config field is zero.
 const (
 	DefaultMaxMessage    = 4096
-	DefaultSendQueue     = 256
+	DefaultQueueBytes    = 1 << 20
+	DefaultFrameRate     = 50
+	DefaultFrameBurst    = 100
+	DefaultByteRate      = 64 << 10
+	DefaultConnsPerUser  = 100
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultCloseTimeout  = time.Second
 	DefaultSocketBuffer  = 64 << 10
@@ -111,10 +115,26 @@ type Config struct {
 	MemberList    int // most member IDs in a joined snapshot; 0 means 100
 	PresenceLists int // above this many members a channel's diffs carry the count only; 0 means 1,000
 
-	MaxMessage   int64         // largest inbound frame in bytes, larger closes with 1009; 0 means 4096
-	SendQueue    int           // frames queued per connection before it is closed as a slow consumer; 0 means 256
-	WriteTimeout time.Duration // deadline of one outbound frame; 0 means 10 s
-	CloseTimeout time.Duration // wait for the client's answer to a close frame; 0 means 1 s
+	MaxMessage int64 // largest inbound frame in bytes, larger closes with 1009; 0 means 4096
+	// QueueBytes bounds the frames queued for one connection: a client that
+	// falls further behind, or whose socket takes no frame for WriteTimeout,
+	// is closed as a slow consumer (1008). 0 means 1 MiB. Presence diffs
+	// are coalesced per tick, so no burst of edges fills a queue.
+	QueueBytes int
+	// FrameRate and FrameBurst limit the frames (of any kind) one connection
+	// may send: on average per second, and at once; ByteRate the bytes per
+	// second, in bursts of 16 seconds' worth. A frame over the limit is
+	// dropped, the first of a run with an error frame; a connection that
+	// stays over it for FrameBurst frames is closed with 1008 "rate limit
+	// exceeded". 0 means 50, 100 and 64 KiB.
+	FrameRate  float64
+	FrameBurst int
+	ByteRate   int
+	// MaxConnsPerUser bounds one user's WebSockets on this node; one more
+	// is refused with HTTP 429 before the upgrade. 0 means 100.
+	MaxConnsPerUser int
+	WriteTimeout    time.Duration // deadline of one outbound frame; 0 means 10 s
+	CloseTimeout    time.Duration // wait for the client's answer to a close frame; 0 means 1 s
 	// SocketBuffer caps the kernel's send buffer of each WebSocket
 	// (SO_SNDBUF), so a client that stops reading blocks the writer, and is
 	// then closed, instead of parking megabytes in the kernel; 0 means
@@ -149,15 +169,21 @@ type Hub struct {
 	mux       *http.ServeMux
 
 	maxMessage   int64
-	sendQueue    int
+	queueBytes   int
+	tick         time.Duration
+	limits       limits
+	maxPerUser   int
 	writeTimeout time.Duration
 	closeTimeout time.Duration
 	socketBuffer int
 
-	mu      sync.Mutex
-	live    map[*conn]struct{} // upgraded WebSockets not yet finished
-	closing bool
-	readers sync.WaitGroup // one per live WebSocket
+	mu       sync.Mutex
+	live     map[*conn]struct{} // upgraded WebSockets not yet finished
+	livePeak int
+	perUser  map[string]int // WebSockets per user, counted from before the upgrade
+	userPeak int
+	closing  bool
+	readers  sync.WaitGroup // one per live WebSocket
 
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
@@ -176,19 +202,27 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxMessage < 0 || cfg.SendQueue < 0 || cfg.WriteTimeout < 0 ||
-		cfg.CloseTimeout < 0 || cfg.SocketBuffer < -1 {
-		return nil, errors.New("transport: Config: MaxMessage, SendQueue, WriteTimeout and CloseTimeout must not be negative, SocketBuffer not below -1")
+	if cfg.MaxMessage < 0 || cfg.QueueBytes < 0 || cfg.WriteTimeout < 0 || cfg.CloseTimeout < 0 || cfg.SocketBuffer < -1 ||
+		cfg.FrameRate < 0 || cfg.FrameBurst < 0 || cfg.ByteRate < 0 || cfg.MaxConnsPerUser < 0 {
+		return nil, errors.New("transport: Config: MaxMessage, QueueBytes, WriteTimeout, CloseTimeout, FrameRate, FrameBurst, ByteRate and MaxConnsPerUser must not be negative, SocketBuffer not below -1")
 	}
 	h := &Hub{
-		auth:         cfg.Auth,
-		apiKey:       cfg.APIKey,
-		authorize:    cfg.Authorize,
-		onMessage:    cfg.OnMessage,
-		origins:      newOriginPolicy(cfg.Origins),
-		log:          log,
-		maxMessage:   orDefault(cfg.MaxMessage, DefaultMaxMessage),
-		sendQueue:    orDefault(cfg.SendQueue, DefaultSendQueue),
+		auth:       cfg.Auth,
+		apiKey:     cfg.APIKey,
+		authorize:  cfg.Authorize,
+		onMessage:  cfg.OnMessage,
+		origins:    newOriginPolicy(cfg.Origins),
+		log:        log,
+		maxMessage: orDefault(cfg.MaxMessage, DefaultMaxMessage),
+		queueBytes: orDefault(cfg.QueueBytes, DefaultQueueBytes),
+		maxPerUser: orDefault(cfg.MaxConnsPerUser, DefaultConnsPerUser),
+		limits: limits{
+			frameRate:  orDefault(cfg.FrameRate, DefaultFrameRate),
+			frameBurst: float64(orDefault(cfg.FrameBurst, DefaultFrameBurst)),
+			byteRate:   float64(orDefault(cfg.ByteRate, DefaultByteRate)),
+			byteBurst:  16 * float64(orDefault(cfg.ByteRate, DefaultByteRate)),
+		},
+		perUser:      make(map[string]int),
 		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
 		closeTimeout: orDefault(cfg.CloseTimeout, DefaultCloseTimeout),
 		socketBuffer: orDefault(cfg.SocketBuffer, DefaultSocketBuffer),
@@ -217,6 +251,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	h.node = node
+	h.tick = tick
 	tr, err := tracker.New(tracker.Config[*conn]{
 		Slots:     slots,
 		Tick:      tick,
@@ -267,7 +302,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	return h, nil
 }
 
-func orDefault[T int | int64 | time.Duration](v, def T) T {
+func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 	if v == 0 {
 		return def
 	}
@@ -298,10 +333,21 @@ func (h *Hub) onIdle(c *conn) {
 
 // onOffline closes a socket that timed out, unless a frame touched it again
 // between the step and this callback.
+//
+// After a stall (the process was stopped or starved past a tick) the ring
+// catches up at once, while what clients sent meanwhile still waits in the
+// sockets: a connection that times out then gets two more ticks, once per
+// stall, for its reader to drain them. One that was really silent is closed
+// within the timeout plus those two ticks after the stall.
 func (h *Hub) onOffline(c *conn) {
-	if !h.tracker.Online(c) {
-		c.closeWith(CloseIdleTimeout, "idle timeout", reasonIdle)
+	if h.tracker.Online(c) {
+		return
 	}
+	if st := h.tracker.Stalled(); !st.IsZero() && time.Since(st) < h.Timeout() && c.reprieved.Swap(st.UnixNano()) != st.UnixNano() {
+		h.tracker.TouchFor(c, 2*h.tick)
+		return
+	}
+	c.closeWith(CloseIdleTimeout, "idle timeout", reasonIdle)
 }
 
 // heartbeat keeps uid online, a member of channels, for one timeout, as a

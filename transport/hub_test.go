@@ -517,7 +517,8 @@ func TestOriginCheck(t *testing.T) {
 // receiving every frame, never blocked by it.
 func TestSlowConsumerIsClosedOthersUnaffected(t *testing.T) {
 	cfg := testConfig()
-	cfg.SendQueue = 8
+	cfg.QueueBytes = 256 << 10
+	cfg.ByteRate, cfg.FrameRate = 64<<20, 1e4 // the fast client sends 200 frames, 12 MB, as fast as it can
 	cfg.WriteTimeout = 300 * time.Millisecond
 	cfg.MaxMessage = 64 << 10
 	s := startServer(t, cfg)

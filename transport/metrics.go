@@ -17,6 +17,8 @@ const (
 	reasonClient   = "client"       // the client closed or the network failed
 	reasonKicked   = "disconnected" // Hub.Disconnect: 4403
 	reasonExpired  = "expired"      // the session's token expired: 4401
+	reasonFlood    = "flood"        // over the inbound rate limit: 1008
+	reasonInvalid  = "invalid"      // a text frame that is not UTF-8: 1007
 )
 
 type metrics struct {
@@ -77,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 		}, []string{"kind"}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "closes_total", ConstLabels: labels,
-			Help: "Closed WebSocket connections by reason: idle, slow, shutdown, too_big, client, disconnected, expired.",
+			Help: "Closed WebSocket connections by reason: idle, slow, shutdown, too_big, client, disconnected, expired, flood, invalid.",
 		}, []string{"reason"}),
 		steps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "ring_step_seconds", ConstLabels: labels,
@@ -102,7 +104,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 	for _, t := range frameTypes {
 		m.framesByType[t] = m.frames.WithLabelValues(t)
 	}
-	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient, reasonKicked, reasonExpired} {
+	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient, reasonKicked, reasonExpired, reasonFlood, reasonInvalid} {
 		m.closes.WithLabelValues(r)
 	}
 	if reg == nil {

@@ -37,7 +37,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 	// not closed for a burst: the slow client is closed because a write to
 	// it blocks for WriteTimeout.
 	s := startServerWith(t, transport.Config{
-		SendQueue: 1024, WriteTimeout: 2 * time.Second, CloseTimeout: 200 * time.Millisecond,
+		QueueBytes: 4 << 20, WriteTimeout: 2 * time.Second, CloseTimeout: 200 * time.Millisecond,
 	}, serverOptions{sendBuffer: 64 << 10})
 
 	slow, err := s.connect(dialer(4096), "slow", "lobby")

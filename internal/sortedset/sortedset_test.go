@@ -1,0 +1,88 @@
+package sortedset
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The set against a map and a sort, through growth, splits, merges and
+// churn down to empty.
+func TestAgainstAModel(t *testing.T) {
+	var s Set
+	model := map[string]bool{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := func() {
+		want := make([]string, 0, len(model))
+		for k := range model {
+			want = append(want, k)
+		}
+		slices.Sort(want)
+		require.Equal(t, len(want), s.Len())
+		require.Equal(t, want, s.First(len(want)+5))
+		require.Equal(t, want[:min(7, len(want))], s.First(7))
+		for _, blk := range s.blocks {
+			require.NotEmpty(t, blk)
+			require.LessOrEqual(t, len(blk), blockSize)
+		}
+	}
+	for round := range 6 {
+		adds := 5000
+		if round%2 == 1 {
+			adds = 100
+		}
+		for range adds {
+			k := fmt.Sprintf("u%05d", rng.IntN(20000))
+			require.Equal(t, !model[k], s.Add(k))
+			model[k] = true
+		}
+		check()
+		for k := range model {
+			if rng.IntN(10) < 8 {
+				require.True(t, s.Remove(k))
+				require.False(t, s.Has(k))
+				delete(model, k)
+			} else {
+				require.True(t, s.Has(k))
+			}
+		}
+		require.False(t, s.Remove("absent"))
+		check()
+	}
+	for k := range model {
+		s.Remove(k)
+	}
+	assert.Zero(t, s.Len())
+	assert.Empty(t, s.First(3))
+	assert.Nil(t, s.blocks)
+}
+
+func BenchmarkFirst100Of200k(b *testing.B) {
+	var s Set
+	for i := range 200_000 {
+		s.Add(fmt.Sprintf("user-%07d", i*7919%200_000))
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		s.First(100)
+	}
+}
+
+func BenchmarkAddRemoveAt200k(b *testing.B) {
+	var s Set
+	for i := range 200_000 {
+		s.Add(fmt.Sprintf("user-%07d", i))
+	}
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		k := fmt.Sprintf("user-%07d", i%200_000)
+		s.Remove(k)
+		s.Add(k)
+		i += 7919
+	}
+}
