@@ -168,7 +168,22 @@ func FuzzOps(f *testing.F) {
 
 // TestModelGrowing checks the ring against the model while shards' tables
 // grow (rehash) and churn (tombstones, revived keys) under scheduled entries.
-func TestModelGrowing(t *testing.T) {
+func TestModelGrowing(t *testing.T) { testModelChurn(t, func(int) int { return 150 }) }
+
+// The same while the key count grows to thousands and falls back to a few,
+// again and again, so tables grow and shrink under the model's eye.
+func TestModelGrowingAndShrinking(t *testing.T) {
+	testModelChurn(t, func(step int) int {
+		if step%20 < 8 {
+			return 800
+		}
+		return 3
+	})
+}
+
+// testModelChurn runs 60 steps of random touches and removes, ops(step) of
+// them before each step, against the model.
+func testModelChurn(t *testing.T, ops func(step int) int) {
 	var r recorder
 	cfg := r.config(7)
 	cfg.IdleAfter = 2 * time.Second
@@ -178,7 +193,7 @@ func TestModelGrowing(t *testing.T) {
 	m := &model{slots: 7, idleSteps: ceilSteps(cfg.IdleAfter, time.Second) + 1, keys: map[string]*modelKey{}}
 	rng := rand.New(rand.NewPCG(7, 7))
 	for step := range 60 {
-		for range 150 {
+		for range ops(step) {
 			k := fmt.Sprintf("k%d", rng.IntN(3000))
 			switch rng.IntN(10) {
 			case 0:

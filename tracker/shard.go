@@ -33,6 +33,7 @@ type shard[K comparable] struct {
 	tab atomic.Pointer[table[K]]
 	// Under mu:
 	used  int // live entries plus tombstones in tab
+	live  int // live entries in tab
 	lists [][]uint32
 	spare []uint32 // an emptied list, reused so a step does not allocate
 	_     [40]byte // keep shards on separate cache lines
@@ -122,6 +123,7 @@ func (s *shard[K]) insert(key K, h uint64, ttl uint32, deadline int64, seed maph
 			e.word.Store(uint64(deadline) << 1)
 			e.ttl.Store(ttl) // publishes the entry to lock-free readers
 			s.used++
+			s.live++
 			return tb, i
 		case ttlGone:
 			// The key's own tombstone, from an expiry or a Remove: revive it.
@@ -130,6 +132,7 @@ func (s *shard[K]) insert(key K, h uint64, ttl uint32, deadline int64, seed maph
 			if e.meta.Load()&^atMask == tg && e.key == key {
 				e.word.Store(uint64(deadline) << 1)
 				e.ttl.Store(ttl)
+				s.live++
 				return tb, i
 			}
 		}
@@ -141,10 +144,19 @@ func (s *shard[K]) insert(key K, h uint64, ttl uint32, deadline int64, seed maph
 
 // drop ends entry i of tb, a live entry, leaving a tombstone; the caller
 // holds mu.
-func drop[K comparable](tb *table[K], i int) {
+func (s *shard[K]) drop(tb *table[K], i int) {
 	e := &tb.entries[i]
 	e.word.Store(0)
 	e.ttl.Store(ttlGone)
+	s.live--
+}
+
+// shrinkable reports whether the table is mostly empty after churn: then a
+// rehash to the live entries' size gives the memory back. Growth happens
+// above 81% load, shrinking below 1/8, so the two never alternate.
+func (s *shard[K]) shrinkable() bool {
+	tb := s.tab.Load()
+	return tb != nil && len(tb.entries) > 8*minTable && s.live*8 < len(tb.entries)
 }
 
 // rehash copies the live entries to a new table about 2.25 times their
@@ -193,7 +205,7 @@ func (s *shard[K]) rehash(seed maphash.Seed, slots int64) *table[K] {
 		}
 		s.schedule(tb, i, now+ahead, slots)
 	}
-	s.used = count
+	s.used, s.live = count, count
 	s.tab.Store(tb)
 	return tb
 }

@@ -258,7 +258,7 @@ func (t *Tracker[K]) Remove(key K) (removed bool) {
 	if i < 0 {
 		return false
 	}
-	drop(tb, i)
+	s.drop(tb, i)
 	t.n.Add(-1)
 	return true
 }
@@ -351,6 +351,7 @@ func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool
 				goto check // touched just now
 			}
 			e.ttl.Store(ttlGone)
+			s.live--
 			t.n.Add(-1)
 			if collect {
 				expired = append(expired, e.key)
@@ -382,6 +383,11 @@ func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool
 	clear(evs)
 	t.scratch = evs[:0]
 	s.spare = list[:0]
+	if s.shrinkable() {
+		// The step is complete for this shard: every live entry's next
+		// check lies in the coming turn, as rehash needs.
+		s.rehash(t.seed, t.slots)
+	}
 	return expired
 }
 

@@ -569,3 +569,50 @@ func TestSettleWaitsForCallbacks(t *testing.T) {
 	assert.EqualValues(t, 2, offline.Load())
 	tr.Settle() // nothing pending: at once
 }
+
+// After churn the tables give their memory back, and the keys that stayed
+// keep their timing exactly.
+func TestTablesShrinkAfterChurn(t *testing.T) {
+	tr, err := New(Config[int]{Slots: 5})
+	require.NoError(t, err)
+	defer tr.Close()
+	size := func() int {
+		n := 0
+		for i := range tr.shards {
+			if tb := tr.shards[i].tab.Load(); tb != nil {
+				n += len(tb.entries)
+			}
+		}
+		return n
+	}
+	const many = 100_000
+	for k := range many {
+		tr.Touch(k)
+	}
+	for k := 0; k < many; k += 2 {
+		tr.Remove(k) // half leave by hand
+	}
+	grown := size()
+	tr.Advance()
+	tr.Advance()
+	for k := 1; k < 200; k += 2 {
+		tr.Touch(k) // these stay
+	}
+	var expired []int
+	for range 3 {
+		expired = append(expired, tr.Advance()...) // the rest time out at step 5
+	}
+	assert.Len(t, expired, many/2-100)
+	assert.Equal(t, 100, tr.Len())
+	shrunk := size()
+	assert.Less(t, shrunk, grown/50, "tables of %d slots after churn, %d at the peak", shrunk, grown)
+	for step := 6; step <= 10; step++ {
+		got := tr.Advance()
+		if step != 7 {
+			assert.Empty(t, got, "step %d", step)
+		} else {
+			assert.Len(t, got, 100, "touched after step 2: due at step 7")
+		}
+	}
+	assert.Zero(t, tr.Len())
+}
