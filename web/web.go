@@ -2,13 +2,16 @@
 //
 // The page is plain HTML, CSS and JavaScript modules with no build step, and
 // it fetches nothing from another origin: it talks to the server that serves
-// it, over /ws and GET /api/ring.
+// it, over /ws, GET /api/ring and one POST /api/heartbeat at load that tells
+// whether the server needs a token.
 package web
 
 import (
 	"embed"
+	"encoding/json"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed static
@@ -23,8 +26,47 @@ var files = func() fs.FS {
 	return sub
 }()
 
-// Handler serves the demo page and its assets. Mount it at "/": the page
-// expects /ws and /api/ring on the same host.
+// Handler serves the demo page and its assets, to GET and HEAD. Mount it at
+// "/": the page expects /ws and /api/ on the same host. Like the server's
+// API it refuses in JSON: {"error":"not found"} with 404 for a path that
+// names no file, {"error":"method not allowed"} with 405 and Allow for
+// other methods.
 func Handler() http.Handler {
-	return http.FileServerFS(files)
+	fileServer := http.FileServerFS(files)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		if !exists(r.URL.Path) {
+			writeError(w, http.StatusNotFound, "not found")
+			return
+		}
+		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// exists reports whether urlPath names a file of the page, or the root,
+// which serves index.html. Other directories are not listed.
+func exists(urlPath string) bool {
+	name, ok := strings.CutPrefix(urlPath, "/")
+	if !ok {
+		return false
+	}
+	if name == "" {
+		name = "index.html"
+	}
+	if !fs.ValidPath(name) {
+		return false
+	}
+	fi, err := fs.Stat(files, name)
+	return err == nil && !fi.IsDir()
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }

@@ -80,3 +80,53 @@ func TestHandlerServesPageAndAssets(t *testing.T) {
 		assert.True(t, seen[p], "%s is not reachable from index.html", p)
 	}
 }
+
+// TestHandlerRefusesInJSON checks the refusals: a path that names no file of
+// the page is a JSON 404, another method a JSON 405 with Allow, never the
+// file server's plain text or a directory listing.
+func TestHandlerRefusesInJSON(t *testing.T) {
+	srv := httptest.NewServer(web.Handler())
+	defer srv.Close()
+	for _, tc := range []struct {
+		method, path string
+		want         int
+		body         string
+	}{
+		{"GET", "/", 200, ""},
+		{"HEAD", "/", 200, ""},
+		{"GET", "/app.js", 200, ""},
+		{"HEAD", "/style.css", 200, ""},
+		{"GET", "/nope", 404, `{"error":"not found"}`},
+		{"GET", "/nope.js", 404, `{"error":"not found"}`},
+		{"GET", "/app.js/", 404, `{"error":"not found"}`},
+		{"GET", "/static/app.js", 404, `{"error":"not found"}`},
+		{"GET", "/a/../app.js", 404, `{"error":"not found"}`},
+		{"GET", "//app.js", 404, `{"error":"not found"}`},
+		{"HEAD", "/nope", 404, ""},
+		{"POST", "/", 405, `{"error":"method not allowed"}`},
+		{"PUT", "/app.js", 405, `{"error":"method not allowed"}`},
+		{"DELETE", "/nope", 405, `{"error":"method not allowed"}`},
+		{"OPTIONS", "/", 405, `{"error":"method not allowed"}`},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL, nil)
+		require.NoError(t, err)
+		req.URL.Path = tc.path // as sent, not cleaned by the client
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err, "%s %s", tc.method, tc.path)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		what := tc.method + " " + tc.path
+		assert.Equal(t, tc.want, res.StatusCode, what)
+		if tc.want == 200 {
+			continue
+		}
+		assert.Equal(t, "application/json", res.Header.Get("Content-Type"), what)
+		if tc.body != "" {
+			assert.JSONEq(t, tc.body, string(body), what)
+		}
+		if tc.want == http.StatusMethodNotAllowed {
+			assert.Equal(t, "GET, HEAD", res.Header.Get("Allow"), what)
+		}
+	}
+}

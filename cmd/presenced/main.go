@@ -1,8 +1,13 @@
 // Command presenced serves presence over WebSocket and HTTP, with the demo
 // page at "/" and Prometheus metrics at /metrics.
 //
-//	go run ./cmd/presenced            # demo mode on :8080, then open http://localhost:8080
-//	PRESENCED_JWT_SECRET=... presenced -addr :9000 -origins https://app.example.com
+//	go run ./cmd/presenced            # demo mode on 127.0.0.1:8080, then open http://localhost:8080
+//	PRESENCED_JWT_SECRET=... PRESENCED_API_KEY=... presenced -addr :9000 -origins https://app.example.com
+//
+// Every flag can also come from the environment: -member-list from
+// PRESENCED_MEMBER_LIST, and so on; the command line wins. Without a JWT
+// secret (demo mode) the server listens on loopback only unless -addr says
+// otherwise.
 //
 // SIGINT or SIGTERM closes every WebSocket with 1001 and then stops the
 // HTTP server.
@@ -17,11 +22,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -49,47 +57,178 @@ type options struct {
 	maxMessage int64
 	origins    []string
 	jwtSecret  string
+	apiKey     string
 	grace      time.Duration
 	redis      string
 	node       string
 
 	memberList    int
 	presenceLists int
+
+	// addrFrom says where addr came from: "flag", "env", or the default
+	// for the mode.
+	addrFrom string
 }
 
-// parseFlags reads the command line; the JWT secret may also come from
-// PRESENCED_JWT_SECRET (the flag wins), so it need not appear in ps.
+// envPrefix starts the environment variable of every flag: -member-list
+// is also PRESENCED_MEMBER_LIST.
+const envPrefix = "PRESENCED_"
+
+// envName is the environment variable that can set the flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// Default listen addresses: loopback only in demo mode, where anyone who
+// can reach the port may claim any user ID.
+const (
+	demoAddr = "127.0.0.1:8080"
+	authAddr = ":8080"
+)
+
+// parseFlags reads the command line, then the environment for each flag
+// the command line did not set (PRESENCED_ADDR for -addr, and so on), and
+// checks the values. Secrets are best passed in the environment, so they do
+// not appear in ps.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
 	var o options
 	var origins string
 	fs := flag.NewFlagSet("presenced", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.addr, "addr", ":8080", "listen address")
-	fs.IntVar(&o.slots, "slots", 31, "ring slots; the timeout is (slots-1)*tick")
-	fs.DurationVar(&o.tick, "tick", time.Second, "ring step")
+	fs.StringVar(&o.addr, "addr", "", "listen address (default "+demoAddr+" in demo mode, loopback only; "+authAddr+" with a JWT secret)")
+	fs.IntVar(&o.slots, "slots", 31, "ring slots, at least 2; the timeout is (slots-1)*tick")
+	fs.DurationVar(&o.tick, "tick", time.Second, "ring step, at least 1ms")
 	fs.Int64Var(&o.maxMessage, "max-message", transport.DefaultMaxMessage, "largest inbound WebSocket frame in bytes (larger: close 1009)")
-	fs.StringVar(&origins, "origins", "", "comma-separated browser origins allowed besides the server's own host (\"*\" for any)")
-	fs.StringVar(&o.jwtSecret, "jwt-secret", "", "HS256 secret for client tokens (default $PRESENCED_JWT_SECRET); empty: demo mode, ?uid= is trusted")
+	fs.StringVar(&origins, "origins", "", "comma-separated browser origins allowed besides the server's own host: \"*\" (any), https://host[:port] or host[:port]")
+	fs.StringVar(&o.jwtSecret, "jwt-secret", "", "HS256 secret for client tokens; empty: demo mode, ?uid= is trusted")
+	fs.StringVar(&o.apiKey, "api-key", "", "key of the server API (/api/presence, /api/channels, /api/publish, /api/send): requests need \"Authorization: apikey <key>\"")
 	fs.DurationVar(&o.grace, "grace", 0, "delay before a user whose last connection closed is reported offline")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
-	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot (its count is always exact)")
-	fs.IntVar(&o.presenceLists, "presence-lists", presence.DefaultPresenceLists, "above this many members a channel's presence diffs carry the count only")
+	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
+	fs.IntVar(&o.presenceLists, "presence-lists", presence.DefaultPresenceLists, "above this many members, at least 1, a channel's presence diffs carry the count only")
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += " ($" + envName(f.Name) + ")" })
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: presenced [flags]\n\n"+
+			"Serves presence over WebSocket and HTTP, with the demo page at / and metrics at /metrics.\n"+
+			"Every flag can also be set by the environment variable named after it, %s<FLAG> in upper\n"+
+			"case with - as _ (PRESENCED_ADDR, PRESENCED_MEMBER_LIST, ...); a flag on the command line\n"+
+			"wins over its variable. Pass secrets in the environment: arguments show in ps.\n\nFlags:\n", envPrefix)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if o.jwtSecret == "" {
-		o.jwtSecret = getenv("PRESENCED_JWT_SECRET")
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if err != nil || set[f.Name] || v == "" {
+			return
+		}
+		if e := f.Value.Set(v); e != nil {
+			err = fmt.Errorf("invalid value %q for $%s: %v", v, envName(f.Name), e)
+		}
+		set[f.Name] = true
+		if f.Name == "addr" {
+			o.addrFrom = "$" + envName(f.Name)
+		}
+	})
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case o.addrFrom != "":
+	case set["addr"]:
+		o.addrFrom = "-addr"
+	case o.jwtSecret == "":
+		o.addr, o.addrFrom = demoAddr, "default in demo mode: loopback only"
+	default:
+		o.addr, o.addrFrom = authAddr, "default"
 	}
 	for _, s := range strings.Split(origins, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.origins = append(o.origins, s)
 		}
 	}
-	return o, nil
+	return o, o.check()
+}
+
+// check reports the first value the server cannot run with.
+func (o options) check() error {
+	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+		return fmt.Errorf("-addr %q: want host:port or :port", o.addr)
+	}
+	switch {
+	case o.slots < 2:
+		return fmt.Errorf("-slots %d: at least 2", o.slots)
+	case o.tick < time.Millisecond:
+		return fmt.Errorf("-tick %v: at least 1ms", o.tick)
+	case o.maxMessage < 1:
+		return fmt.Errorf("-max-message %d: at least 1 byte", o.maxMessage)
+	case o.grace < 0:
+		return fmt.Errorf("-grace %v: not negative", o.grace)
+	case o.memberList < 1:
+		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
+	case o.presenceLists < 1:
+		return fmt.Errorf("-presence-lists %d: at least 1", o.presenceLists)
+	}
+	for _, s := range o.origins {
+		if err := checkOrigin(s); err != nil {
+			return fmt.Errorf("-origins: %q: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// checkOrigin accepts what the Hub's origin check understands: "*", a full
+// origin (scheme://host[:port], nothing after it but an optional "/") or a
+// host[:port].
+func checkOrigin(s string) error {
+	if s == "*" {
+		return nil
+	}
+	if strings.ContainsFunc(s, unicode.IsSpace) {
+		return errors.New("has a space; separate origins with commas")
+	}
+	hostport := s
+	if scheme, rest, ok := strings.Cut(s, "://"); ok {
+		if !validScheme(scheme) {
+			return errors.New("want scheme://host[:port], such as https://app.example.com")
+		}
+		hostport = strings.TrimSuffix(rest, "/")
+	}
+	if hostport == "" {
+		return errors.New("no host")
+	}
+	if strings.ContainsAny(hostport, "/?#@\\") {
+		return errors.New("an origin is scheme://host[:port], with no path, query or user")
+	}
+	u, err := url.Parse("http://" + hostport)
+	if err != nil || u.Host != hostport || u.Hostname() == "" {
+		return errors.New("not a host[:port]")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return errors.New("bad port")
+		}
+	} else if strings.HasSuffix(hostport, ":") {
+		return errors.New("bad port")
+	}
+	return nil
+}
+
+func validScheme(s string) bool {
+	if s == "" || !('a' <= s[0] && s[0] <= 'z' || 'A' <= s[0] && s[0] <= 'Z') {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("+-.", r)))
+	})
 }
 
 // newEngine picks where presence lives: this process, or Redis with -redis.
@@ -111,6 +250,55 @@ func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (presence
 	}
 	log.Info("sharing presence through redis", "node", e.Node())
 	return e, func(ctx context.Context) error { return errors.Join(e.Close(ctx), rdb.Close()) }, nil
+}
+
+// loopback reports whether addr listens on the loopback interface only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// logAttrs are the settings in use, for the start-up line: every value
+// filled in, and the secrets only as set or unset.
+func (o options) logAttrs(addr string, timeout time.Duration) []any {
+	mode, origins, redis, node := "jwt", "same host only", "unset: presence in memory", o.node
+	if o.jwtSecret == "" {
+		mode = "demo"
+	}
+	if len(o.origins) > 0 {
+		origins = strings.Join(o.origins, ",")
+	}
+	if o.redis != "" {
+		redis = o.redis
+		if u, err := url.Parse(o.redis); err == nil {
+			redis = u.Redacted()
+		}
+	}
+	if node == "" {
+		node = "hostname-pid"
+		if o.redis == "" {
+			node = "unused without -redis"
+		}
+	}
+	return []any{"addr", addr, "addr_from", o.addrFrom, "mode", mode,
+		"jwt_secret", setOrUnset(o.jwtSecret), "api_key", setOrUnset(o.apiKey),
+		"slots", o.slots, "tick", o.tick, "timeout", timeout, "grace", o.grace,
+		"max_message", o.maxMessage, "member_list", o.memberList, "presence_lists", o.presenceLists,
+		"origins", origins, "redis", redis, "node", node}
+}
+
+func setOrUnset(secret string) string {
+	if secret == "" {
+		return "unset"
+	}
+	return "set"
 }
 
 // run serves until ctx is done and returns the exit code.
@@ -137,6 +325,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		auth = transport.JWTAuth([]byte(o.jwtSecret))
 	} else {
 		log.Warn("no -jwt-secret or PRESENCED_JWT_SECRET: demo mode, clients are trusted to name themselves with ?uid=")
+		if !loopback(o.addr) {
+			log.Warn("demo mode on " + o.addr + ", not loopback only: anyone who reaches it can act as any user")
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -148,6 +339,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Slots:      o.slots,
 		Tick:       o.tick,
 		Auth:       auth,
+		APIKey:     o.apiKey,
 		Origins:    o.origins,
 		Grace:      o.grace,
 		Engine:     engine,
@@ -167,6 +359,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	mux.Handle("/ws", hub)
 	mux.Handle("/api/", hub)
 	mux.Handle("/healthz", hub)
+	mux.Handle("/readyz", hub)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	// Deadlines stop slow or stalled clients from holding connections; a
 	// WebSocket is exempt once upgraded (net/http clears them on hijack).
@@ -185,7 +378,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		defer cancel()
 		return errors.Join(fmt.Errorf("listen: %w", err), hub.Shutdown(sctx), closeEngine(sctx))
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "timeout", hub.Timeout(), "slots", o.slots, "tick", o.tick)
+	log.Info("listening", o.logAttrs(ln.Addr().String(), hub.Timeout())...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -21,39 +23,138 @@ import (
 
 const waitLong = 10 * time.Second
 
+// defaults is what parseFlags returns with nothing set, changed by edit.
+func defaults(edit func(*options)) options {
+	o := options{addr: "127.0.0.1:8080", addrFrom: "default in demo mode: loopback only", slots: 31, tick: time.Second,
+		maxMessage: 4096, memberList: 100, presenceLists: 1000}
+	if edit != nil {
+		edit(&o)
+	}
+	return o
+}
+
 func TestParseFlags(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	for _, tc := range []struct {
 		name string
 		args []string
 		env  map[string]string
 		want options
-		err  bool
 	}{
-		{name: "defaults", want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, memberList: 100, presenceLists: 1000}},
+		{name: "defaults: loopback in demo mode", want: defaults(nil)},
 		{name: "all flags", args: []string{"-addr", "127.0.0.1:9", "-slots", "61", "-tick", "500ms", "-max-message", "100",
-			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
+			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-api-key", "k", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
 			"-member-list", "5", "-presence-lists", "50"},
-			want: options{addr: "127.0.0.1:9", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", grace: 2 * time.Second, redis: "redis://x", node: "n1",
+			want: options{addr: "127.0.0.1:9", addrFrom: "-addr", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1",
 				memberList: 5, presenceLists: 50}},
-		{name: "secret from env", env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
-			want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, jwtSecret: "e", memberList: 100, presenceLists: 1000}},
-		{name: "flag beats env", args: []string{"-jwt-secret", "f"}, env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
-			want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, jwtSecret: "f", memberList: 100, presenceLists: 1000}},
-		{name: "bad duration", args: []string{"-tick", "soon"}, err: true},
-		{name: "unknown flag", args: []string{"-verbose"}, err: true},
-		{name: "stray argument", args: []string{"extra"}, err: true},
+		{name: "every flag from the environment", env: map[string]string{
+			"PRESENCED_ADDR": "127.0.0.1:9", "PRESENCED_SLOTS": "61", "PRESENCED_TICK": "500ms", "PRESENCED_MAX_MESSAGE": "100",
+			"PRESENCED_ORIGINS": "https://a.example,b.example:8443", "PRESENCED_JWT_SECRET": "s", "PRESENCED_API_KEY": "k",
+			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1",
+			"PRESENCED_MEMBER_LIST": "5", "PRESENCED_PRESENCE_LISTS": "50"},
+			want: options{addr: "127.0.0.1:9", addrFrom: "$PRESENCED_ADDR", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1",
+				memberList: 5, presenceLists: 50}},
+		{name: "secret from env: all interfaces by default", env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
+			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "e", ":8080", "default" })},
+		{name: "secret by flag: all interfaces by default", args: []string{"-jwt-secret", "f"},
+			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "f", ":8080", "default" })},
+		{name: "flag beats env: secret", args: []string{"-jwt-secret", "f"}, env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
+			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "f", ":8080", "default" })},
+		{name: "flag beats env: addr", args: []string{"-addr", ":1"}, env: map[string]string{"PRESENCED_ADDR": ":2"},
+			want: defaults(func(o *options) { o.addr, o.addrFrom = ":1", "-addr" })},
+		{name: "flag beats env: tick", args: []string{"-tick", "2s"}, env: map[string]string{"PRESENCED_TICK": "x"},
+			want: defaults(func(o *options) { o.tick = 2 * time.Second })},
+		{name: "flag beats env: member list", args: []string{"-member-list", "7"}, env: map[string]string{"PRESENCED_MEMBER_LIST": "9"},
+			want: defaults(func(o *options) { o.memberList = 7 })},
+		{name: "env fills what flags leave", args: []string{"-slots", "5"}, env: map[string]string{"PRESENCED_SLOTS": "9", "PRESENCED_API_KEY": "k"},
+			want: defaults(func(o *options) { o.slots, o.apiKey = 5, "k" })},
+		{name: "demo mode on an address from env", env: map[string]string{"PRESENCED_ADDR": ":8081"},
+			want: defaults(func(o *options) { o.addr, o.addrFrom = ":8081", "$PRESENCED_ADDR" })},
+		{name: "origins with a trailing slash and a wildcard", args: []string{"-origins", "https://a.example/,*,http://[::1]:3000,localhost"},
+			want: defaults(func(o *options) { o.origins = []string{"https://a.example/", "*", "http://[::1]:3000", "localhost"} })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseFlags(tc.args, env(tc.env), io.Discard)
-			if tc.err {
-				assert.Error(t, err)
-				return
-			}
+			got, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// TestBadSettings checks that run refuses each setting it cannot serve
+// with: exit code 2 and a message that names the flag or variable.
+func TestBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"tick below 1ms", []string{"-tick", "999us"}, nil, "-tick 999µs: at least 1ms"},
+		{"zero tick", []string{"-tick", "0"}, nil, "-tick 0s: at least 1ms"},
+		{"one slot", []string{"-slots", "1"}, nil, "-slots 1: at least 2"},
+		{"slots from env", nil, map[string]string{"PRESENCED_SLOTS": "0"}, "-slots 0: at least 2"},
+		{"negative grace", []string{"-grace", "-1s"}, nil, "-grace -1s: not negative"},
+		{"member list 0", []string{"-member-list", "0"}, nil, "-member-list 0: at least 1"},
+		{"presence lists 0", []string{"-presence-lists", "0"}, nil, "-presence-lists 0: at least 1"},
+		{"max message 0", []string{"-max-message", "0"}, nil, "-max-message 0: at least 1 byte"},
+		{"origin without host", []string{"-origins", "https://"}, nil, `-origins: "https://": no host`},
+		{"origin with a path", []string{"-origins", "https://a.example/app"}, nil, `-origins: "https://a.example/app": an origin is scheme://host[:port], with no path`},
+		{"origin with a space", []string{"-origins", "https://a.example b.example"}, nil, `has a space`},
+		{"origin with a bad port", []string{"-origins", "a.example:http"}, nil, `-origins: "a.example:http"`},
+		{"origin without a scheme name", []string{"-origins", "://a.example"}, nil, `want scheme://host[:port]`},
+		{"origin from env", nil, map[string]string{"PRESENCED_ORIGINS": "https://ok.example,http:///x"}, `-origins: "http:///x"`},
+		{"bad value in env", nil, map[string]string{"PRESENCED_TICK": "soon"}, `invalid value "soon" for $PRESENCED_TICK`},
+		{"bad number in env", nil, map[string]string{"PRESENCED_MEMBER_LIST": "many"}, `$PRESENCED_MEMBER_LIST`},
+		{"empty address", []string{"-addr", ""}, nil, `-addr "": want host:port`},
+		{"bad duration", []string{"-tick", "soon"}, nil, "invalid value"},
+		{"unknown flag", []string{"-verbose"}, nil, "flag provided but not defined"},
+		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			code := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &out)
+			assert.Equal(t, 2, code, out.String())
+			assert.Contains(t, out.String(), tc.want)
+			assert.NotContains(t, out.String(), "listening")
+		})
+	}
+}
+
+func TestHelpNamesTheVariables(t *testing.T) {
+	var out bytes.Buffer
+	assert.Equal(t, 0, run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out))
+	help := out.String()
+	assert.Contains(t, help, "a flag on the command line\nwins over its variable")
+	for _, v := range []string{"PRESENCED_ADDR", "PRESENCED_TICK", "PRESENCED_MEMBER_LIST", "PRESENCED_JWT_SECRET", "PRESENCED_API_KEY",
+		"PRESENCED_SLOTS", "PRESENCED_ORIGINS", "PRESENCED_GRACE", "PRESENCED_REDIS", "PRESENCED_NODE", "PRESENCED_MAX_MESSAGE", "PRESENCED_PRESENCE_LISTS"} {
+		assert.Contains(t, help, "($"+v+")", "-h names %s", v)
+	}
+	assert.Contains(t, help, "127.0.0.1:8080 in demo mode")
+}
+
+func TestLogAttrsRedactRedisPassword(t *testing.T) {
+	attrs := fmt.Sprint(defaults(func(o *options) { o.redis = "redis://:pw-123@db:6379/0" }).logAttrs(":1", time.Second))
+	assert.NotContains(t, attrs, "pw-123")
+	assert.Contains(t, attrs, "redis://:xxxxx@db:6379/0")
+}
+
+func TestStartupLine(t *testing.T) {
+	_, out := startRun(t, []string{"-jwt-secret", "hush-1", "-api-key", "hush-2", "-redis", ""}, nil)
+	line := listening.FindString(out.String())
+	require.NotEmpty(t, line)
+	full := out.String()
+	assert.NotContains(t, full, "hush-1", "the JWT secret is never logged")
+	assert.NotContains(t, full, "hush-2", "the API key is never logged")
+	for _, want := range []string{"addr_from=-addr", "mode=jwt", "jwt_secret=set", "api_key=set", "slots=31", "tick=1s", "timeout=30s",
+		"grace=0s", "max_message=4096", "member_list=100", "presence_lists=1000", `origins="same host only"`} {
+		assert.Contains(t, full, want)
+	}
+
+	_, out = startRun(t, nil, map[string]string{"PRESENCED_ADDR": "127.0.0.1:0", "PRESENCED_TICK": "250ms"})
+	for _, want := range []string{"addr_from=$PRESENCED_ADDR", "mode=demo", "jwt_secret=unset", "api_key=unset", "tick=250ms", "timeout=7.5s"} {
+		assert.Contains(t, out.String(), want)
 	}
 }
 
@@ -67,7 +168,10 @@ func startRun(t *testing.T, args []string, env map[string]string) (string, *pres
 	out := &presencedtest.SyncBuffer{}
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, out)
+		if env["PRESENCED_ADDR"] == "" {
+			args = append([]string{"-addr", "127.0.0.1:0"}, args...)
+		}
+		code <- run(ctx, args, func(k string) string { return env[k] }, out)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -156,8 +260,6 @@ func TestStartupErrors(t *testing.T) {
 		want string
 	}{
 		{"bad redis URL", []string{"-redis", "http://127.0.0.1:6379"}, 1, "-redis"},
-		{"bad ring", []string{"-slots", "1"}, 1, "Slots"},
-		{"bad flag", []string{"-tick", "x"}, 2, "invalid value"},
 		{"bad address", []string{"-addr", "256.0.0.1:1"}, 1, "listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -207,5 +309,123 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 		assert.Equal(t, 0, code, "exit status 0")
 	case <-time.After(waitLong):
 		t.Fatal("the server did not exit after SIGTERM")
+	}
+}
+
+// TestHealthAndReadiness checks that /healthz and /readyz are mounted: 200
+// while serving, with a JSON body.
+func TestHealthAndReadiness(t *testing.T) {
+	addr, _ := startRun(t, nil, nil)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		code, body := get(t, "http://"+addr+p)
+		assert.Equal(t, http.StatusOK, code, p)
+		assert.True(t, json.Valid([]byte(body)), "%s: %s", p, body)
+	}
+}
+
+// TestServerAPIKey checks who may use the server API: anyone in demo mode
+// without a key, only holders of the key when there is one, and nobody in
+// JWT mode without a key. The page's own endpoints stay open.
+func TestServerAPIKey(t *testing.T) {
+	const key = "k-123"
+	type call struct {
+		method, path, auth string
+		want               int
+	}
+	presence := func(auth string, want int) []call {
+		return []call{
+			{"GET", "/api/presence", auth, want},
+			{"GET", "/api/presence/alice", auth, want},
+			{"GET", "/api/channels/lobby", auth, want},
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		calls []call
+	}{
+		{"demo mode, no key: open", nil, nil, presence("", 200)},
+		{"demo mode with a key", []string{"-api-key", key}, nil, append(append(append(
+			presence("", 401),
+			presence("apikey wrong", 401)...),
+			presence("apikey "+key, 200)...),
+			call{"GET", "/api/presence", "Bearer " + key, 401},
+			call{"GET", "/api/presence", "APIKEY " + key, 200},
+			call{"POST", "/api/publish", "", 401},
+			call{"POST", "/api/publish", "apikey " + key, 204},
+			call{"POST", "/api/send", "", 401},
+			call{"POST", "/api/send", "apikey " + key, 204},
+			call{"GET", "/api/ring", "", 200},
+			call{"GET", "/healthz", "", 200},
+			call{"GET", "/readyz", "", 200})},
+		{"key from the environment", nil, map[string]string{"PRESENCED_API_KEY": key},
+			append(presence("", 401), presence("apikey "+key, 200)...)},
+		{"JWT mode, no key: 403", []string{"-jwt-secret", "s"}, nil, append(presence("", 403),
+			call{"POST", "/api/publish", "", 403},
+			call{"POST", "/api/send", "", 403},
+			call{"GET", "/api/ring", "", 200},
+			call{"POST", "/api/heartbeat", "", 401})},
+		{"JWT mode with a key", []string{"-jwt-secret", "s", "-api-key", key}, nil,
+			append(presence("", 401), presence("apikey "+key, 200)...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := startRun(t, tc.args, tc.env)
+			for _, c := range tc.calls {
+				var body io.Reader
+				switch c.path {
+				case "/api/publish":
+					body = strings.NewReader(`{"channel":"lobby","data":{"n":1}}`)
+				case "/api/send":
+					body = strings.NewReader(`{"uid":"alice","data":{"n":1}}`)
+				}
+				req, err := http.NewRequest(c.method, "http://"+addr+c.path, body)
+				require.NoError(t, err)
+				if c.auth != "" {
+					req.Header.Set("Authorization", c.auth)
+				}
+				res, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				b, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				require.NoError(t, err)
+				assert.Equal(t, c.want, res.StatusCode, "%s %s with %q: %s", c.method, c.path, c.auth, b)
+				if c.want >= 400 {
+					var e struct{ Error string }
+					assert.NoError(t, json.Unmarshal(b, &e), "%s %s: a JSON refusal: %s", c.method, c.path, b)
+					assert.NotEmpty(t, e.Error, "%s %s: %s", c.method, c.path, b)
+				}
+			}
+		})
+	}
+}
+
+// TestUnknownPathsAndMethods checks the server's refusals outside the page
+// are JSON too.
+func TestUnknownPathsAndMethods(t *testing.T) {
+	addr, _ := startRun(t, nil, nil)
+	for _, tc := range []struct {
+		method, path string
+		want         int
+		allow        string
+	}{
+		{"GET", "/nope", 404, ""},
+		{"GET", "/api/nope", 404, ""},
+		{"DELETE", "/api/presence", 405, "GET, HEAD"},
+		{"POST", "/", 405, "GET, HEAD"},
+		{"POST", "/metrics", 405, "GET, HEAD"},
+	} {
+		req, err := http.NewRequest(tc.method, "http://"+addr+tc.path, nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		assert.Equal(t, tc.want, res.StatusCode, "%s %s", tc.method, tc.path)
+		assert.Equal(t, "application/json", res.Header.Get("Content-Type"), "%s %s", tc.method, tc.path)
+		assert.True(t, json.Valid(b), "%s %s: %s", tc.method, tc.path, b)
+		if tc.allow != "" {
+			assert.Equal(t, tc.allow, res.Header.Get("Allow"), "%s %s", tc.method, tc.path)
+		}
 	}
 }

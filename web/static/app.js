@@ -1,9 +1,10 @@
 // The demo page: one connection of its own, simulated clients, the ring, the
 // rooms this connection joined with their members, the users it watches, an
 // event log and a chat per room. Everything comes from this server: the
-// WebSocket at /ws and GET /api/ring.
+// WebSocket at /ws, GET /api/ring, and one POST /api/heartbeat with no
+// identity at load, which tells whether the server needs a token.
 
-import { Client } from './conn.js';
+import { Client, FINAL_CLOSES } from './conn.js';
 import { RingView } from './ring.js';
 import { Room, WatchList } from './rooms.js';
 import { fmtDur, fmtClock, randomTag, validChannel, validUid } from './format.js';
@@ -40,6 +41,10 @@ const ui = {
   simsEmpty: $('sims-empty'),
   simsCount: $('sims-count'),
   spawnN: $('spawn-n'),
+  spawnForm: $('spawn-form'),
+  simsOff: $('sims-off'),
+  simsAbout: $('sims-about'),
+  notice: $('notice'),
   roomsCard: $('rooms-card'),
   roomTabs: $('room-tabs'),
   roomCount: $('room-count'),
@@ -144,6 +149,75 @@ function guestUid() {
 
 const me = new Client({ uid, token, reconnect: true, channels: [LOBBY] });
 
+// ---- demo mode or tokens ----
+
+// mode is what the page knows of the server: 'demo' (it trusts ?uid=),
+// 'token' (it needs a JWT) or 'unknown'. Simulated clients have no token,
+// so Spawn is offered in demo mode only.
+let mode = 'unknown';
+// blocked, when set, says why the page does not connect: the server needs
+// a token and the page has none, or refused the one it has.
+let blocked = '';
+
+// probeMode asks once, with no side effect: a heartbeat that names no user
+// is refused with 400 (not a valid user ID) by a server in demo mode, and
+// with 401 by one that needs a token.
+async function probeMode() {
+  try {
+    const res = await fetch('/api/heartbeat', { method: 'POST', cache: 'no-store' });
+    if (res.status === 400) return 'demo';
+    if (res.status === 401) return 'token';
+  } catch {
+    // The server is down: the connection's backoff copes, and a welcome
+    // without a token says demo mode later.
+  }
+  return 'unknown';
+}
+
+function setMode(m) {
+  mode = m;
+  document.body.dataset.mode = m;
+  ui.spawnForm.hidden = m !== 'demo';
+  ui.simsAbout.hidden = m !== 'demo';
+  ui.simsOff.hidden = m === 'demo';
+  ui.simsOff.textContent = m === 'token'
+    ? 'Simulated clients need a server in demo mode (no -jwt-secret): this one needs a token for each user.'
+    : 'Simulated clients appear once this page knows the server runs in demo mode.';
+  if (m !== 'demo') for (const sim of [...sims]) removeSim(sim);
+}
+
+// block stops the page's connection for good and says why on the page.
+function block(why) {
+  blocked = why;
+  ui.notice.textContent = why;
+  ui.notice.hidden = false;
+  me.close('no usable token');
+  render();
+}
+
+const TOKEN_HELP = 'open this page with ?token=<JWT>: an HS256 token signed with the server\'s secret, ' +
+  'with the user ID in "sub" and an "exp" (the page does not connect without one)';
+
+// checkToken asks the server what it holds against the page's token, after
+// an upgrade failed: a browser sees only a 1006 then, never the 401.
+let checkingToken = false;
+async function checkToken() {
+  if (checkingToken || blocked) return;
+  checkingToken = true;
+  try {
+    const res = await fetch(`/api/heartbeat?${new URLSearchParams({ token })}`, { method: 'POST', cache: 'no-store' });
+    if (res.status === 401 || res.status === 400) {
+      let why = `HTTP ${res.status}`;
+      try { why = (await res.json()).error || why; } catch { /* keep the status */ }
+      block(`This server refused the token (${why}): ${TOKEN_HELP}.`);
+    }
+  } catch {
+    // The server is down: the backoff goes on.
+  } finally {
+    checkingToken = false;
+  }
+}
+
 // wantChannels keeps the channels a reconnect joins at once in step with the rooms.
 function wantChannels() {
   me.channels = [...rooms.keys()];
@@ -170,6 +244,9 @@ me.addEventListener('frame', (ev) => {
   const ch = typeof f.channel === 'string' ? f.channel : '';
   switch (f.type) {
     case 'welcome': {
+      welcomed = true;
+      // Welcomed without a token: the server trusts ?uid=.
+      if (mode === 'unknown' && !token) setMode('demo');
       // The channels of ?channels= follow, one snapshot each; until then a
       // room shows what the last connection knew, as stale.
       for (const r of rooms.values()) r.state = 'joining';
@@ -249,10 +326,22 @@ function dropRoom(ch) {
   showChat();
 }
 
+// welcomed says whether the server welcomed the current connection attempt.
+let welcomed = false;
+
 me.addEventListener('closed', (ev) => {
   const c = ev.detail;
-  const then = me.reconnect && me.wanted ? ' · reconnecting with backoff' : '';
+  const final = FINAL_CLOSES.includes(c.code);
+  const then = me.reconnect && me.wanted && !final ? ' · reconnecting with backoff' : '';
   logEvent('conn', me.uid, `connection closed: ${closeText(c)}${then}`);
+  if (c.code === 4401) {
+    block(`Your token expired and the server closed the connection (4401 token expired): ${TOKEN_HELP}.`);
+  } else if (c.code === 4403) {
+    block('The server disconnected this user (4403 disconnected): reload the page to connect again.');
+  } else if (!welcomed && token && mode !== 'demo') {
+    checkToken();
+  }
+  welcomed = false;
 });
 
 function renderMe(now) {
@@ -262,6 +351,15 @@ function renderMe(now) {
   ui.meUid.textContent = me.uid;
   let pill;
   let state;
+  ui.meToggle.hidden = !!blocked;
+  if (blocked) {
+    ui.me.dataset.state = 'needs-token';
+    ui.pill.dataset.state = 'needs-token';
+    ui.pill.lastElementChild.textContent = 'not connected';
+    ui.meState.textContent = blocked;
+    if (me.lastClose) ui.meClose.textContent = `${closeText(me.lastClose)} at ${fmtClock(me.lastClose.at)}`;
+    return;
+  }
   switch (s) {
     case 'connecting':
     case 'new':
@@ -308,7 +406,7 @@ window.addEventListener('online', () => { if (me.state === 'waiting') me.connect
 // ---- simulated clients ----
 
 function spawn(n) {
-  if (token) {
+  if (mode !== 'demo') {
     logEvent('error', '', 'simulated clients have no token: they need a server in demo mode (no -jwt-secret)');
     return;
   }
@@ -763,6 +861,14 @@ function renderSoon() {
 
 me.addEventListener('change', renderSoon);
 showChat();
-me.connect();
 pollRing();
 loop();
+probeMode().then((m) => {
+  setMode(m);
+  if (m === 'token' && !token) {
+    block(`This server needs a token: ${TOKEN_HELP}.`);
+    logEvent('error', '', 'this server needs a token; not connecting');
+    return;
+  }
+  me.connect();
+});

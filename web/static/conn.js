@@ -23,6 +23,11 @@ export function backoffDelay(n) {
   return base / 2 + Math.random() * (base / 2);
 }
 
+// Closes the server means: 4401 (token expired) would be refused again with
+// the same token, and 4403 (disconnected by the server side) is on purpose.
+// Neither is retried.
+export const FINAL_CLOSES = [4401, 4403];
+
 // A connection that lived this long resets the backoff; a server that accepts
 // and drops at once must not be hammered.
 const STABLE_MS = 10000;
@@ -189,6 +194,7 @@ export class Client extends EventTarget {
     if (this.liveSince && now - this.liveSince >= STABLE_MS) this.attempt = 0;
     this.liveSince = 0;
     this.emit('closed', this.lastClose);
+    if (FINAL_CLOSES.includes(ev.code)) this.wanted = false;
     if (this.reconnect && this.wanted) {
       const delay = backoffDelay(this.attempt++);
       this.retryAt = now + delay;
