@@ -5,15 +5,20 @@
 // snapshot on join, then at most one coalesced diff per channel and one
 // status frame per tick.
 //
-// A Hub is an http.Handler for GET /ws and the HTTP API (/api/presence,
-// /api/presence/{uid}, /api/channels/{channel}, POST /api/heartbeat,
-// /api/ring, /healthz), so it can be mounted in an existing http.ServeMux;
-// see the package example. Presence is kept by a presence.Engine: in memory
-// by default, or shared between nodes.
+// A Hub is an http.Handler for GET /ws, the HTTP API (GET /api/presence,
+// /api/presence/{uid}, /api/channels/{channel} and /api/ring, POST
+// /api/heartbeat, /api/publish and /api/send), GET /healthz (liveness) and
+// GET /readyz (readiness), so it can be mounted in an existing
+// http.ServeMux; see the package example. Its Go API (Publish, Send,
+// Disconnect, Online, Members) and hooks (Config.Authorize, OnMessage,
+// OnPresence) let a chat backend drive it. Presence is kept by a
+// presence.Engine: in memory by default, or shared between nodes.
 //
 // Close codes the Hub sends: 4408 "idle timeout" (silent past the timeout),
-// 1001 on Shutdown, 1009 for a frame over Config.MaxMessage, and 1008 "slow
-// consumer" to a client that does not read fast enough for its send queue.
+// 4401 "token expired", 4403 "disconnected" (Hub.Disconnect), 1001 on
+// Shutdown, 1009 for a frame over Config.MaxMessage, 1007 for a text frame
+// that is not UTF-8, and 1008 to a client that does not read fast enough
+// ("slow consumer") or sends too fast ("rate limit exceeded").
 package transport
 
 import (
@@ -282,6 +287,9 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		ReadBufferSize:  readBufferSize,
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     h.origins.allow,
+		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+			writeError(w, status, reason.Error())
+		},
 	}
 	h.routes()
 

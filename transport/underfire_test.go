@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -103,16 +104,21 @@ func TestFlooderIsCutOffOthersChatOn(t *testing.T) {
 	for ; sent < 100_000 && err == nil; sent++ {
 		err = flooder.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","channel":"lobby","text":"spam"}`))
 	}
-	require.NoError(t, flooder.SetReadDeadline(time.Now().Add(waitLong)))
-	for err == nil {
-		_, _, err = flooder.ReadMessage()
+	if err == nil {
+		require.NoError(t, flooder.SetReadDeadline(time.Now().Add(waitLong)))
+		for err == nil {
+			_, _, err = flooder.ReadMessage()
+		}
 	}
+	// The close frame, unless the reset of a socket with unread spam in it
+	// overtook it: either way the server ended the flooder, for flooding.
 	var ce *websocket.CloseError
-	if assert.ErrorAs(t, err, &ce, "the flooder is closed (%d frames sent)", sent) {
+	if errors.As(err, &ce) {
 		assert.Equal(t, websocket.ClosePolicyViolation, ce.Code)
 		assert.Equal(t, "rate limit exceeded", ce.Text)
 	}
-	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_closes_total", map[string]string{"reason": "flood"}))
+	s.waitMetric(t, "presenced_closes_total", map[string]string{"reason": "flood"}, 1)
+	t.Logf("the flooder sent %d frames before it was cut off: %v", sent, err)
 
 	for i, c := range ws {
 		send(t, c, fmt.Sprintf(`{"type":"chat","channel":"lobby","text":"hello from %d"}`, i))
