@@ -78,15 +78,17 @@ func TestIdleCloseTiming(t *testing.T) {
 	elapsed := time.Since(start)
 	assert.Equal(t, transport.CloseIdleTimeout, ce.Code)
 	assert.Equal(t, "idle timeout", ce.Text)
-	assert.EqualValues(t, 1, pings.Load(), "one ping at half the timeout, before the close")
+	// One ping at half the timeout, before the close; none if a starved ring
+	// caught up both steps at once, as the close drops what is queued.
+	assert.LessOrEqual(t, pings.Load(), int32(1))
 	// A touch counts from the last step taken, so steps that a starved
 	// goroutine runs late and then catches up shorten the silence by their
 	// delay, and a busy machine delays the close frame: the bounds are loose,
 	// the precision is in the log (and exact, in steps, in tracker's tests).
 	assert.GreaterOrEqual(t, elapsed, timeout/2, "never long before the timeout")
 	assert.Less(t, elapsed, timeout+cfg.Tick+dialed+5*time.Second, "within one tick after the timeout, on an idle machine")
-	t.Logf("closed %v after the dial started (timeout %v, tick %v, dial %v): %v past the timeout",
-		elapsed, timeout, cfg.Tick, dialed, elapsed-timeout)
+	t.Logf("closed %v after the dial started (timeout %v, tick %v, dial %v): %v past the timeout; %d ping",
+		elapsed, timeout, cfg.Tick, dialed, elapsed-timeout, pings.Load())
 
 	// After the close frame the server drops TCP: a raw read sees EOF/reset.
 	nc := ws.NetConn()
