@@ -25,6 +25,7 @@
 package presence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,13 @@ type Config struct {
 	MaxWatch      int // most user IDs in one watch list; 0 means 1,000
 	MaxChannels   int // most channels one connection may join; 0 means 100
 
+	// Stalled, if set, says when the clock that calls Tick last stalled (the
+	// process was stopped or starved) and caught up, as tracker.Stalled
+	// does. A lease or grace period that ends within a timeout of a stall
+	// gets two more ticks, once per stall: the heartbeats and reconnections
+	// sent meanwhile may still wait unread.
+	Stalled func() time.Time
+
 	// OnPresence, if set, is told of each user's online and offline edges,
 	// once per edge across all nodes: on the node whose change (or claim of
 	// a dead node) produced it. It runs on a goroutine of its own, one call
@@ -104,6 +112,8 @@ type Node struct {
 	engine      Engine
 	log         *slog.Logger
 	grace       time.Duration
+	tick        time.Duration
+	stalled     func() time.Time
 	maxWatch    int
 	maxChannels int
 
@@ -131,9 +141,10 @@ type connState struct {
 type userState struct {
 	conns   int            // live Clients, plus one for a lease
 	chans   map[string]int // channel -> live connections that joined it
-	lease   *connState
-	inGrace bool
-	held    []string
+	lease     *connState
+	inGrace   bool
+	held      []string
+	reprieved int64 // the stall (UnixNano) after which its lease or grace was put off
 }
 
 func (u *userState) count() int {
@@ -169,6 +180,8 @@ func New(cfg Config) (*Node, error) {
 		engine:      cfg.Engine,
 		log:         cfg.Logger,
 		grace:       cfg.Grace,
+		tick:        cmp.Or(cfg.Tick, tracker.DefaultTick),
+		stalled:     cfg.Stalled,
 		maxWatch:    orDefault(cfg.MaxWatch, DefaultMaxWatch),
 		maxChannels: orDefault(cfg.MaxChannels, DefaultMaxChannels),
 		conns:       make(map[Client]*connState),
@@ -471,8 +484,13 @@ func (n *Node) Heartbeat(uid string, channels []string) error {
 // The owner calls it once per Config.Tick.
 func (n *Node) Tick() {
 	n.mu.Lock()
+	stall := n.recentStall()
 	for _, uid := range n.leases.Advance() {
 		if u := n.users[uid]; u != nil && u.lease != nil {
+			if reprieve(u, stall) {
+				n.leases.TouchFor(uid, 2*n.tick)
+				continue
+			}
 			cs := u.lease
 			u.lease = nil
 			n.detachLocked(cs)
@@ -480,12 +498,38 @@ func (n *Node) Tick() {
 	}
 	for _, uid := range n.graces.Advance() {
 		if u := n.users[uid]; u != nil && u.inGrace {
+			if reprieve(u, stall) {
+				n.graces.TouchFor(uid, 2*n.tick)
+				continue
+			}
 			n.endGraceLocked(uid, u)
 			n.forgetLocked(uid, u)
 		}
 	}
 	n.mu.Unlock()
 	n.v.flush()
+}
+
+// recentStall returns the last stall of the clock if it was within a
+// timeout, else the zero Time.
+func (n *Node) recentStall() time.Time {
+	if n.stalled == nil {
+		return time.Time{}
+	}
+	if st := n.stalled(); !st.IsZero() && time.Since(st) < n.leases.Timeout() {
+		return st
+	}
+	return time.Time{}
+}
+
+// reprieve reports whether u may have its lease or grace put off for stall,
+// and records that it had, once per stall.
+func reprieve(u *userState, stall time.Time) bool {
+	if stall.IsZero() || u.reprieved == stall.UnixNano() {
+		return false
+	}
+	u.reprieved = stall.UnixNano()
+	return true
 }
 
 // Shutdown ends every lease and grace period now, so this node's users that

@@ -363,3 +363,28 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 		}
 	}
 }
+
+// After a stall of the clock, a lease and a grace period that end get two
+// more ticks, once, for the heartbeats and reconnections that waited.
+func TestLeasesAndGracesOutliveAStall(t *testing.T) {
+	var stalled time.Time
+	n := newNode(t, Config{Slots: 3, Tick: time.Second, Grace: time.Second, Stalled: func() time.Time { return stalled }})
+	obs := connect(t, n, "obs")
+	require.NoError(t, n.Watch(obs, []string{"hb", "gone"}))
+	require.NoError(t, n.Heartbeat("hb", nil))
+	n.Disconnect(connect(t, n, "gone"))
+	n.Tick()
+	obs.take()
+	stalled = time.Now()
+	n.Tick()
+	n.Tick() // both would end here
+	assert.Empty(t, obs.take())
+	require.NoError(t, n.Heartbeat("hb", nil)) // the heartbeat that waited
+	n.Tick()
+	n.Tick()
+	n.Tick() // the grace period, put off once, ends
+	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["gone"]}`}, obs.take())
+	n.Tick()
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["hb"]}`}, obs.take(), "the renewed lease ends, no second reprieve")
+}

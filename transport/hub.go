@@ -251,6 +251,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		Engine: cfg.Engine, Slots: slots, Tick: tick, Grace: cfg.Grace,
 		MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists, Logger: log,
 		OnPresence: cfg.OnPresence,
+		Stalled:    func() time.Time { return h.tracker.Stalled() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
