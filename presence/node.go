@@ -139,8 +139,8 @@ type connState struct {
 // period conns is 0 and held lists the channels the last one had joined;
 // engine counts include the grace period as one connection.
 type userState struct {
-	conns   int            // live Clients, plus one for a lease
-	chans   map[string]int // channel -> live connections that joined it
+	conns     int            // live Clients, plus one for a lease
+	chans     map[string]int // channel -> live connections that joined it
 	lease     *connState
 	inGrace   bool
 	held      []string

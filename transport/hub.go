@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -210,6 +211,14 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	if cfg.MaxMessage < 0 || cfg.QueueBytes < 0 || cfg.WriteTimeout < 0 || cfg.CloseTimeout < 0 || cfg.SocketBuffer < -1 ||
 		cfg.FrameRate < 0 || cfg.FrameBurst < 0 || cfg.ByteRate < 0 || cfg.MaxConnsPerUser < 0 {
 		return nil, errors.New("transport: Config: MaxMessage, QueueBytes, WriteTimeout, CloseTimeout, FrameRate, FrameBurst, ByteRate and MaxConnsPerUser must not be negative, SocketBuffer not below -1")
+	}
+	for _, o := range cfg.Origins {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if err := CheckOrigin(o); err != nil {
+			return nil, fmt.Errorf("transport: Config.Origins: %q: %w", o, err)
+		}
 	}
 	h := &Hub{
 		auth:       cfg.Auth,

@@ -579,6 +579,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Grace: -1},
 		{MaxMessage: -1},
 		{MemberList: -1},
+		{Origins: []string{"https://"}},
+		{Origins: []string{"app.example.com/path"}},
 	} {
 		_, err := transport.New(cfg)
 		assert.Error(t, err, "%+v", cfg)

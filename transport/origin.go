@@ -1,9 +1,12 @@
 package transport
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 // originPolicy decides which browser origins may use the Hub. Requests
@@ -51,4 +54,50 @@ func (p *originPolicy) allow(r *http.Request) bool {
 		return true
 	}
 	return p.origins[strings.ToLower(u.Scheme)+"://"+host] || p.hosts[host]
+}
+
+// CheckOrigin reports whether s is an entry Config.Origins understands: "*",
+// a full origin (scheme://host[:port], nothing after it but an optional "/")
+// or a host[:port]. New refuses a Config with another.
+func CheckOrigin(s string) error {
+	if s == "*" {
+		return nil
+	}
+	if strings.ContainsFunc(s, unicode.IsSpace) {
+		return errors.New("has a space; separate origins with commas")
+	}
+	hostport := s
+	if scheme, rest, ok := strings.Cut(s, "://"); ok {
+		if !validScheme(scheme) {
+			return errors.New("want scheme://host[:port], such as https://app.example.com")
+		}
+		hostport = strings.TrimSuffix(rest, "/")
+	}
+	if hostport == "" {
+		return errors.New("no host")
+	}
+	if strings.ContainsAny(hostport, "/?#@\\") {
+		return errors.New("an origin is scheme://host[:port], with no path, query or user")
+	}
+	u, err := url.Parse("http://" + hostport)
+	if err != nil || u.Host != hostport || u.Hostname() == "" {
+		return errors.New("not a host[:port]")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return errors.New("bad port")
+		}
+	} else if strings.HasSuffix(hostport, ":") {
+		return errors.New("bad port")
+	}
+	return nil
+}
+
+func validScheme(s string) bool {
+	if s == "" || !('a' <= s[0] && s[0] <= 'z' || 'A' <= s[0] && s[0] <= 'Z') {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("+-.", r)))
+	})
 }

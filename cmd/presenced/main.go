@@ -25,11 +25,9 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -64,6 +62,12 @@ type options struct {
 
 	memberList    int
 	presenceLists int
+
+	maxConnsPerUser int
+	frameRate       float64
+	frameBurst      int
+	byteRate        int
+	queueBytes      int
 
 	// addrFrom says where addr came from: "flag", "env", or the default
 	// for the mode.
@@ -107,6 +111,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
 	fs.IntVar(&o.presenceLists, "presence-lists", presence.DefaultPresenceLists, "above this many members, at least 1, a channel's presence diffs carry the count only")
+	fs.IntVar(&o.maxConnsPerUser, "max-conns-per-user", transport.DefaultConnsPerUser, "most WebSockets one user may hold on this node, at least 1 (one more: HTTP 429)")
+	fs.Float64Var(&o.frameRate, "frame-rate", transport.DefaultFrameRate, "frames a second one connection may send on average (over: dropped, then close 1008)")
+	fs.IntVar(&o.frameBurst, "frame-burst", transport.DefaultFrameBurst, "frames one connection may send at once")
+	fs.IntVar(&o.byteRate, "byte-rate", transport.DefaultByteRate, "bytes a second one connection may send on average, in bursts of 16 seconds' worth")
+	fs.IntVar(&o.queueBytes, "queue-bytes", transport.DefaultQueueBytes, "bytes queued for one connection before it is closed as a slow consumer (1008)")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " ($" + envName(f.Name) + ")" })
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: presenced [flags]\n\n"+
@@ -176,59 +185,19 @@ func (o options) check() error {
 		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
 	case o.presenceLists < 1:
 		return fmt.Errorf("-presence-lists %d: at least 1", o.presenceLists)
+	case o.maxConnsPerUser < 1:
+		return fmt.Errorf("-max-conns-per-user %d: at least 1", o.maxConnsPerUser)
+	case o.frameRate <= 0 || o.frameBurst < 1 || o.byteRate < 1:
+		return fmt.Errorf("-frame-rate, -frame-burst and -byte-rate must be positive")
+	case o.queueBytes < 64<<10:
+		return fmt.Errorf("-queue-bytes %d: at least 64 KiB", o.queueBytes)
 	}
 	for _, s := range o.origins {
-		if err := checkOrigin(s); err != nil {
+		if err := transport.CheckOrigin(s); err != nil {
 			return fmt.Errorf("-origins: %q: %w", s, err)
 		}
 	}
 	return nil
-}
-
-// checkOrigin accepts what the Hub's origin check understands: "*", a full
-// origin (scheme://host[:port], nothing after it but an optional "/") or a
-// host[:port].
-func checkOrigin(s string) error {
-	if s == "*" {
-		return nil
-	}
-	if strings.ContainsFunc(s, unicode.IsSpace) {
-		return errors.New("has a space; separate origins with commas")
-	}
-	hostport := s
-	if scheme, rest, ok := strings.Cut(s, "://"); ok {
-		if !validScheme(scheme) {
-			return errors.New("want scheme://host[:port], such as https://app.example.com")
-		}
-		hostport = strings.TrimSuffix(rest, "/")
-	}
-	if hostport == "" {
-		return errors.New("no host")
-	}
-	if strings.ContainsAny(hostport, "/?#@\\") {
-		return errors.New("an origin is scheme://host[:port], with no path, query or user")
-	}
-	u, err := url.Parse("http://" + hostport)
-	if err != nil || u.Host != hostport || u.Hostname() == "" {
-		return errors.New("not a host[:port]")
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return errors.New("bad port")
-		}
-	} else if strings.HasSuffix(hostport, ":") {
-		return errors.New("bad port")
-	}
-	return nil
-}
-
-func validScheme(s string) bool {
-	if s == "" || !('a' <= s[0] && s[0] <= 'z' || 'A' <= s[0] && s[0] <= 'Z') {
-		return false
-	}
-	return !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("+-.", r)))
-	})
 }
 
 // newEngine picks where presence lives: this process, or Redis with -redis.
@@ -291,6 +260,8 @@ func (o options) logAttrs(addr string, timeout time.Duration) []any {
 		"jwt_secret", setOrUnset(o.jwtSecret), "api_key", setOrUnset(o.apiKey),
 		"slots", o.slots, "tick", o.tick, "timeout", timeout, "grace", o.grace,
 		"max_message", o.maxMessage, "member_list", o.memberList, "presence_lists", o.presenceLists,
+		"max_conns_per_user", o.maxConnsPerUser, "frame_rate", o.frameRate, "frame_burst", o.frameBurst,
+		"byte_rate", o.byteRate, "queue_bytes", o.queueBytes,
 		"origins", origins, "redis", redis, "node", node}
 }
 
@@ -349,6 +320,12 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 
 		MemberList:    o.memberList,
 		PresenceLists: o.presenceLists,
+
+		MaxConnsPerUser: o.maxConnsPerUser,
+		FrameRate:       o.frameRate,
+		FrameBurst:      o.frameBurst,
+		ByteRate:        o.byteRate,
+		QueueBytes:      o.queueBytes,
 	})
 	if err != nil {
 		return errors.Join(err, closeEngine(context.Background()))
