@@ -48,12 +48,29 @@ type conn struct {
 // full is closed as a slow consumer, on a goroutine of its own: the node
 // calls Send under its locks.
 func (c *conn) Send(frame []byte) {
-	c.hub.m.sent(frame)
-	if !c.enqueue(frame) {
-		c.hub.m.dropped.Inc()
-		go c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
+	if !c.push(frame) {
+		go c.closeSlow()
 	}
 }
+
+// reply queues a frame answering one of the client's own.
+func (c *conn) reply(frame []byte) {
+	if !c.push(frame) {
+		c.closeSlow()
+	}
+}
+
+// push counts and queues frame, and reports false if the queue is full.
+func (c *conn) push(frame []byte) bool {
+	c.hub.m.sent(frame)
+	if c.enqueue(frame) {
+		return true
+	}
+	c.hub.m.dropped.Inc()
+	return false
+}
+
+func (c *conn) closeSlow() { c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow) }
 
 // Disconnect closes c with 4403 at the server's request, on a goroutine of
 // its own: the node calls it under its locks.
@@ -78,15 +95,6 @@ func (c *conn) expireAt(t time.Time) {
 
 // errNotAllowed answers a join the token or the embedder refused.
 const errNotAllowed = "not allowed to join this channel"
-
-// reply queues a frame answering one of the client's own.
-func (c *conn) reply(frame []byte) {
-	c.hub.m.sent(frame)
-	if !c.enqueue(frame) {
-		c.hub.m.dropped.Inc()
-		c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
-	}
-}
 
 // enqueue queues msg (nil: a ping) for the writer. It reports false if the
 // queue is full; the caller then closes c as a slow consumer. Frames for a
