@@ -41,9 +41,9 @@ func TestMeasureRedisCost(t *testing.T) {
 	for i := range users {
 		uid := "user" + strconv.Itoa(i)
 		if i%2 == 0 {
-			a.SetLocal(uid, 1)
+			a.SetUser(uid, 1)
 		} else {
-			b.SetLocal(uid, 1+i%3)
+			b.SetUser(uid, 1+i%3)
 		}
 	}
 	a.rec.waitFor(t, time.Minute, "100k online", func() bool { return len(a.rec.all()) == users })

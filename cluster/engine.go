@@ -16,6 +16,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -31,10 +32,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/presenced/presenced/transport"
+	"github.com/presenced/presenced/presence"
 )
 
-var _ transport.Engine = (*Engine)(nil)
+var _ presence.Engine = (*Engine)(nil)
 
 // Config configures an Engine. Client is required; the rest has defaults.
 type Config struct {
@@ -67,9 +68,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Engine implements transport.Engine on Redis. Create it with New, hand it to
+// Engine implements presence.Engine on Redis. Create it with New, hand it to
 // the transport Hub (which calls Run), and call Close on shutdown to drop this
 // node's leases at once.
+//
+// Users' presence, chat, publish and send span the nodes; channel
+// membership (snapshots, diffs, member lists) is counted per node.
 type Engine struct {
 	cfg       Config
 	rdb       redis.UniversalClient
@@ -96,6 +100,11 @@ type Engine struct {
 	stateMu    sync.Mutex
 	down       bool
 	recoveries atomic.Uint64
+
+	// memberMu orders membership edges, held while calling relay.
+	memberMu sync.Mutex
+	members  map[membership]struct{}
+	relay    presence.Relay
 
 	running   atomic.Bool
 	ready     chan struct{} // closed when Run first has loaded its view and subscribed
@@ -179,6 +188,7 @@ func New(cfg Config) (*Engine, error) {
 		block:      min(time.Second, cfg.RenewEvery),
 		retry:      min(max(cfg.RenewEvery/4, 10*time.Millisecond), time.Second),
 		pending:    make(map[string]int),
+		members:    make(map[membership]struct{}),
 		wake:       make(chan struct{}, 1),
 		resync:     make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
@@ -206,9 +216,9 @@ func (e *Engine) shard(uid string) int {
 	return int(h.Sum32() % uint32(len(e.keys)))
 }
 
-// SetLocal records that this node holds n connections for uid. It never
+// SetUser records that this node holds n connections for uid. It never
 // blocks on Redis: changes are coalesced per user and written in batches.
-func (e *Engine) SetLocal(uid string, n int) {
+func (e *Engine) SetUser(uid string, n int) {
 	if n < 0 {
 		n = 0
 	}
@@ -226,8 +236,38 @@ func (e *Engine) SetLocal(uid string, n int) {
 	}
 }
 
-// Lookup returns uid's connections summed over all nodes.
-func (e *Engine) Lookup(ctx context.Context, uid string) (int, error) {
+// SetMember records that n of this node's connections of uid joined
+// channel, and tells this node's Relay of a join or leave edge. Membership
+// is counted per node: other nodes do not hear of it.
+func (e *Engine) SetMember(channel, uid string, n int) {
+	e.memberMu.Lock()
+	defer e.memberMu.Unlock()
+	k := membership{channel, uid}
+	_, was := e.members[k]
+	if n > 0 {
+		e.members[k] = struct{}{}
+	} else {
+		delete(e.members, k)
+	}
+	if r := e.relay; r != nil && was != (n > 0) {
+		r.MemberChanged(channel, uid, n > 0)
+	}
+}
+
+type membership struct{ channel, uid string }
+
+// attach hands r this node's memberships and the ones that follow.
+func (e *Engine) attach(r presence.Relay) {
+	e.memberMu.Lock()
+	defer e.memberMu.Unlock()
+	e.relay = r
+	for k := range e.members {
+		r.MemberChanged(k.channel, k.uid, true)
+	}
+}
+
+// User returns uid's connections summed over all nodes.
+func (e *Engine) User(ctx context.Context, uid string) (int, error) {
 	n, err := e.rdb.HGet(ctx, e.keys[e.shard(uid)].conns, uid).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -275,8 +315,19 @@ func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
 	return count, users, nil
 }
 
-// Publish sends msg to the clients of every node through Redis Pub/Sub.
-func (e *Engine) Publish(ctx context.Context, msg []byte) error {
+// wireMessage is a presence.Message on Pub/Sub; its frame is JSON already.
+type wireMessage struct {
+	Channel string          `json:"c,omitempty"`
+	UID     string          `json:"u,omitempty"`
+	Frame   json.RawMessage `json:"f"`
+}
+
+// Publish sends m to the clients of every node through Redis Pub/Sub.
+func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
+	msg, err := json.Marshal(wireMessage{m.Channel, m.UID, m.Frame})
+	if err != nil {
+		return fmt.Errorf("cluster: publish: %w", err)
+	}
 	if err := e.rdb.Publish(ctx, e.chat, msg).Err(); err != nil {
 		e.fail("publish", err)
 		return fmt.Errorf("cluster: publish: %w", err)
@@ -318,18 +369,6 @@ func (e *Engine) Close(ctx context.Context) error {
 		}
 	})
 	return e.closeErr
-}
-
-// crash stops renewing without dropping anything, as if the process died; for
-// tests.
-func (e *Engine) crash() {
-	e.closeOnce.Do(func() {
-		e.mu.Lock()
-		e.closed = true
-		e.mu.Unlock()
-		e.stop()
-		<-e.writerDone
-	})
 }
 
 // fail records a failed Redis operation; the first one after a success is logged.

@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -62,18 +64,18 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
 
-	a.SetLocal("alice", 1)
+	a.SetUser("alice", 1)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "alice online on "+n.Node(), func() bool { return n.rec.count("alice", true) == 1 })
 	}
-	conns, err := b.Lookup(ctx, "alice")
+	conns, err := b.User(ctx, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 1, conns)
 
 	// A second node and more tabs: connections add up, no new edge.
-	b.SetLocal("alice", 2)
+	b.SetUser("alice", 2)
 	a.rec.waitFor(t, testWait, "alice has 3 connections", func() bool {
-		n, err := a.Lookup(ctx, "alice")
+		n, err := a.User(ctx, "alice")
 		return err == nil && n == 3
 	})
 	count, users, err := a.Users(ctx, 10)
@@ -82,16 +84,16 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	assert.Equal(t, []string{"alice"}, users)
 
 	// Leaving node a keeps alice online through node b.
-	a.SetLocal("alice", 0)
+	a.SetUser("alice", 0)
 	b.rec.waitFor(t, testWait, "alice down to 2 connections", func() bool {
-		n, err := b.Lookup(ctx, "alice")
+		n, err := b.User(ctx, "alice")
 		return err == nil && n == 2
 	})
-	b.SetLocal("alice", 0)
+	b.SetUser("alice", 0)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "alice offline on "+n.Node(), func() bool { return n.rec.count("alice", false) == 1 })
 	}
-	conns, err = a.Lookup(ctx, "alice")
+	conns, err = a.User(ctx, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 0, conns)
 	count, users, err = b.Users(ctx, 10)
@@ -113,9 +115,9 @@ func TestUsersAcrossShardsInOrder(t *testing.T) {
 		uid := fmt.Sprintf("u%02d", i)
 		want = append(want, uid)
 		if i%2 == 0 {
-			a.SetLocal(uid, 1)
+			a.SetUser(uid, 1)
 		} else {
-			b.SetLocal(uid, 1)
+			b.SetUser(uid, 1)
 		}
 	}
 	a.rec.waitFor(t, testWait, "40 users online", func() bool { return len(a.rec.all()) == 40 })
@@ -143,7 +145,7 @@ func TestPublishReachesEveryNode(t *testing.T) {
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	msg := `{"type":"chat","from":"alice","text":"hi"}`
-	require.NoError(t, a.Publish(context.Background(), []byte(msg)))
+	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: []byte(msg)}))
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "chat on "+n.Node(), func() bool {
 			n.rec.mu.Lock()
@@ -159,11 +161,11 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
-	a.SetLocal("bob", 1)
-	b.SetLocal("bob", 1)
-	a.SetLocal("carol", 1) // only on the node that dies: the control
+	a.SetUser("bob", 1)
+	b.SetUser("bob", 1)
+	a.SetUser("carol", 1) // only on the node that dies: the control
 	b.rec.waitFor(t, testWait, "bob has 2 connections", func() bool {
-		n, err := b.Lookup(ctx, "bob")
+		n, err := b.User(ctx, "bob")
 		return err == nil && n == 2
 	})
 
@@ -172,7 +174,7 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	// carol's offline proves a's leases expired and were claimed.
 	b.rec.waitFor(t, testWait, "carol offline", func() bool { return b.rec.count("carol", false) == 1 })
 	b.rec.waitFor(t, testWait, "bob's lease on a claimed", func() bool {
-		n, err := b.Lookup(ctx, "bob")
+		n, err := b.User(ctx, "bob")
 		return err == nil && n == 1
 	})
 	assert.Equal(t, 0, b.rec.count("bob", false), "bob must stay online")
@@ -182,23 +184,29 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	assert.Equal(t, []string{"bob"}, users)
 }
 
-// Users only on a crashed node go offline cluster-wide within about one
-// timeout, each with exactly one offline edge per observer.
+// Users only on a crashed node go offline cluster-wide once their leases
+// expire, never before, each with exactly one offline edge per observer.
 func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 	srv := startRedis(t)
 	dead := startNode(t, testConfig(srv.client(t), "dead"))
 	obs := []*node{startNode(t, testConfig(srv.client(t), "b")), startNode(t, testConfig(srv.client(t), "c"))}
 	const users = 50
 	for i := range users {
-		dead.SetLocal(fmt.Sprintf("u%d", i), 1)
+		dead.SetUser(fmt.Sprintf("u%d", i), 1)
 	}
 	for _, o := range obs {
 		o.rec.waitFor(t, testWait, "all online", func() bool { return len(o.rec.all()) == users })
 	}
 
+	c := srv.client(t)
+	expiry := leaseExpiries(t, c, "t", 4, "dead")
+	require.Len(t, expiry, users)
 	crashed := time.Now()
 	dead.crash()
 	dead.stopRun()
+	// No renewal comes after crash, so these are the last expiries; a lease
+	// already claimed keeps the one read before, which can only be earlier.
+	maps.Copy(expiry, leaseExpiries(t, c, "t", 4, "dead"))
 	for _, o := range obs {
 		o.rec.waitFor(t, testWait, "all offline on "+o.Node(), func() bool { return len(o.rec.all()) == 2*users })
 	}
@@ -213,9 +221,20 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 		}
 	}
 	t.Logf("crash to offline: worst %v (timeout %v, renew every %v, claim every %v)", worst, testTimeout, testRenew, testClaim)
-	// Leases outlive the last renewal by one timeout; a claim round follows.
-	assert.Less(t, worst, testTimeout+testClaim+300*time.Millisecond)
-	assert.Greater(t, worst, testTimeout-testRenew-50*time.Millisecond, "offline before the leases could expire")
+	// The order that matters, on Redis's clock: each offline edge is a claim
+	// written after the lease expired.
+	offline := 0
+	for shard := range 4 {
+		for _, e := range streamEntries(t, c, newShardKeys("t", shard)) {
+			if e.on {
+				continue
+			}
+			offline++
+			assert.Contains(t, []string{"claim:b", "claim:c"}, e.by, "offline edge of %s", e.uid)
+			assert.GreaterOrEqual(t, e.at, expiry[e.uid], "offline edge of %s before its lease expired", e.uid)
+		}
+	}
+	assert.Equal(t, users, offline, "offline edges in Redis")
 	count, _, err := obs[0].Users(context.Background(), 0)
 	require.NoError(t, err)
 	assert.Equal(t, 0, count)
@@ -231,25 +250,26 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	a := startNode(t, cfg)
 	cfg.Node = "b"
 	b := startNode(t, cfg)
-	a.SetLocal("dave", 2)
-	a.SetLocal("erin", 1)
-	b.SetLocal("erin", 1)
+	a.SetUser("dave", 2)
+	a.SetUser("erin", 1)
+	b.SetUser("erin", 1)
 	b.rec.waitFor(t, testWait, "dave and erin online", func() bool {
-		n, err := b.Lookup(context.Background(), "erin")
+		n, err := b.User(context.Background(), "erin")
 		return err == nil && n == 2 && b.rec.count("dave", true) == 1
 	})
 
-	start := time.Now()
 	require.NoError(t, a.Close(context.Background()))
 	b.rec.waitFor(t, testWait, "dave offline", func() bool { return b.rec.count("dave", false) == 1 })
-	assert.Less(t, time.Since(start), time.Second)
-	n, err := b.Lookup(context.Background(), "erin")
+	// a dropped dave's lease itself: no claim, so no wait for an expiry.
+	assert.Equal(t, []string{"a"}, offlineBy(t, b.rdb, "t", 4, "dave"))
+	n, err := b.User(context.Background(), "erin")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	assert.Equal(t, 0, b.rec.count("erin", false))
 	require.NoError(t, a.Close(context.Background()), "Close is idempotent")
-	a.SetLocal("dave", 1) // ignored after Close
-	time.Sleep(50 * time.Millisecond)
+	a.SetUser("dave", 1) // ignored after Close: nothing is queued for Redis
+	assert.Zero(t, testutil.ToFloat64(a.m.pending))
+	assert.Empty(t, leaseExpiries(t, b.rdb, "t", 4, "a"))
 	assert.Equal(t, 1, b.rec.count("dave", true))
 }
 
@@ -263,9 +283,9 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	a := startNode(t, cfgA)
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
-	a.SetLocal("stays-a", 1)
-	b.SetLocal("stays-b", 1)
-	a.SetLocal("leaves", 1)
+	a.SetUser("stays-a", 1)
+	b.SetUser("stays-b", 1)
+	a.SetUser("leaves", 1)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "three online on "+n.Node(), func() bool { return len(n.rec.all()) == 3 })
 	}
@@ -273,8 +293,8 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	srv.kill()
 	require.Error(t, a.Health(ctx))
 	assert.Equal(t, 0.0, testutil.ToFloat64(a.m.redisUp))
-	a.SetLocal("leaves", 0)     // goes offline while Redis is away
-	b.SetLocal("arrives", 1)    // comes online while Redis is away
+	a.SetUser("leaves", 0)      // goes offline while Redis is away
+	b.SetUser("arrives", 1)     // comes online while Redis is away
 	time.Sleep(2 * testTimeout) // an outage longer than a lease
 	assert.Positive(t, testutil.ToFloat64(a.m.pending), "changes wait for Redis")
 	srv.restart()
@@ -305,7 +325,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		assert.Equal(t, 1, n.rec.count("arrives", true), "on %s", n.Node())
 	}
 	// And the cluster still works after the restart.
-	a.SetLocal("late", 1)
+	a.SetUser("late", 1)
 	b.rec.waitFor(t, testWait, "late online", func() bool { return b.rec.count("late", true) == 1 })
 }
 
@@ -319,7 +339,7 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
 	t.Cleanup(func() { _ = ca.Close() })
 	a := startNode(t, testConfig(ca, "a"))
-	a.SetLocal("frank", 1)
+	a.SetUser("frank", 1)
 	b.rec.waitFor(t, testWait, "frank online", func() bool { return b.rec.count("frank", true) == 1 })
 
 	p.cut(true)
@@ -327,7 +347,7 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 	p.cut(false)
 	b.rec.waitFor(t, testWait, "frank online again", func() bool { return b.rec.count("frank", true) == 2 })
 	a.rec.waitFor(t, testWait, "a sees frank online", func() bool {
-		n, err := a.Lookup(context.Background(), "frank")
+		n, err := a.User(context.Background(), "frank")
 		return err == nil && n == 1
 	})
 	// a's clients may have seen frank's cluster-wide offline; they end online.
@@ -344,8 +364,8 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 	srv := startRedis(t)
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
-	a.SetLocal("on-a", 1)
-	b.SetLocal("on-b", 1)
+	a.SetUser("on-a", 1)
+	b.SetUser("on-b", 1)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "both online on "+n.Node(), func() bool { return len(n.rec.all()) == 2 })
 	}
@@ -407,18 +427,18 @@ func TestRedisClusterMode(t *testing.T) {
 	assert.Len(t, slots, len(a.keys), "one slot per shard")
 
 	for i := range 8 { // spread over the shards
-		a.SetLocal(fmt.Sprintf("c%d", i), 1)
+		a.SetUser(fmt.Sprintf("c%d", i), 1)
 	}
-	b.SetLocal("c0", 1)
+	b.SetUser("c0", 1)
 	b.rec.waitFor(t, testWait, "8 users online on b", func() bool { return len(b.rec.all()) == 8 })
 	count, users, err := b.Users(ctx, 3)
 	require.NoError(t, err)
 	assert.Equal(t, 8, count)
 	assert.Equal(t, []string{"c0", "c1", "c2"}, users)
-	n, err := b.Lookup(ctx, "c0")
+	n, err := b.User(ctx, "c0")
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
-	require.NoError(t, a.Publish(ctx, []byte(`{"type":"chat"}`)))
+	require.NoError(t, a.Publish(ctx, presence.Message{Channel: "lobby", Frame: []byte(`{"type":"chat"}`)}))
 	b.rec.waitFor(t, testWait, "chat on b", func() bool {
 		b.rec.mu.Lock()
 		defer b.rec.mu.Unlock()

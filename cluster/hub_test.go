@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,16 +36,17 @@ func startHub(t *testing.T, srv *redisServer, name string) (*httptest.Server, *E
 }
 
 type frame struct {
-	Type   string          `json:"type"`
-	UID    string          `json:"uid"`
-	Online json.RawMessage `json:"online"` // a list in welcome, a bool in presence
-	From   string          `json:"from"`
-	Text   string          `json:"text"`
+	Type    string          `json:"type"`
+	UID     string          `json:"uid"`
+	Online  json.RawMessage `json:"online"`
+	Offline json.RawMessage `json:"offline"`
+	From    string          `json:"from"`
+	Text    string          `json:"text"`
 }
 
 func dial(t *testing.T, hs *httptest.Server, uid string) *websocket.Conn {
 	t.Helper()
-	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws?uid=" + uid
+	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws?channels=lobby&uid=" + uid
 	ws, resp, err := websocket.DefaultDialer.Dial(url, nil)
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -56,7 +57,7 @@ func dial(t *testing.T, hs *httptest.Server, uid string) *websocket.Conn {
 // next reads frames until one matches, failing after a deadline.
 func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool) frame {
 	t.Helper()
-	require.NoError(t, ws.SetReadDeadline(time.Now().Add(3*time.Second)))
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(testWait)))
 	for {
 		_, data, err := ws.ReadMessage()
 		require.NoError(t, err, "waiting for %s", what)
@@ -68,24 +69,33 @@ func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool)
 	}
 }
 
-func presence(uid string, online bool) func(frame) bool {
+// status matches a status frame saying uid went online or offline.
+func status(uid string, online bool) func(frame) bool {
 	return func(f frame) bool {
-		return f.Type == "presence" && f.UID == uid && string(f.Online) == strconv.FormatBool(online)
+		list := f.Offline
+		if online {
+			list = f.Online
+		}
+		var uids []string
+		return f.Type == "status" && json.Unmarshal(list, &uids) == nil && slices.Contains(uids, uid)
 	}
 }
 
-// Two presenced hubs on one Redis: a client on either sees the same presence
-// frames, chat crosses nodes, and the HTTP API answers cluster-wide.
+// Two presenced hubs on one Redis: a client on either hears of a watched
+// user on the other, chat in a channel crosses nodes, and the HTTP API
+// answers cluster-wide.
 func TestTwoHubsShareWebSocketPresence(t *testing.T) {
 	srv := startRedis(t)
 	hsA, _ := startHub(t, srv, "a")
 	hsB, engB := startHub(t, srv, "b")
 
 	bob := dial(t, hsB, "bob")
-	next(t, bob, "bob's welcome", func(f frame) bool { return f.Type == "welcome" })
+	next(t, bob, "bob's lobby", func(f frame) bool { return f.Type == "joined" })
+	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"watch","uids":["alice"]}`)))
+	next(t, bob, "bob's watch list", func(f frame) bool { return f.Type == "watching" })
 	alice := dial(t, hsA, "alice")
-	next(t, alice, "alice's welcome", func(f frame) bool { return f.Type == "welcome" })
-	next(t, bob, "alice online on b", presence("alice", true))
+	next(t, alice, "alice's lobby", func(f frame) bool { return f.Type == "joined" })
+	next(t, bob, "alice online on b", status("alice", true))
 
 	resp, err := http.Get(hsB.URL + "/api/presence/alice")
 	require.NoError(t, err)
@@ -111,7 +121,7 @@ func TestTwoHubsShareWebSocketPresence(t *testing.T) {
 	assert.Equal(t, 2, all.Count)
 	assert.Equal(t, []string{"alice", "bob"}, all.Users)
 
-	require.NoError(t, alice.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","text":"hi"}`)))
+	require.NoError(t, alice.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","channel":"lobby","text":"hi"}`)))
 	got := next(t, bob, "chat from alice", func(f frame) bool { return f.Type == "chat" })
 	assert.Equal(t, "alice", got.From)
 	assert.Equal(t, "hi", got.Text)
@@ -122,8 +132,8 @@ func TestTwoHubsShareWebSocketPresence(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 
 	require.NoError(t, alice.Close())
-	next(t, bob, "alice offline on b", presence("alice", false))
-	n, err := engB.Lookup(context.Background(), "alice")
+	next(t, bob, "alice offline on b", status("alice", false))
+	n, err := engB.User(context.Background(), "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 0, n)
 }

@@ -2,13 +2,14 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/presenced/presenced/transport"
+	"github.com/presenced/presenced/presence"
 )
 
 // delivery is what a stream reader hands to Run's loop.
@@ -28,11 +29,12 @@ type edgeEvent struct {
 // outage it reconciles that view with Redis (users whose only node died
 // meanwhile go offline then). It retries Redis forever and returns nil when
 // ctx is done; it returns an error only while another Run is going.
-func (e *Engine) Run(ctx context.Context, r transport.Relay) error {
+func (e *Engine) Run(ctx context.Context, r presence.Relay) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("cluster: Run is already running")
 	}
 	defer e.running.Store(false)
+	e.attach(r)
 	cursors, view, ok := e.bootstrap(ctx)
 	if !ok {
 		return nil
@@ -84,8 +86,13 @@ func (e *Engine) Run(ctx context.Context, r transport.Relay) error {
 			if !ok {
 				return nil
 			}
+			var w wireMessage
+			if err := json.Unmarshal([]byte(m.Payload), &w); err != nil {
+				e.log.Warn("cluster: a message on Pub/Sub is not ours", "err", err)
+				continue
+			}
 			e.m.relayed.WithLabelValues("chat").Inc()
-			r.Broadcast([]byte(m.Payload))
+			r.Deliver(presence.Message{Channel: w.Channel, UID: w.UID, Frame: w.Frame})
 		case <-e.resync:
 			reconcile = time.After(settle)
 		case d := <-in:
@@ -105,7 +112,7 @@ func (e *Engine) Run(ctx context.Context, r transport.Relay) error {
 }
 
 // relayEdge applies one edge to view and passes it on if it changes it.
-func (e *Engine) relayEdge(view map[string]struct{}, r transport.Relay, uid string, on bool) {
+func (e *Engine) relayEdge(view map[string]struct{}, r presence.Relay, uid string, on bool) {
 	_, was := view[uid]
 	if was == on {
 		return
@@ -118,7 +125,7 @@ func (e *Engine) relayEdge(view map[string]struct{}, r transport.Relay, uid stri
 		delete(view, uid)
 	}
 	e.m.relayed.WithLabelValues(kind).Inc()
-	r.PresenceChanged(uid, on)
+	r.UserChanged(uid, on)
 }
 
 // bootstrap reads where each stream ends, then who is online: edges after
@@ -181,7 +188,7 @@ func (e *Engine) onlineSet(ctx context.Context) (map[string]struct{}, error) {
 }
 
 // reconcile makes view match Redis and relays the differences.
-func (e *Engine) reconcile(ctx context.Context, view map[string]struct{}, r transport.Relay) error {
+func (e *Engine) reconcile(ctx context.Context, view map[string]struct{}, r presence.Relay) error {
 	fresh, err := e.onlineSet(ctx)
 	if err != nil {
 		e.fail("reconcile", err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -147,16 +148,18 @@ type recorded struct {
 
 func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
 
-func (r *recorder) PresenceChanged(uid string, on bool) {
+func (r *recorder) UserChanged(uid string, on bool) {
 	r.mu.Lock()
 	r.edges = append(r.edges, recorded{uid, on, time.Now()})
 	r.mu.Unlock()
 	r.poke()
 }
 
-func (r *recorder) Broadcast(msg []byte) {
+func (r *recorder) MemberChanged(channel, uid string, joined bool) {}
+
+func (r *recorder) Deliver(m presence.Message) {
 	r.mu.Lock()
-	r.chats = append(r.chats, string(msg))
+	r.chats = append(r.chats, string(m.Frame))
 	r.mu.Unlock()
 	r.poke()
 }
@@ -224,12 +227,14 @@ type node struct {
 }
 
 const (
-	testTimeout = 600 * time.Millisecond
+	// A live node's renewal may run 800 ms late before its lease expires:
+	// room for a loaded machine.
+	testTimeout = 1200 * time.Millisecond
 	// testWait bounds waits for what must happen eventually; generous, so a
 	// loaded machine under -race does not fail them. Latencies are logged.
 	testWait  = 10 * time.Second
-	testRenew = 200 * time.Millisecond
-	testClaim = 100 * time.Millisecond
+	testRenew = 400 * time.Millisecond
+	testClaim = 200 * time.Millisecond
 )
 
 func testConfig(c redis.UniversalClient, name string) Config {
@@ -342,4 +347,57 @@ func (p *proxy) cut(on bool) {
 		}
 		p.conns = map[net.Conn]struct{}{}
 	}
+}
+
+// streamEntry is one entry of a shard's events stream.
+type streamEntry struct {
+	edgeEvent
+	by string // the node that wrote it, "claim:<node>" for an expired lease
+	at int64  // ms on Redis's clock, from the stream ID
+}
+
+// streamEntries returns the entries of a shard's events stream, in order.
+func streamEntries(t *testing.T, c redis.UniversalClient, k shardKeys) []streamEntry {
+	t.Helper()
+	msgs, err := c.XRange(context.Background(), k.events, "-", "+").Result()
+	require.NoError(t, err)
+	var out []streamEntry
+	for _, m := range msgs {
+		at, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64)
+		require.NoError(t, err, "stream ID %s", m.ID)
+		uid, _ := m.Values["u"].(string)
+		by, _ := m.Values["by"].(string)
+		out = append(out, streamEntry{edgeEvent{uid, m.Values["on"] == "1"}, by, at})
+	}
+	return out
+}
+
+// offlineBy returns who wrote each offline edge of uid, over every shard.
+func offlineBy(t *testing.T, c redis.UniversalClient, prefix string, shards int, uid string) []string {
+	t.Helper()
+	var by []string
+	for shard := range shards {
+		for _, e := range streamEntries(t, c, newShardKeys(prefix, shard)) {
+			if e.uid == uid && !e.on {
+				by = append(by, e.by)
+			}
+		}
+	}
+	return by
+}
+
+// leaseExpiries returns the expiry (ms, Redis clock) of each lease node holds.
+func leaseExpiries(t *testing.T, c redis.UniversalClient, prefix string, shards int, node string) map[string]int64 {
+	t.Helper()
+	leases := map[string]int64{}
+	for shard := range shards {
+		zs, err := c.ZRangeWithScores(context.Background(), newShardKeys(prefix, shard).leases, 0, -1).Result()
+		require.NoError(t, err)
+		for _, z := range zs {
+			if uid, ok := strings.CutPrefix(z.Member.(string), node+"|"); ok {
+				leases[uid] = int64(z.Score)
+			}
+		}
+	}
+	return leases
 }

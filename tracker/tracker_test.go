@@ -280,10 +280,16 @@ func TestCloseWaitsForCallbacks(t *testing.T) {
 	tr.Close() // idempotent
 	assert.Nil(t, tr.Advance(), "Advance after Close steps nothing")
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	tr.Run(ctx) // returns at once after Close
-	assert.NoError(t, ctx.Err())
+	ran := make(chan struct{})
+	go func() {
+		tr.Run(context.Background()) // returns at once after Close
+		close(ran)
+	}()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run after Close did not return")
+	}
 }
 
 func TestCloseStopsRun(t *testing.T) {
@@ -294,11 +300,11 @@ func TestCloseStopsRun(t *testing.T) {
 		tr.Run(context.Background())
 		close(stopped)
 	}()
-	require.Eventually(t, func() bool { return tr.now.Load() > 3 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return tr.now.Load() > 3 }, 10*time.Second, time.Millisecond)
 	tr.Close()
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after Close")
 	}
 }
@@ -314,12 +320,14 @@ func TestRunCatchesUp(t *testing.T) {
 	go tr.Run(ctx)
 
 	// Stall the stepper for 20 ticks; afterwards it must make up for them.
+	// Without catching up it would stay 20 behind the clock; a loaded
+	// machine may keep it a few ticks behind, so 5 are allowed.
 	tr.stepMu.Lock()
 	time.Sleep(20 * tick)
 	tr.stepMu.Unlock()
 	require.Eventually(t, func() bool {
-		return tr.now.Load() >= int64(time.Since(start)/tick)-2
-	}, 5*time.Second, time.Millisecond)
+		return tr.now.Load() >= int64(time.Since(start)/tick)-5
+	}, 10*time.Second, time.Millisecond)
 	assert.LessOrEqual(t, tr.now.Load(), int64(time.Since(start)/tick), "never steps early")
 }
 
@@ -332,14 +340,15 @@ func TestRunWallClock(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		touched = map[int]time.Time{}
-		elapsed = map[int]time.Duration{}
+		stepped = map[int]int64{} // the last step taken before the touch
+		offAt   = map[int]time.Time{}
 	)
 	done := make(chan struct{})
 	tr, err := New(Config[int]{Slots: slots, Tick: tick, OnOffline: func(k int) {
 		mu.Lock()
 		defer mu.Unlock()
-		elapsed[k] = time.Since(touched[k])
-		if len(elapsed) == keys {
+		offAt[k] = time.Now()
+		if len(offAt) == keys {
 			close(done)
 		}
 	}})
@@ -347,10 +356,12 @@ func TestRunWallClock(t *testing.T) {
 	defer tr.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	started := time.Now() // Run's clock starts no earlier
 	go tr.Run(ctx)
 
 	for k := range keys {
 		mu.Lock()
+		stepped[k] = tr.now.Load()
 		touched[k] = time.Now()
 		mu.Unlock()
 		tr.Touch(k)
@@ -360,19 +371,26 @@ func TestRunWallClock(t *testing.T) {
 	}
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("not every key went offline")
 	}
 	timeout := tr.Timeout()
 	mu.Lock()
 	defer mu.Unlock()
-	for k, d := range elapsed {
-		// Exactly between timeout and timeout+tick on a quiet machine. A
-		// touch counts from the last step taken, so a step that runs late
-		// (under -race on a loaded machine) shortens the silence by its delay.
-		assert.GreaterOrEqual(t, d, timeout-tick/2, "key %d went offline early", k)
-		assert.Less(t, d, timeout+tick+250*time.Millisecond, "key %d went offline late", k)
+	lo, hi := time.Duration(1<<62), time.Duration(0)
+	for k, at := range offAt {
+		// Strictly: reported by the step Slots after the touch's, and Run
+		// never takes step n before n ticks of its clock.
+		earliest := started.Add(time.Duration(stepped[k]+slots) * tick)
+		assert.False(t, at.Before(earliest), "key %d went offline %v before its step", k, earliest.Sub(at))
+		d := at.Sub(touched[k])
+		lo, hi = min(lo, d), max(hi, d)
 	}
+	// Between timeout and timeout+tick on a quiet machine; a step that runs
+	// late (-race, a loaded machine) shortens the silence by its delay or
+	// delays the report, so only a generous upper bound is asserted.
+	t.Logf("touch to offline: %v to %v (timeout %v, tick %v)", lo, hi, timeout, tick)
+	assert.Less(t, hi, timeout+tick+2*time.Second, "a key went offline late")
 }
 
 func TestRing(t *testing.T) {

@@ -10,29 +10,20 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/presenced/presenced/presence"
 )
 
-type connKind uint8
-
-const (
-	kindWS        connKind = iota // a WebSocket
-	kindHeartbeat                 // HTTP heartbeats of one user: a connection that lasts one timeout
-	kindGrace                     // the grace period of a user with no connection left
-)
-
-// conn is a key in the ring. Only kindWS has a socket.
+// conn is one WebSocket: a key in the ring and a presence.Client.
 //
 // Write path: one goroutine writes at a time (gorilla's rule). It is started
 // when the queue becomes non-empty and exits when it is empty again, so an
 // idle connection parks only its reader goroutine. The queue is bounded by
 // Hub.sendQueue; a client that falls that far behind is closed.
 type conn struct {
-	hub  *Hub
-	uid  string
-	kind connKind
-	ws   *websocket.Conn
-
-	counted bool // under hub.mu: included in its user's count
+	hub *Hub
+	uid string
+	ws  *websocket.Conn
 
 	silenced atomic.Bool // control frames are not keepalives (demo aid)
 	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
@@ -43,6 +34,26 @@ type conn struct {
 	writing  bool     // a writer goroutine owns the socket's write side
 	closing  bool     // a close frame is due or sent: no more data frames
 	closeMsg []byte   // the close frame to send, once
+}
+
+// Send queues a frame from the presence node. A connection whose queue is
+// full is closed as a slow consumer, on a goroutine of its own: the node
+// calls Send under its locks.
+func (c *conn) Send(frame []byte) {
+	c.hub.m.sent(frame)
+	if !c.enqueue(frame) {
+		c.hub.m.dropped.Inc()
+		go c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
+	}
+}
+
+// reply queues a frame answering one of the client's own.
+func (c *conn) reply(frame []byte) {
+	c.hub.m.sent(frame)
+	if !c.enqueue(frame) {
+		c.hub.m.dropped.Inc()
+		c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
+	}
 }
 
 // enqueue queues msg (nil: a ping) for the writer. It reports false if the
@@ -213,25 +224,44 @@ func (c *conn) readLoop() {
 	c.finish(err)
 }
 
+// handle acts on one text frame. Whatever the client sent, the answer is a
+// frame; a bad one gets an error frame and the connection stays open.
 func (c *conn) handle(data []byte) {
 	h := c.hub
-	act := handleFrame(c.uid, data)
-	if act.silence {
-		c.silenced.Store(true)
+	in, err := parseFrame(data)
+	if err != nil {
+		c.reply(errorMsg(err.Error(), ""))
+		return
 	}
-	if act.publish != nil {
+	switch in.Type {
+	case "ping":
+		c.reply(pongMsg)
+	case "silence":
+		c.silenced.Store(true)
+	case "join":
+		if err := h.node.Join(c, in.Channel); err != nil {
+			c.reply(errorMsg(err.Error(), in.Channel))
+		}
+	case "leave":
+		if err := h.node.Leave(c, in.Channel); err != nil {
+			c.reply(errorMsg(err.Error(), in.Channel))
+		}
+	case "watch":
+		if err := h.node.Watch(c, in.UIDs); err != nil {
+			c.reply(errorMsg(err.Error(), ""))
+		}
+	case "chat":
 		h.m.chats.Inc()
 		ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
-		err := h.engine.Publish(ctx, act.publish)
+		err := h.node.Chat(ctx, c, in.Channel, in.Text)
 		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, presence.ErrNotJoined):
+			c.reply(errorMsg(err.Error(), in.Channel))
+		case err != nil:
 			h.log.Warn("transport: publish chat", "uid", c.uid, "err", err)
-			act.reply = errorMsg("chat not delivered: " + err.Error())
+			c.reply(errorMsg("chat not delivered: "+err.Error(), in.Channel))
 		}
-	}
-	if act.reply != nil && !c.enqueue(act.reply) {
-		h.m.dropped.Inc()
-		c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
 	}
 }
 
@@ -271,14 +301,10 @@ func (c *conn) finish(err error) {
 	h.readers.Done()
 }
 
-// detach stops counting c for presence and broadcasts. Idempotent.
+// detach stops counting c for presence: its user and channels lose it, and
+// it hears of nothing more. Idempotent.
 func (h *Hub) detach(c *conn) {
-	h.bmu.Lock()
-	delete(h.conns, c)
-	h.bmu.Unlock()
-	h.mu.Lock()
-	h.dropLocked(c)
-	h.mu.Unlock()
+	h.node.Disconnect(c)
 }
 
 // controlKeepalive counts a ping or pong frame, unless the client asked for

@@ -32,14 +32,17 @@ func Example() {
 	srv := httptest.NewServer(mux) // in a real server: http.Server{Handler: mux, ...}
 	defer srv.Close()
 
-	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws?uid=alice", nil)
+	// A client joins the lobby as it connects, then chats there.
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws?uid=alice&channels=lobby", nil)
 	if err != nil {
 		panic(err)
 	}
 	defer ws.Close()
 	_, welcome, _ := ws.ReadMessage()
 	fmt.Println(string(welcome))
-	ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","text":"hello"}`))
+	_, joined, _ := ws.ReadMessage()
+	fmt.Println(string(joined))
+	ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","channel":"lobby","text":"hello"}`))
 	_, chat, _ := ws.ReadMessage()
 	fmt.Println(string(chat))
 
@@ -57,8 +60,9 @@ func Example() {
 	fmt.Println(err)
 	fmt.Println(<-done)
 	// Output:
-	// {"type":"welcome","uid":"alice","timeout_ms":30000,"online":["alice"]}
-	// {"type":"chat","from":"alice","text":"hello"}
+	// {"type":"welcome","uid":"alice","timeout_ms":30000}
+	// {"type":"joined","channel":"lobby","count":1,"members":["alice"]}
+	// {"type":"chat","channel":"lobby","from":"alice","text":"hello"}
 	// {"uid":"alice","online":true,"connections":1}
 	// websocket: close 1001 (going away): server shutdown
 	// <nil>

@@ -2,87 +2,129 @@ package transport
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/presenced/presenced/presence"
 )
 
-// Outbound frames, in the field order of the protocol.
+// Outbound frames the Hub builds itself, in the field order of the
+// protocol; presence frames come from the presence package.
 type (
 	welcomeFrame struct {
-		Type      string   `json:"type"`
-		UID       string   `json:"uid"`
-		TimeoutMS int64    `json:"timeout_ms"`
-		Online    []string `json:"online"`
-	}
-	chatFrame struct {
-		Type string `json:"type"`
-		From string `json:"from"`
-		Text string `json:"text"`
-	}
-	presenceFrame struct {
-		Type   string `json:"type"`
-		UID    string `json:"uid"`
-		Online bool   `json:"online"`
+		Type      string `json:"type"`
+		UID       string `json:"uid"`
+		TimeoutMS int64  `json:"timeout_ms"`
 	}
 	errorFrame struct {
-		Type  string `json:"type"`
-		Error string `json:"error"`
+		Type    string `json:"type"`
+		Error   string `json:"error"`
+		Channel string `json:"channel,omitempty"`
 	}
 )
 
 var pongMsg = []byte(`{"type":"pong"}`)
 
-// inboundFrame is every field a client frame may carry; unknown fields are
+// MaxWatch is the most user IDs a watch frame may name.
+const MaxWatch = presence.DefaultMaxWatch
+
+// inbound is a client frame, checked: Type is one the Hub handles and the
+// fields it needs are there and valid.
+type inbound struct {
+	Type    string
+	Channel string
+	Text    string
+	UIDs    []string
+}
+
+// wireFrame is every field a client frame may carry; unknown fields are
 // ignored so clients can add their own.
-type inboundFrame struct {
-	Type string  `json:"type"`
-	Text *string `json:"text"`
+type wireFrame struct {
+	Type    *string   `json:"type"`
+	Channel *string   `json:"channel"`
+	Text    *string   `json:"text"`
+	UIDs    *[]string `json:"uids"`
 }
 
-// frameAction is what one inbound text frame asks of the Hub.
-type frameAction struct {
-	reply   []byte // to the sender only
-	publish []byte // to every connection of every node
-	silence bool   // stop counting control frames as keepalives
-}
-
-// handleFrame interprets one inbound text frame from uid. It never fails: bad
-// input yields an error reply and the connection stays open.
-func handleFrame(uid string, data []byte) frameAction {
-	var in inboundFrame
-	if err := json.Unmarshal(data, &in); err != nil {
-		return frameAction{reply: errorMsg(fmt.Sprintf("invalid JSON: %v", err))}
+// parseFrame reads one text frame. Its errors are meant for the client's
+// developer: they name the field and what it must be, never a Go type.
+func parseFrame(data []byte) (inbound, error) {
+	var w wireFrame
+	if err := json.Unmarshal(data, &w); err != nil {
+		return inbound{}, jsonError(err)
 	}
+	if w.Type == nil || *w.Type == "" {
+		return inbound{}, errors.New(`missing "type"`)
+	}
+	in := inbound{Type: *w.Type}
 	switch in.Type {
-	case "ping":
-		return frameAction{reply: pongMsg}
-	case "chat":
-		if in.Text == nil || *in.Text == "" {
-			return frameAction{reply: errorMsg(`chat needs a non-empty "text"`)}
+	case "ping", "silence":
+	case "join", "leave", "chat":
+		if w.Channel == nil || *w.Channel == "" {
+			return inbound{}, fmt.Errorf(`%s needs a "channel"`, in.Type)
 		}
-		return frameAction{publish: mustJSON(chatFrame{Type: "chat", From: uid, Text: *in.Text})}
-	case "silence":
-		return frameAction{silence: true}
-	case "":
-		return frameAction{reply: errorMsg(`missing "type"`)}
+		in.Channel = *w.Channel
+		if !presence.ValidChannel(in.Channel) {
+			return in, presence.ErrInvalidChannel
+		}
+		if in.Type == "chat" {
+			if w.Text == nil || *w.Text == "" {
+				return in, errors.New(`chat needs a non-empty "text"`)
+			}
+			in.Text = *w.Text
+		}
+	case "watch":
+		if w.UIDs == nil {
+			return inbound{}, errors.New(`watch needs "uids", an array of user IDs`)
+		}
+		if len(*w.UIDs) > MaxWatch {
+			return inbound{}, fmt.Errorf("watch list too long: at most %d user IDs", MaxWatch)
+		}
+		for _, uid := range *w.UIDs {
+			if !ValidUID(uid) {
+				return inbound{}, fmt.Errorf("invalid user ID %q in \"uids\"", truncate(uid))
+			}
+		}
+		in.UIDs = *w.UIDs
 	default:
-		t := in.Type
-		if len(t) > 32 {
-			t = t[:32] + "..."
-		}
-		return frameAction{reply: errorMsg(fmt.Sprintf("unknown type %q", t))}
+		return inbound{}, fmt.Errorf("unknown type %q", truncate(in.Type))
 	}
+	return in, nil
 }
 
-func errorMsg(msg string) []byte {
-	return mustJSON(errorFrame{Type: "error", Error: msg})
+// jsonError says what was wrong with a frame in the protocol's words.
+func jsonError(err error) error {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings"}
+		field, _, _ := strings.Cut(te.Field, ".") // "uids.0" is an element
+		if w, ok := want[field]; ok {
+			return fmt.Errorf("invalid frame: %q must be %s", field, w)
+		}
+		if field == "" {
+			return errors.New("invalid frame: a frame is a JSON object")
+		}
+		return fmt.Errorf("invalid frame: wrong kind of value for %q", field)
+	}
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Errorf("invalid JSON at byte %d: %s", se.Offset, se.Error())
+	}
+	return errors.New("invalid JSON: " + err.Error())
 }
 
-func presenceMsg(uid string, online bool) []byte {
-	return mustJSON(presenceFrame{Type: "presence", UID: uid, Online: online})
+func truncate(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}
+
+func errorMsg(msg, channel string) []byte {
+	return mustJSON(errorFrame{Type: "error", Error: msg, Channel: channel})
 }
 
 // mustJSON marshals the frame types above, which cannot fail: their fields are
-// strings, bools, ints and string slices.
+// strings and ints.
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

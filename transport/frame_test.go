@@ -2,85 +2,98 @@ package transport
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestHandleFrame(t *testing.T) {
+func TestParseFrame(t *testing.T) {
 	for _, tc := range []struct {
-		name, in       string
-		reply, publish string
-		silence        bool
+		name, in string
+		want     inbound
+		err      string // a substring of the error; "" for none
 	}{
-		{"ping", `{"type":"ping"}`, `{"type":"pong"}`, "", false},
-		{"ping with extra fields", `{"type":"ping","id":7}`, `{"type":"pong"}`, "", false},
-		{"chat", `{"type":"chat","text":"hi"}`, "", `{"type":"chat","from":"alice","text":"hi"}`, false},
-		{"chat cannot forge from", `{"type":"chat","text":"hi","from":"bob"}`, "", `{"type":"chat","from":"alice","text":"hi"}`, false},
-		{"chat unicode", `{"type":"chat","text":"h\u00e9 \ud83d\ude00"}`, "", `{"type":"chat","from":"alice","text":"hé 😀"}`, false},
-		{"silence", `{"type":"silence"}`, "", "", true},
-		{"unknown", `{"type":"x"}`, `{"type":"error","error":"unknown type \"x\""}`, "", false},
-		{"long unknown type is cut", `{"type":"` + string(make([]byte, 0)) + `aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}`,
-			`{"type":"error","error":"unknown type \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\""}`, "", false},
-		{"missing type", `{}`, `{"type":"error","error":"missing \"type\""}`, "", false},
-		{"null", `null`, `{"type":"error","error":"missing \"type\""}`, "", false},
-		{"empty chat", `{"type":"chat","text":""}`, `{"type":"error","error":"chat needs a non-empty \"text\""}`, "", false},
-		{"type is a number", `{"type":1}`, "", "", false}, // error, checked below
+		{"ping", `{"type":"ping"}`, inbound{Type: "ping"}, ""},
+		{"ping with extra fields", `{"type":"ping","id":7}`, inbound{Type: "ping"}, ""},
+		{"silence", `{"type":"silence"}`, inbound{Type: "silence"}, ""},
+		{"join", `{"type":"join","channel":"lobby"}`, inbound{Type: "join", Channel: "lobby"}, ""},
+		{"leave", `{"type":"leave","channel":"a:b/c#d"}`, inbound{Type: "leave", Channel: "a:b/c#d"}, ""},
+		{"chat", `{"type":"chat","channel":"lobby","text":"hi","from":"bob"}`, inbound{Type: "chat", Channel: "lobby", Text: "hi"}, ""},
+		{"chat unicode", `{"type":"chat","channel":"x","text":"h\u00e9 \ud83d\ude00"}`, inbound{Type: "chat", Channel: "x", Text: "hé 😀"}, ""},
+		{"watch", `{"type":"watch","uids":["bob","carol"]}`, inbound{Type: "watch", UIDs: []string{"bob", "carol"}}, ""},
+		{"watch nobody", `{"type":"watch","uids":[]}`, inbound{Type: "watch", UIDs: []string{}}, ""},
+
+		{"unknown", `{"type":"x"}`, inbound{}, `unknown type "x"`},
+		{"long unknown type is cut", `{"type":"` + strings.Repeat("a", 40) + `"}`, inbound{}, `unknown type "` + strings.Repeat("a", 32) + `..."`},
+		{"missing type", `{}`, inbound{}, `missing "type"`},
+		{"null", `null`, inbound{}, `missing "type"`},
+		{"not JSON", `hello`, inbound{}, "invalid JSON"},
+		{"truncated", `{"type":"chat"`, inbound{}, "invalid JSON"},
+		{"array", `[1,2]`, inbound{}, "a frame is a JSON object"},
+		{"type is a number", `{"type":1}`, inbound{}, `"type" must be a string`},
+		{"text is a number", `{"type":"chat","channel":"x","text":5}`, inbound{}, `"text" must be a string`},
+		{"uids not strings", `{"type":"watch","uids":[1]}`, inbound{}, `"uids" must be an array of strings`},
+		{"join without channel", `{"type":"join"}`, inbound{}, `join needs a "channel"`},
+		{"bad channel", `{"type":"join","channel":"a b"}`, inbound{}, "invalid channel name"},
+		{"long channel", `{"type":"join","channel":"` + strings.Repeat("c", 129) + `"}`, inbound{}, "invalid channel name"},
+		{"chat without channel", `{"type":"chat","text":"hi"}`, inbound{}, `chat needs a "channel"`},
+		{"empty chat", `{"type":"chat","channel":"x","text":""}`, inbound{}, `chat needs a non-empty "text"`},
+		{"watch without uids", `{"type":"watch"}`, inbound{}, `watch needs "uids"`},
+		{"watch bad uid", `{"type":"watch","uids":["a b"]}`, inbound{}, `invalid user ID "a b"`},
+		{"watch too many", `{"type":"watch","uids":[` + strings.Repeat(`"u",`, MaxWatch) + `"u"]}`, inbound{}, "watch list too long"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := handleFrame("alice", []byte(tc.in))
-			assert.Equal(t, tc.silence, a.silence)
-			if tc.name == "type is a number" {
-				assert.Contains(t, string(a.reply), `"type":"error"`)
-				assert.Contains(t, string(a.reply), "invalid JSON")
+			got, err := parseFrame([]byte(tc.in))
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.err)
+				assert.NotContains(t, err.Error(), "Go ", "no Go type names")
+				assert.NotContains(t, err.Error(), "wireFrame")
 				return
 			}
-			assert.Equal(t, tc.reply, string(a.reply))
-			assert.Equal(t, tc.publish, string(a.publish))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }
 
-// FuzzHandleFrame: no input panics the handler, and whatever it answers is
-// one well-formed frame of the protocol.
-func FuzzHandleFrame(f *testing.F) {
+// FuzzParseFrame: no input panics the parser; what it accepts is a frame the
+// Hub handles, with the fields that type needs, and what it refuses gets an
+// error frame that is well-formed JSON.
+func FuzzParseFrame(f *testing.F) {
 	for _, s := range []string{
-		`{"type":"ping"}`, `{"type":"chat","text":"hi"}`, `{"type":"silence"}`, `{"type":"x"}`,
-		`{`, `null`, `[]`, `"str"`, `{"type":"chat","text":"\ud800"}`, "\xff\xfe", `{"type":"chat","text":null}`,
+		`{"type":"ping"}`, `{"type":"chat","channel":"a","text":"hi"}`, `{"type":"silence"}`, `{"type":"x"}`,
+		`{"type":"join","channel":"lobby"}`, `{"type":"watch","uids":["a"]}`,
+		`{`, `null`, `[]`, `"str"`, `{"type":"chat","channel":"a","text":"\ud800"}`, "\xff\xfe", `{"type":"chat","text":null}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a := handleFrame("u-1", data)
-		n := 0
-		if a.reply != nil {
-			n++
-			var m map[string]any
-			require.NoError(t, json.Unmarshal(a.reply, &m), "reply %s", a.reply)
-			switch m["type"] {
-			case "pong":
-				require.Len(t, m, 1)
-			case "error":
-				require.IsType(t, "", m["error"])
-			default:
-				t.Fatalf("reply of type %v", m["type"])
-			}
-		}
-		if a.publish != nil {
-			n++
+		in, err := parseFrame(data)
+		if err != nil {
 			var m map[string]string
-			require.NoError(t, json.Unmarshal(a.publish, &m), "publish %s", a.publish)
-			require.Equal(t, "chat", m["type"])
-			require.Equal(t, "u-1", m["from"])
-			require.NotEmpty(t, m["text"])
-			var in struct{ Text string }
-			require.NoError(t, json.Unmarshal(data, &in))
-			require.Equal(t, in.Text, m["text"])
+			require.NoError(t, json.Unmarshal(errorMsg(err.Error(), in.Channel), &m))
+			require.Equal(t, "error", m["type"])
+			require.NotEmpty(t, m["error"])
+			return
 		}
-		if a.silence {
-			n++
+		switch in.Type {
+		case "ping", "silence":
+		case "join", "leave":
+			require.NotEmpty(t, in.Channel)
+		case "chat":
+			require.NotEmpty(t, in.Channel)
+			require.NotEmpty(t, in.Text)
+		case "watch":
+			require.NotNil(t, in.UIDs)
+			require.LessOrEqual(t, len(in.UIDs), MaxWatch)
+			for _, uid := range in.UIDs {
+				require.True(t, ValidUID(uid))
+			}
+		default:
+			t.Fatalf("accepted type %q", in.Type)
 		}
-		require.Equal(t, 1, n, "exactly one outcome per frame")
 	})
 }

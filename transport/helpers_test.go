@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -146,26 +147,45 @@ func dialer(rcvBuf int) *websocket.Dialer {
 	return &websocket.Dialer{HandshakeTimeout: waitLong, NetDialContext: nd.DialContext}
 }
 
-// connect opens a WebSocket as uid with d and reads its welcome frame. It
-// returns an error rather than failing, so goroutines may call it. The
-// server has registered the connection when it returns: the welcome comes
-// after that.
-func (s *testServer) connect(d *websocket.Dialer, uid string) (*websocket.Conn, error) {
-	ws, resp, err := d.Dial(s.wsURL("uid="+url.QueryEscape(uid)), nil)
+// connect opens a WebSocket as uid with d, joined to channels, and reads its
+// welcome and joined frames. It returns an error rather than failing, so
+// goroutines may call it. The server has registered the connection when it
+// returns: the welcome comes after that.
+func (s *testServer) connect(d *websocket.Dialer, uid string, channels ...string) (*websocket.Conn, error) {
+	q := url.Values{"uid": {uid}}
+	if len(channels) > 0 {
+		q.Set("channels", strings.Join(channels, ","))
+	}
+	ws, resp, err := d.Dial(s.wsURL(q.Encode()), nil)
 	if resp != nil {
 		resp.Body.Close()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", uid, err)
 	}
-	var m struct{ Type string }
 	_ = ws.SetReadDeadline(time.Now().Add(waitLong))
-	if err := ws.ReadJSON(&m); err != nil || m.Type != "welcome" {
-		ws.Close()
-		return nil, fmt.Errorf("welcome for %s: type %q, err %v", uid, m.Type, err)
+	for i, want := range append([]string{"welcome"}, channels...) {
+		var m struct{ Type, Channel string }
+		if err := ws.ReadJSON(&m); err != nil || (i == 0 && m.Type != "welcome") || (i > 0 && (m.Type != "joined" || m.Channel != want)) {
+			ws.Close()
+			return nil, fmt.Errorf("%s: want %s, got %q %q, err %v", uid, want, m.Type, m.Channel, err)
+		}
 	}
 	_ = ws.SetReadDeadline(time.Time{})
 	return ws, nil
+}
+
+// dialIn opens a WebSocket as uid joined to channels, and returns it after
+// reading the welcome and the joined snapshots, which it returns too.
+func (s *testServer) dialIn(t *testing.T, uid string, channels ...string) (*websocket.Conn, []string) {
+	t.Helper()
+	ws := s.dialRaw(t, url.Values{"uid": {uid}, "channels": {strings.Join(channels, ",")}}.Encode(), nil)
+	require.Equal(t, "welcome", readFrame(t, ws)["type"], "first frame")
+	var snapshots []string
+	for range channels {
+		snapshots = append(snapshots, readRaw(t, ws))
+	}
+	return ws, snapshots
 }
 
 // dial opens a WebSocket as uid (demo auth) and returns it after reading the
@@ -365,16 +385,9 @@ func (s *testServer) waitMetric(t *testing.T, name string, labels map[string]str
 		"%s%v: want %v, have %v", name, labels, want, metric(t, s.reg, name, labels))
 }
 
-// keepalives is how many frames of kind (text, binary, ping, pong,
-// heartbeat) the server has counted as keepalives; each is counted after
-// its touch.
-func (s *testServer) keepalives(t *testing.T, kind string) float64 {
-	return metric(t, s.reg, "presenced_keepalives_total", map[string]string{"kind": kind})
-}
-
-// watcher reads a connection continuously, answering pings as a browser
+// listener reads a connection continuously, answering pings as a browser
 // does, and hands over its text frames in order.
-type watcher struct {
+type listener struct {
 	ws     *websocket.Conn
 	frames chan string
 	done   chan error
@@ -382,8 +395,8 @@ type watcher struct {
 	seq    atomic.Int64
 }
 
-func watch(ws *websocket.Conn) *watcher {
-	w := &watcher{ws: ws, frames: make(chan string, 1024), done: make(chan error, 1), pongs: make(chan string, 16)}
+func listen(ws *websocket.Conn) *listener {
+	w := &listener{ws: ws, frames: make(chan string, 1024), done: make(chan error, 1), pongs: make(chan string, 16)}
 	ws.SetPongHandler(func(data string) error {
 		select {
 		case w.pongs <- data:
@@ -405,7 +418,7 @@ func watch(ws *websocket.Conn) *watcher {
 	return w
 }
 
-func (w *watcher) next(t *testing.T) string {
+func (w *listener) next(t *testing.T) string {
 	t.Helper()
 	select {
 	case f, ok := <-w.frames:
@@ -420,7 +433,7 @@ func (w *watcher) next(t *testing.T) string {
 }
 
 // until skips frames until one equals want.
-func (w *watcher) until(t *testing.T, want string) {
+func (w *listener) until(t *testing.T, want string) {
 	t.Helper()
 	for w.next(t) != want {
 	}
@@ -429,7 +442,7 @@ func (w *watcher) until(t *testing.T, want string) {
 // sync makes a round trip with a WebSocket ping, so the server has handled
 // every frame this client sent before it (the server reads a connection in
 // order). The ping is itself a keepalive.
-func (w *watcher) sync(t *testing.T) {
+func (w *listener) sync(t *testing.T) {
 	t.Helper()
 	id := strconv.FormatInt(w.seq.Add(1), 10)
 	require.NoError(t, w.ws.WriteControl(websocket.PingMessage, []byte(id), time.Now().Add(waitLong)))
@@ -450,7 +463,7 @@ func (w *watcher) sync(t *testing.T) {
 
 // closed returns the error that ended the connection, failing if it is
 // still open after waitLong.
-func (w *watcher) closed(t *testing.T) error {
+func (w *listener) closed(t *testing.T) error {
 	t.Helper()
 	for {
 		select {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -19,6 +19,7 @@ func (h *Hub) routes() {
 	mux.HandleFunc("GET /ws", h.ServeWS)
 	mux.HandleFunc("GET /api/presence", h.servePresence)
 	mux.HandleFunc("GET /api/presence/{uid}", h.serveUser)
+	mux.HandleFunc("GET /api/channels/{channel}", h.serveChannel)
 	mux.HandleFunc("POST /api/heartbeat", h.serveHeartbeat)
 	mux.HandleFunc("GET /api/ring", h.serveRing)
 	mux.HandleFunc("GET /healthz", h.serveHealth)
@@ -26,16 +27,18 @@ func (h *Hub) routes() {
 }
 
 // ServeHTTP serves GET /ws, GET /api/presence, GET /api/presence/{uid},
-// POST /api/heartbeat, GET /api/ring and GET /healthz; other paths get 404.
+// GET /api/channels/{channel}, POST /api/heartbeat, GET /api/ring and
+// GET /healthz; other paths get 404.
 // Mount it for "/ws", "/api/" and "/healthz" in a larger mux.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // identify applies the origin and identity rules shared by /ws and
-// /api/heartbeat, writing the error response (403, 401, 400 or 503) itself.
-func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (string, bool) {
+// /api/heartbeat, and reads ?channels=, writing the error response (403,
+// 401, 400 or 503) itself.
+func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (string, []string, bool) {
 	if !h.origins.allow(r) {
 		writeError(w, http.StatusForbidden, "origin not allowed")
-		return "", false
+		return "", nil, false
 	}
 	uid, err := h.auth.Authenticate(r)
 	if err == nil && !ValidUID(uid) {
@@ -44,23 +47,30 @@ func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if err != nil {
 		h.log.Debug("transport: refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, authStatus(err), err.Error())
-		return "", false
+		return "", nil, false
+	}
+	var channels []string
+	if list := r.URL.Query().Get("channels"); list != "" {
+		if channels, err = h.node.CheckChannels(strings.Split(list, ",")); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return "", nil, false
+		}
 	}
 	h.mu.Lock()
 	closing := h.closing
 	h.mu.Unlock()
 	if closing {
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
-		return "", false
+		return "", nil, false
 	}
-	return uid, true
+	return uid, channels, true
 }
 
 // ServeWS upgrades r to a WebSocket for the user the Authenticator names and
 // serves it until it closes. Use it to mount the socket at a path of your
 // own; ServeHTTP mounts it at /ws.
 func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
-	uid, ok := h.identify(w, r)
+	uid, channels, ok := h.identify(w, r)
 	if !ok {
 		return
 	}
@@ -74,74 +84,64 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 			h.log.Debug("transport: set socket send buffer", "err", err)
 		}
 	}
-	c := &conn{hub: h, uid: uid, kind: kindWS, ws: ws}
+	c := &conn{hub: h, uid: uid, ws: ws}
 	ws.SetPingHandler(c.pingHandler)
 	ws.SetPongHandler(c.pongHandler)
 
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
-		ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutdown"), time.Now().Add(h.writeTimeout))
-		ws.Close()
+		goingAway(ws, h.writeTimeout)
 		return
 	}
 	h.live[c] = struct{}{}
 	h.readers.Add(1)
-	h.addLocked(c)
 	h.mu.Unlock()
 	h.m.connections.Inc()
-	h.bmu.Lock()
-	h.conns[c] = struct{}{}
-	h.bmu.Unlock()
 	c.touch()
 
-	// Registered for broadcasts before the snapshot, so no presence change
-	// falls between the two; the writer holds them back until the welcome.
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
-	_, online, err := h.engine.Users(ctx, h.welcomeLimit)
-	cancel()
-	if err != nil {
-		h.log.Warn("transport: welcome: list users", "err", err)
-		online = nil
+	// The welcome goes first; the node's joined snapshots follow it, and the
+	// writer holds back what arrives before the welcome is queued.
+	welcome := mustJSON(welcomeFrame{Type: "welcome", UID: uid, TimeoutMS: h.Timeout().Milliseconds()})
+	h.m.sent(welcome)
+	c.sendWelcome(welcome)
+	if err := h.node.Connect(c, uid, channels); err != nil {
+		c.closeWith(websocket.CloseGoingAway, "server shutdown", reasonShutdown)
 	}
-	c.sendWelcome(mustJSON(welcomeFrame{
-		Type:      "welcome",
-		UID:       uid,
-		TimeoutMS: h.Timeout().Milliseconds(),
-		Online:    withUID(online, uid, h.welcomeLimit),
-	}))
 	// A goroutine of its own, so the handler returns and net/http's request,
 	// response and buffers are freed: an idle connection keeps only its
 	// reader's small stack.
 	go c.readLoop()
 }
 
-// withUID returns the first limit IDs of sorted ∪ {uid}, in order: the
-// engine may not list a user whose first connection it has not seen yet.
-func withUID(sorted []string, uid string, limit int) []string {
-	i, found := slices.BinarySearch(sorted, uid)
-	if !found {
-		sorted = slices.Insert(slices.Clip(sorted), i, uid)
+func goingAway(ws *websocket.Conn, timeout time.Duration) {
+	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutdown"), time.Now().Add(timeout))
+	ws.Close()
+}
+
+// queryLimit reads ?limit= of a listing: DefaultPresenceLimit when absent,
+// at most MaxPresenceLimit. It answers 400 itself when limit is malformed.
+func queryLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return DefaultPresenceLimit, true
 	}
-	if len(sorted) > limit {
-		sorted = sorted[:limit]
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		writeError(w, http.StatusBadRequest, "limit must be a non-negative integer")
+		return 0, false
 	}
-	return sorted
+	return min(n, MaxPresenceLimit), true
 }
 
 func (h *Hub) servePresence(w http.ResponseWriter, r *http.Request) {
-	limit := DefaultPresenceLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "limit must be a non-negative integer")
-			return
-		}
-		limit = min(n, MaxPresenceLimit)
+	limit, ok := queryLimit(w, r)
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	count, users, err := h.engine.Users(ctx, limit)
+	count, users, err := h.node.Users(ctx, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
@@ -163,7 +163,7 @@ func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	n, err := h.engine.Lookup(ctx, uid)
+	n, err := h.node.User(ctx, uid)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
@@ -175,12 +175,31 @@ func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 	}{uid, n > 0, n})
 }
 
-func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
-	uid, ok := h.identify(w, r)
+// serveChannel answers a channel's member count and its first members.
+func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
+	channel := r.PathValue("channel")
+	limit, ok := queryLimit(w, r)
 	if !ok {
 		return
 	}
-	if err := h.heartbeat(uid); err != nil {
+	count, members, err := h.node.Members(channel, limit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Channel string   `json:"channel"`
+		Count   int      `json:"count"`
+		Members []string `json:"members"`
+	}{channel, count, members})
+}
+
+func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
+	uid, channels, ok := h.identify(w, r)
+	if !ok {
+		return
+	}
+	if err := h.heartbeat(uid, channels); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
@@ -210,7 +229,7 @@ func (h *Hub) serveHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	if err := h.engine.Health(ctx); err != nil {
+	if err := h.node.Engine().Health(ctx); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 		return
 	}

@@ -1,12 +1,15 @@
-// Package transport serves presence over WebSocket and HTTP: every frame a
-// client sends is a keepalive in a tracker ring, a user is online while at
-// least one of its connections (tabs, devices, HTTP heartbeats) is live, and
-// presence changes and chat are relayed to every connection.
+// Package transport serves presence over WebSocket and HTTP, on top of a
+// presence.Node: every frame a client sends is a keepalive in a tracker ring
+// that holds this process's sockets, and a socket silent for the timeout is
+// closed. Clients join channels and watch users, and hear only of those: a
+// snapshot on join, then at most one coalesced diff per channel and one
+// status frame per tick.
 //
 // A Hub is an http.Handler for GET /ws and the HTTP API (/api/presence,
-// /api/presence/{uid}, POST /api/heartbeat, /api/ring, /healthz), so it can
-// be mounted in an existing http.ServeMux; see the package example. Presence
-// is kept by an Engine: in memory by default, or shared between nodes.
+// /api/presence/{uid}, /api/channels/{channel}, POST /api/heartbeat,
+// /api/ring, /healthz), so it can be mounted in an existing http.ServeMux;
+// see the package example. Presence is kept by a presence.Engine: in memory
+// by default, or shared between nodes.
 //
 // Close codes the Hub sends: 4408 "idle timeout" (silent past the timeout),
 // 1001 on Shutdown, 1009 for a frame over Config.MaxMessage, and 1008 "slow
@@ -25,6 +28,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/tracker"
 )
 
@@ -44,7 +48,6 @@ const (
 	DefaultSendQueue     = 256
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultCloseTimeout  = time.Second
-	DefaultWelcomeLimit  = 100
 	DefaultSocketBuffer  = 64 << 10
 	DefaultPresenceLimit = 100
 	MaxPresenceLimit     = 1000
@@ -68,20 +71,23 @@ type Config struct {
 	// ("app.example.com:8443"). Other origins get HTTP 403.
 	Origins []string
 
-	// Grace delays a user's offline after its last connection is gone, so a
-	// page reload does not flap presence. It is rounded up to whole ticks.
+	// Grace delays a user's offline, and its leaving the channels its last
+	// connection had joined, after that connection is gone, so a page reload
+	// does not flap presence. It is rounded up to whole ticks.
 	Grace time.Duration
 
-	// Engine keeps presence; nil means NewMemoryEngine(). The Hub calls its
-	// Run until Shutdown; releasing a networked engine after that is the
-	// caller's job.
-	Engine Engine
+	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
+	// calls its Run until Shutdown; releasing a networked engine after that
+	// is the caller's job.
+	Engine presence.Engine
+
+	MemberList    int // most member IDs in a joined snapshot; 0 means 100
+	PresenceLists int // above this many members a channel's diffs carry the count only; 0 means 1,000
 
 	MaxMessage   int64         // largest inbound frame in bytes, larger closes with 1009; 0 means 4096
 	SendQueue    int           // frames queued per connection before it is closed as a slow consumer; 0 means 256
 	WriteTimeout time.Duration // deadline of one outbound frame; 0 means 10 s
 	CloseTimeout time.Duration // wait for the client's answer to a close frame; 0 means 1 s
-	WelcomeLimit int           // most user IDs listed in the welcome frame; 0 means 100
 	// SocketBuffer caps the kernel's send buffer of each WebSocket
 	// (SO_SNDBUF), so a client that stops reading blocks the writer, and is
 	// then closed, instead of parking megabytes in the kernel; 0 means
@@ -96,7 +102,7 @@ type Config struct {
 // stop it with Shutdown.
 type Hub struct {
 	tracker  *tracker.Tracker[*conn]
-	engine   Engine
+	node     *presence.Node
 	auth     Authenticator
 	origins  *originPolicy
 	upgrader websocket.Upgrader
@@ -104,36 +110,21 @@ type Hub struct {
 	m        *metrics
 	mux      *http.ServeMux
 
-	grace        time.Duration
 	maxMessage   int64
 	sendQueue    int
 	writeTimeout time.Duration
 	closeTimeout time.Duration
-	welcomeLimit int
 	socketBuffer int
 
-	mu         sync.Mutex
-	users      map[string]*userState
-	heartbeats map[string]*conn
-	live       map[*conn]struct{} // upgraded WebSockets not yet finished
-	closing    bool
-	readers    sync.WaitGroup // one per live WebSocket
-
-	bmu   sync.RWMutex
-	conns map[*conn]struct{} // WebSockets that receive broadcasts
+	mu      sync.Mutex
+	live    map[*conn]struct{} // upgraded WebSockets not yet finished
+	closing bool
+	readers sync.WaitGroup // one per live WebSocket
 
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
 	shutOnce sync.Once
 	shutDone chan struct{}
-}
-
-// userState counts the local connections of one user. reported is the count
-// last given to Engine.SetLocal; it stays above 0 during a grace period.
-type userState struct {
-	conns    int
-	reported int
-	grace    *conn // pending grace key, or nil
 }
 
 // New returns a running Hub for cfg: its ring steps and its engine delivers
@@ -147,30 +138,21 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Grace < 0 || cfg.MaxMessage < 0 || cfg.SendQueue < 0 || cfg.WriteTimeout < 0 ||
-		cfg.CloseTimeout < 0 || cfg.WelcomeLimit < 0 || cfg.SocketBuffer < -1 {
-		return nil, errors.New("transport: Config: Grace, MaxMessage, SendQueue, WriteTimeout, CloseTimeout and WelcomeLimit must not be negative, SocketBuffer not below -1")
+	if cfg.MaxMessage < 0 || cfg.SendQueue < 0 || cfg.WriteTimeout < 0 ||
+		cfg.CloseTimeout < 0 || cfg.SocketBuffer < -1 {
+		return nil, errors.New("transport: Config: MaxMessage, SendQueue, WriteTimeout and CloseTimeout must not be negative, SocketBuffer not below -1")
 	}
 	h := &Hub{
-		engine:       cfg.Engine,
 		auth:         cfg.Auth,
 		origins:      newOriginPolicy(cfg.Origins),
 		log:          log,
-		grace:        cfg.Grace,
 		maxMessage:   orDefault(cfg.MaxMessage, DefaultMaxMessage),
 		sendQueue:    orDefault(cfg.SendQueue, DefaultSendQueue),
 		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
 		closeTimeout: orDefault(cfg.CloseTimeout, DefaultCloseTimeout),
-		welcomeLimit: orDefault(cfg.WelcomeLimit, DefaultWelcomeLimit),
 		socketBuffer: orDefault(cfg.SocketBuffer, DefaultSocketBuffer),
-		users:        make(map[string]*userState),
-		heartbeats:   make(map[string]*conn),
 		live:         make(map[*conn]struct{}),
-		conns:        make(map[*conn]struct{}),
 		shutDone:     make(chan struct{}),
-	}
-	if h.engine == nil {
-		h.engine = NewMemoryEngine()
 	}
 	if h.auth == nil {
 		h.auth = DemoAuth()
@@ -183,19 +165,27 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	if tick == 0 {
 		tick = tracker.DefaultTick
 	}
+	node, err := presence.New(presence.Config{
+		Engine: cfg.Engine, Slots: slots, Tick: tick, Grace: cfg.Grace,
+		MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	h.node = node
 	tr, err := tracker.New(tracker.Config[*conn]{
 		Slots:     slots,
 		Tick:      tick,
 		IdleAfter: time.Duration(slots-1) * tick / 2,
 		OnIdle:    h.onIdle,
 		OnOffline: h.onOffline,
-		OnStep:    func(took time.Duration) { h.m.steps.Observe(took.Seconds()) },
+		OnStep:    h.onStep,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transport: ring: %w", err)
 	}
 	h.tracker = tr
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, node)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +202,10 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.bg.Add(1)
-	go h.runEngine(ctx)
+	go func() {
+		defer h.bg.Done()
+		node.Run(ctx)
+	}()
 	if !manual {
 		h.bg.Add(1)
 		go func() {
@@ -233,165 +226,34 @@ func orDefault[T int | int64 | time.Duration](v, def T) T {
 // Timeout is how long a connection may stay silent: (Slots-1)*Tick.
 func (h *Hub) Timeout() time.Duration { return h.tracker.Timeout() }
 
-// runEngine keeps the engine's Run going; a networked engine may fail, and
-// is restarted with a capped backoff.
-func (h *Hub) runEngine(ctx context.Context) {
-	defer h.bg.Done()
-	backoff := 100 * time.Millisecond
-	for {
-		err := h.engine.Run(ctx, (*hubRelay)(h))
-		if ctx.Err() != nil {
-			return
-		}
-		h.log.Error("transport: engine stopped; restarting", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// hubRelay is the Hub as the engine's Relay, kept off the Hub's API.
-type hubRelay Hub
-
-// PresenceChanged relays an edge to every connection except, for an online
-// edge, the user's own connections: their welcome frame already says so, and
-// the welcome is then followed by what the client itself asked for.
-func (r *hubRelay) PresenceChanged(uid string, online bool) {
-	skip := ""
-	if online {
-		skip = uid
-	}
-	(*Hub)(r).broadcast(presenceMsg(uid, online), skip)
-}
-
-func (r *hubRelay) Broadcast(msg []byte) { (*Hub)(r).broadcast(msg, "") }
-
-// broadcast queues msg on every connection of this node but those of user
-// skip. A connection whose queue is full is closed as a slow consumer, after
-// the lock is released.
-func (h *Hub) broadcast(msg []byte, skip string) {
-	var slow []*conn
-	h.bmu.RLock()
-	for c := range h.conns {
-		if c.uid != skip && !c.enqueue(msg) {
-			slow = append(slow, c)
-		}
-	}
-	h.bmu.RUnlock()
-	for _, c := range slow {
-		h.m.dropped.Inc()
-		c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow)
-	}
-}
-
-// addLocked counts c as a live connection of its user. h.mu must be held.
-func (h *Hub) addLocked(c *conn) {
-	u := h.users[c.uid]
-	if u == nil {
-		u = &userState{}
-		h.users[c.uid] = u
-		h.m.users.Inc()
-	}
-	if u.grace != nil {
-		h.tracker.Remove(u.grace)
-		u.grace = nil
-	}
-	u.conns++
-	c.counted = true
-	h.reportLocked(c.uid, u)
-}
-
-// dropLocked stops counting c; the last connection of a user starts the
-// grace period or reports the user offline. Idempotent. h.mu must be held.
-func (h *Hub) dropLocked(c *conn) {
-	if !c.counted {
-		return
-	}
-	c.counted = false
-	u := h.users[c.uid]
-	u.conns--
-	if u.conns > 0 {
-		h.reportLocked(c.uid, u)
-		return
-	}
-	if h.grace > 0 && !h.closing {
-		u.grace = &conn{hub: h, uid: c.uid, kind: kindGrace}
-		h.tracker.TouchFor(u.grace, h.grace)
-		return
-	}
-	h.goneLocked(c.uid)
-}
-
-func (h *Hub) goneLocked(uid string) {
-	delete(h.users, uid)
-	h.m.users.Dec()
-	h.engine.SetLocal(uid, 0)
-}
-
-func (h *Hub) reportLocked(uid string, u *userState) {
-	if u.conns != u.reported {
-		u.reported = u.conns
-		h.engine.SetLocal(uid, u.conns)
-	}
+// onStep follows each step of the ring, after the step's idle closes: the
+// node's leases and grace periods step too, and the tick's coalesced
+// presence goes out.
+func (h *Hub) onStep(took time.Duration) {
+	h.m.steps.Observe(took.Seconds())
+	h.node.Tick()
 }
 
 // onIdle probes a silent WebSocket with a ping, which browsers answer even
 // from a background tab.
 func (h *Hub) onIdle(c *conn) {
-	if c.kind == kindWS {
-		c.enqueue(nil) // nil is the ping item
-	}
+	c.enqueue(nil) // nil is the ping item
 }
 
-// onOffline handles a key that timed out. A key touched again between the
-// step and this callback is back in the ring and is left alone.
+// onOffline closes a socket that timed out, unless a frame touched it again
+// between the step and this callback.
 func (h *Hub) onOffline(c *conn) {
-	switch c.kind {
-	case kindWS:
-		if !h.tracker.Online(c) {
-			c.closeWith(CloseIdleTimeout, "idle timeout", reasonIdle)
-		}
-	case kindHeartbeat:
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.tracker.Online(c) {
-			return
-		}
-		if h.heartbeats[c.uid] == c {
-			delete(h.heartbeats, c.uid)
-		}
-		h.dropLocked(c)
-	case kindGrace:
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		u := h.users[c.uid]
-		if u == nil || u.grace != c {
-			return // a connection came back and cancelled this grace period
-		}
-		u.grace = nil
-		if u.conns == 0 {
-			h.goneLocked(c.uid)
-		}
+	if !h.tracker.Online(c) {
+		c.closeWith(CloseIdleTimeout, "idle timeout", reasonIdle)
 	}
 }
 
-// heartbeat keeps uid online for one timeout, as a connection of its own.
-func (h *Hub) heartbeat(uid string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closing {
+// heartbeat keeps uid online, a member of channels, for one timeout, as a
+// connection of its own.
+func (h *Hub) heartbeat(uid string, channels []string) error {
+	if err := h.node.Heartbeat(uid, channels); err != nil {
 		return errShuttingDown
 	}
-	hb := h.heartbeats[uid]
-	if hb == nil {
-		hb = &conn{hub: h, uid: uid, kind: kindHeartbeat}
-		h.heartbeats[uid] = hb
-		h.addLocked(hb)
-	}
-	h.tracker.Touch(hb)
 	h.m.kaHeartbeat.Inc()
 	return nil
 }
@@ -423,17 +285,7 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 func (h *Hub) shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closing = true
-	for uid, hb := range h.heartbeats {
-		h.tracker.Remove(hb)
-		h.dropLocked(hb)
-		delete(h.heartbeats, uid)
-	}
-	for uid, u := range h.users {
-		if u.grace != nil && u.conns == 0 {
-			h.tracker.Remove(u.grace)
-			h.goneLocked(uid)
-		}
-	}
+	h.node.Shutdown()
 	live := make([]*conn, 0, len(h.live))
 	for c := range h.live {
 		live = append(live, c)
@@ -461,5 +313,6 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	h.cancel()
 	h.bg.Wait()
 	h.tracker.Close()
+	h.node.Close()
 	return err
 }

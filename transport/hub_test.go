@@ -17,31 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
 )
-
-func TestWelcomeListsOnlineUsersSorted(t *testing.T) {
-	s := startServer(t, testConfig())
-	_, w := s.dial(t, "carol")
-	assert.Equal(t, map[string]any{"type": "welcome", "uid": "carol", "timeout_ms": 3000.0, "online": []any{"carol"}}, w)
-
-	_, w = s.dial(t, "alice")
-	assert.Equal(t, []any{"alice", "carol"}, w["online"])
-	assert.Equal(t, 3000.0, w["timeout_ms"])
-}
-
-func TestWelcomeListIsBounded(t *testing.T) {
-	cfg := testConfig()
-	cfg.WelcomeLimit = 2
-	s := startServer(t, cfg)
-	s.dial(t, "b")
-	s.dial(t, "c")
-	s.dial(t, "d")
-	_, w := s.dial(t, "a")
-	assert.Equal(t, []any{"a", "b"}, w["online"], "first WelcomeLimit users, own ID included")
-	_, w = s.dial(t, "e")
-	assert.Equal(t, []any{"a", "b"}, w["online"])
-}
 
 func TestPingPong(t *testing.T) {
 	s := startServer(t, testConfig())
@@ -50,59 +28,15 @@ func TestPingPong(t *testing.T) {
 	assert.Equal(t, `{"type":"pong"}`, readRaw(t, ws))
 }
 
-func TestChatReachesEveryConnectionIncludingSender(t *testing.T) {
-	s := startServer(t, testConfig())
-	alice, _ := s.dial(t, "alice")
-	bob, _ := s.dial(t, "bob")
-	alice2, _ := s.dial(t, "alice")
-	send(t, alice, `{"type":"chat","text":"hi <b>"}`)
-	want := `{"type":"chat","from":"alice","text":"hi \u003cb\u003e"}`
-	for _, ws := range []*websocket.Conn{alice, bob, alice2} {
-		readUntil(t, ws, want)
-	}
-}
-
-func TestPresenceEdgesAreBroadcast(t *testing.T) {
-	s := startServer(t, testConfig())
-	alice, _ := s.dial(t, "alice")
-	bob, _ := s.dial(t, "bob")
-	assert.Equal(t, `{"type":"presence","uid":"bob","online":true}`, readRaw(t, alice))
-	bob.Close()
-	assert.Equal(t, `{"type":"presence","uid":"bob","online":false}`, readRaw(t, alice))
-	assert.Equal(t, userPresence{UID: "bob"}, s.user(t, "bob"))
-}
-
-func TestBadFramesGetErrorAndConnectionStays(t *testing.T) {
-	s := startServer(t, testConfig())
-	ws, _ := s.dial(t, "alice")
-	for _, tc := range []struct{ name, frame, want string }{
-		{"not JSON", `hello`, "invalid JSON"},
-		{"truncated", `{"type":"chat"`, "invalid JSON"},
-		{"array", `[1,2]`, "invalid JSON"},
-		{"text not a string", `{"type":"chat","text":5}`, "invalid JSON"},
-		{"unknown type", `{"type":"dance"}`, `unknown type "dance"`},
-		{"no type", `{"text":"x"}`, `missing "type"`},
-		{"chat without text", `{"type":"chat"}`, `non-empty "text"`},
-		{"chat with empty text", `{"type":"chat","text":""}`, `non-empty "text"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			send(t, ws, tc.frame)
-			f := readFrame(t, ws)
-			assert.Equal(t, "error", f["type"])
-			assert.Contains(t, f["error"], tc.want)
-			send(t, ws, `{"type":"ping"}`)
-			assert.Equal(t, `{"type":"pong"}`, readRaw(t, ws), "the connection stays open")
-		})
-	}
-}
-
 func TestOversizeFrameClosesWith1009(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxMessage = 100
 	s := startServer(t, cfg)
 	ws, _ := s.dial(t, "alice")
 
-	fits := `{"type":"chat","text":"` + strings.Repeat("x", 100-len(`{"type":"chat","text":""}`)) + `"}`
+	send(t, ws, `{"type":"join","channel":"c"}`)
+	readUntil(t, ws, `{"type":"joined","channel":"c","count":1,"members":["alice"]}`)
+	fits := `{"type":"chat","channel":"c","text":"` + strings.Repeat("x", 100-len(`{"type":"chat","channel":"c","text":""}`)) + `"}`
 	require.Len(t, fits, 100)
 	send(t, ws, fits)
 	assert.Contains(t, readRaw(t, ws), `"type":"chat"`, "a frame of exactly MaxMessage is fine")
@@ -173,7 +107,7 @@ const pingStep = 16
 func TestPongOnlyClientStaysOnline(t *testing.T) {
 	s := startServer(t, testConfig())
 	ws, _ := s.dial(t, "tab")
-	w := watch(ws) // answers pings, as a browser does
+	w := listen(ws) // answers pings, as a browser does
 	for round := 1; round <= 6; round++ {
 		s.step(pingStep)
 		// The pong touched the connection before it was counted.
@@ -210,7 +144,7 @@ func TestEveryFrameKindIsAKeepalive(t *testing.T) {
 			s := startServer(t, testConfig())
 			ws, _ := s.dial(t, "u")
 			ws.SetPingHandler(func(string) error { return nil })
-			w := watch(ws)
+			w := listen(ws)
 			for i := 1; i <= 12; i++ {
 				require.NoError(t, tc.send(ws))
 				s.waitMetric(t, "presenced_keepalives_total", map[string]string{"kind": tc.name}, float64(i))
@@ -232,7 +166,7 @@ func TestEveryFrameKindIsAKeepalive(t *testing.T) {
 func TestSilenceStopsControlFramesCounting(t *testing.T) {
 	s := startServer(t, testConfig())
 	ws, _ := s.dial(t, "quiet")
-	w := watch(ws)
+	w := listen(ws)
 	send(t, ws, `{"type":"silence"}`)
 	for range 30 {
 		w.sync(t) // a ping round trip: open, and not a keepalive now
@@ -244,7 +178,7 @@ func TestSilenceStopsControlFramesCounting(t *testing.T) {
 	assert.Equal(t, transport.CloseIdleTimeout, ce.Code, "closed at the 31st step after the silence")
 
 	ws2, _ := s.dial(t, "quiet")
-	w2 := watch(ws2)
+	w2 := listen(ws2)
 	send(t, ws2, `{"type":"silence"}`)
 	send(t, ws2, `{"type":"ping"}`)
 	w2.until(t, `{"type":"pong"}`)
@@ -255,53 +189,38 @@ func TestSilenceStopsControlFramesCounting(t *testing.T) {
 	assert.True(t, s.user(t, "quiet").Online, "pings count again after a data frame")
 }
 
-func TestTwoTabsOfOneUser(t *testing.T) {
-	s := startServer(t, testConfig())
-	ww, _ := s.dial(t, "watcher")
-	watcher := watch(ww)
-	tab1, _ := s.dial(t, "alice")
-	watcher.until(t, `{"type":"presence","uid":"alice","online":true}`)
-	tab2, w := s.dial(t, "alice")
-	assert.Contains(t, w["online"], "alice")
-	assert.Equal(t, userPresence{UID: "alice", Online: true, Connections: 2}, s.user(t, "alice"))
-
-	tab1.Close()
-	require.Eventually(t, func() bool { return s.user(t, "alice").Connections == 1 }, waitLong, 5*time.Millisecond)
-	assert.True(t, s.user(t, "alice").Online)
-
-	send(t, tab2, `{"type":"chat","text":"still here"}`)
-	// The first frame after the welcome that mentions alice is the chat:
-	// closing one tab broadcast no offline edge.
-	for {
-		f := watcher.next(t)
-		if strings.Contains(f, `"alice"`) {
-			assert.Equal(t, `{"type":"chat","from":"alice","text":"still here"}`, f)
-			break
-		}
-	}
-	tab2.Close()
-	watcher.until(t, `{"type":"presence","uid":"alice","online":false}`)
-	assert.Equal(t, userPresence{UID: "alice"}, s.user(t, "alice"))
-}
-
 // An old connection that closes after a new one opened never takes the user
-// offline, however the closes and opens of many tabs interleave.
+// offline, nor out of a channel, however the closes and opens of many tabs
+// interleave.
 func TestReconnectNeverFlapsOffline(t *testing.T) {
 	s := startServer(t, testConfig())
-	ww, _ := s.dial(t, "watcher")
-	w := watch(ww)
+	ws, _ := s.dialIn(t, "observer", "lobby")
+	w := listen(ws)
+	send(t, ws, `{"type":"watch","uids":["alice"]}`)
+	w.until(t, `{"type":"watching","online":[]}`)
+	first, _ := s.dialIn(t, "alice", "lobby")
+	s.step(1)
+	w.until(t, `{"type":"presence","channel":"lobby","count":2,"joins":["alice"],"leaves":[]}`)
+	w.until(t, `{"type":"status","online":["alice"],"offline":[]}`)
+
 	var wg sync.WaitGroup
 	var last []*websocket.Conn
 	var mu sync.Mutex
-	for g := 0; g < 4; g++ {
+	for g := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			old, _ := s.dial(t, "alice")
-			for i := 0; i < 15; i++ {
-				fresh, _ := s.dial(t, "alice")
+			old := first
+			if g > 0 {
+				old, _ = s.dialIn(t, "alice", "lobby")
+			}
+			for i := range 15 {
+				fresh, _ := s.dialIn(t, "alice", "lobby")
 				old.Close()
 				old = fresh
+				if i%3 == 0 {
+					s.hub.Step() // ticks fall among the reconnects, 20 in all: nobody idles out
+				}
 			}
 			mu.Lock()
 			last = append(last, old)
@@ -309,35 +228,43 @@ func TestReconnectNeverFlapsOffline(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	send(t, last[0], `{"type":"chat","text":"end"}`)
+	w.sync(t)
+	require.Eventually(t, func() bool { return s.user(t, "alice").Connections == 4 }, waitLong, 5*time.Millisecond)
+	s.step(1)
+	send(t, last[0], `{"type":"chat","channel":"lobby","text":"end"}`)
 	for {
 		f := w.next(t)
-		require.NotEqual(t, `{"type":"presence","uid":"alice","online":false}`, f)
+		require.NotContains(t, f, `"status"`, "alice never went offline")
+		require.NotContains(t, f, `"presence"`, "alice never left the lobby")
 		if strings.Contains(f, `"text":"end"`) {
 			break
 		}
 	}
-	require.Eventually(t, func() bool { return s.user(t, "alice").Connections == 4 }, waitLong, 5*time.Millisecond)
 }
 
 func TestGracePeriodDebouncesOffline(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = 3 * cfg.Tick // offline at the 4th step after the last close
 	s := startServer(t, cfg)
-	ww, _ := s.dial(t, "watcher")
-	watcher := watch(ww)
-	a, _ := s.dial(t, "alice")
-	watcher.until(t, `{"type":"presence","uid":"alice","online":true}`)
+	ws, _ := s.dialIn(t, "observer", "lobby")
+	w := listen(ws)
+	send(t, ws, `{"type":"watch","uids":["alice"]}`)
+	w.until(t, `{"type":"watching","online":[]}`)
+	a, _ := s.dialIn(t, "alice", "lobby")
+	s.step(1)
+	w.until(t, `{"type":"status","online":["alice"],"offline":[]}`)
 
 	a.Close()
 	s.waitMetric(t, "presenced_connections", nil, 1)
 	s.step(3)
 	assert.True(t, s.user(t, "alice").Online, "online during the grace period")
-	a, _ = s.dial(t, "alice") // a page reload
-	send(t, a, `{"type":"chat","text":"back"}`)
+	a, _ = s.dialIn(t, "alice", "lobby") // a page reload
+	s.step(5)
+	send(t, a, `{"type":"chat","channel":"lobby","text":"back"}`)
 	for {
-		f := watcher.next(t)
-		require.NotContains(t, f, `"presence"`, "no edge across a reload within the grace period")
+		f := w.next(t)
+		require.NotContains(t, f, `"status"`, "no edge across a reload within the grace period")
+		require.NotContains(t, f, `"leaves":["alice"]`, "still in the lobby across the reload")
 		if strings.Contains(f, `"back"`) {
 			break
 		}
@@ -348,35 +275,41 @@ func TestGracePeriodDebouncesOffline(t *testing.T) {
 	s.step(3)
 	assert.True(t, s.user(t, "alice").Online, "online for the whole grace period")
 	s.step(1)
-	watcher.until(t, `{"type":"presence","uid":"alice","online":false}`)
+	w.until(t, `{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}`)
+	w.until(t, `{"type":"status","online":[],"offline":["alice"]}`)
 }
 
 func TestHeartbeatIsAConnectionForOneTimeout(t *testing.T) {
 	s := startServer(t, testConfig())
-	ww, _ := s.dial(t, "watcher")
-	watcher := watch(ww)
-	assert.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb", nil))
-	watcher.until(t, `{"type":"presence","uid":"hb","online":true}`)
+	ws, _ := s.dialIn(t, "observer", "lobby")
+	w := listen(ws)
+	send(t, ws, `{"type":"watch","uids":["hb"]}`)
+	w.until(t, `{"type":"watching","online":[]}`)
+	assert.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb&channels=lobby", nil))
+	s.step(1)
+	w.until(t, `{"type":"presence","channel":"lobby","count":2,"joins":["hb"],"leaves":[]}`)
+	w.until(t, `{"type":"status","online":["hb"],"offline":[]}`)
 	assert.Equal(t, userPresence{UID: "hb", Online: true, Connections: 1}, s.user(t, "hb"))
 
 	// Heartbeats within the timeout keep it online; a socket adds to it.
-	ws, _ := s.dial(t, "hb")
+	hb, _ := s.dial(t, "hb")
 	assert.Equal(t, 2, s.user(t, "hb").Connections)
-	ws.Close()
+	hb.Close()
 	s.waitMetric(t, "presenced_connections", nil, 1)
 	for range 6 {
-		watcher.sync(t) // the watcher's own keepalive
+		w.sync(t) // the observer's own keepalive
 		s.step(10)
-		require.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb", nil))
+		require.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb&channels=lobby", nil))
 	}
 	assert.Equal(t, userPresence{UID: "hb", Online: true, Connections: 1}, s.user(t, "hb"))
 
 	s.step(20)
-	watcher.sync(t)
+	w.sync(t)
 	s.step(10)
 	assert.True(t, s.user(t, "hb").Online, "online for 30 steps after the last heartbeat")
 	s.step(1)
-	watcher.until(t, `{"type":"presence","uid":"hb","online":false}`)
+	w.until(t, `{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["hb"]}`)
+	w.until(t, `{"type":"status","online":[],"offline":["hb"]}`)
 }
 
 func TestHeartbeatRequests(t *testing.T) {
@@ -456,7 +389,7 @@ func TestRingAPI(t *testing.T) {
 	assert.Equal(t, want, ring.Due, "one key per connection")
 }
 
-type unhealthyEngine struct{ transport.Engine }
+type unhealthyEngine struct{ presence.Engine }
 
 func (unhealthyEngine) Health(context.Context) error { return errTest }
 
@@ -473,7 +406,7 @@ func TestHealthz(t *testing.T) {
 	assert.Equal(t, "ok", body["status"])
 
 	cfg := testConfig()
-	cfg.Engine = unhealthyEngine{transport.NewMemoryEngine()}
+	cfg.Engine = unhealthyEngine{presence.NewMemoryEngine()}
 	bad := startServer(t, cfg)
 	resp, err := http.Get(bad.srv.URL + "/healthz")
 	require.NoError(t, err)
@@ -587,15 +520,14 @@ func TestSlowConsumerIsClosedOthersUnaffected(t *testing.T) {
 	cfg.WriteTimeout = 300 * time.Millisecond
 	cfg.MaxMessage = 64 << 10
 	s := startServer(t, cfg)
-	fast, _ := s.dial(t, "fast")
-	slow := s.dialRaw(t, "uid=slow", nil) // never reads
-	_ = slow
-	readUntil(t, fast, `{"type":"presence","uid":"slow","online":true}`)
+	fast, _ := s.dialIn(t, "fast", "lobby")
+	s.dialRaw(t, "uid=slow&channels=lobby", nil) // never reads
+	s.waitMetric(t, "presenced_connections", nil, 2)
 
 	text := strings.Repeat("x", 60<<10)
-	w := watch(fast)
+	w := listen(fast)
 	for i := 0; i < 200; i++ {
-		send(t, fast, `{"type":"chat","text":"`+text+`"}`)
+		send(t, fast, `{"type":"chat","channel":"lobby","text":"`+text+`"}`)
 		// Lockstep, so only the reader that stops falls behind.
 		for !strings.Contains(w.next(t), `"type":"chat"`) {
 		}
@@ -607,9 +539,9 @@ func TestSlowConsumerIsClosedOthersUnaffected(t *testing.T) {
 
 func TestMetricsAreRegistered(t *testing.T) {
 	s := startServer(t, testConfig())
-	ws, _ := s.dial(t, "alice")
-	send(t, ws, `{"type":"chat","text":"x"}`)
-	readUntil(t, ws, `{"type":"chat","from":"alice","text":"x"}`)
+	ws, _ := s.dialIn(t, "alice", "lobby")
+	send(t, ws, `{"type":"chat","channel":"lobby","text":"x"}`)
+	readUntil(t, ws, `{"type":"chat","channel":"lobby","from":"alice","text":"x"}`)
 	require.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=bob", nil))
 	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_connections", nil))
 	assert.Equal(t, 2.0, metric(t, s.reg, "presenced_users_online", nil))
@@ -642,6 +574,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Tick: -time.Second},
 		{Grace: -1},
 		{MaxMessage: -1},
+		{MemberList: -1},
 	} {
 		_, err := transport.New(cfg)
 		assert.Error(t, err, "%+v", cfg)
@@ -657,8 +590,8 @@ func TestConcurrentChurn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 10; j++ {
-				ws, _ := s.dial(t, []string{"a", "b", "c"}[j%3])
-				send(t, ws, `{"type":"chat","text":"x"}`)
+				ws, _ := s.dialIn(t, []string{"a", "b", "c"}[j%3], "lobby")
+				send(t, ws, `{"type":"chat","channel":"lobby","text":"x"}`)
 				ws.Close()
 			}
 		}()

@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"bytes"
 	"fmt"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -17,7 +19,8 @@ const (
 
 type metrics struct {
 	connections prometheus.Gauge
-	users       prometheus.Gauge
+	users       prometheus.GaugeFunc
+	frames      *prometheus.CounterVec
 	keepalives  *prometheus.CounterVec
 	closes      *prometheus.CounterVec
 	steps       prometheus.Histogram
@@ -26,18 +29,44 @@ type metrics struct {
 
 	// Pre-resolved children: the keepalive path must not hash labels.
 	kaText, kaBinary, kaPing, kaPong, kaHeartbeat prometheus.Counter
+	framesByType                                  map[string]prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// frameTypes are the "type" label values of presenced_frames_sent_total.
+var frameTypes = []string{"welcome", "joined", "left", "presence", "watching", "status", "chat", "publish", "message", "pong", "error", "other"}
+
+// sent counts an outbound text frame by its type, read from its prefix: the
+// frames are built with "type" first.
+func (m *metrics) sent(frame []byte) {
+	const prefix = `{"type":"`
+	typ := "other"
+	if len(frame) > len(prefix) && string(frame[:len(prefix)]) == prefix {
+		rest := frame[len(prefix):]
+		if i := bytes.IndexByte(rest, '"'); i > 0 {
+			typ = string(rest[:i])
+		}
+	}
+	c, ok := m.framesByType[typ]
+	if !ok {
+		c = m.framesByType["other"]
+	}
+	c.Inc()
+}
+
+func newMetrics(reg prometheus.Registerer, node *presence.Node) (*metrics, error) {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "presenced_connections",
 			Help: "Live WebSocket connections on this node.",
 		}),
-		users: prometheus.NewGauge(prometheus.GaugeOpts{
+		users: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "presenced_users_online",
 			Help: "Users with at least one live connection or heartbeat on this node (grace periods included).",
-		}),
+		}, func() float64 { return float64(node.LocalUsers()) }),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_frames_sent_total",
+			Help: "Text frames queued for clients, by type.",
+		}, []string{"type"}),
 		keepalives: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "presenced_keepalives_total",
 			Help: "Inbound keepalives by kind: text, binary, ping and pong frames, and HTTP heartbeats.",
@@ -65,13 +94,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.kaPing = m.keepalives.WithLabelValues("ping")
 	m.kaPong = m.keepalives.WithLabelValues("pong")
 	m.kaHeartbeat = m.keepalives.WithLabelValues("heartbeat")
+	m.framesByType = make(map[string]prometheus.Counter, len(frameTypes))
+	for _, t := range frameTypes {
+		m.framesByType[t] = m.frames.WithLabelValues(t)
+	}
 	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient} {
 		m.closes.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.users, m.keepalives, m.closes, m.steps, m.dropped, m.chats} {
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("transport: register metrics: %w", err)
 		}

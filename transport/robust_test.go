@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,18 +32,20 @@ import (
 // chat at full speed: the slow one is closed (its user goes offline and the
 // others hear of it) and every chat reaches every other client.
 func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
-	// The ring steps only by hand, so nobody idles out here: the slow client
-	// is closed for not reading. Default queue: 256 frames.
+	// The ring steps only by hand, so nobody idles out here, and the queue
+	// holds every chat of the test, so a reader that a busy machine stalls is
+	// not closed for a burst: the slow client is closed because a write to
+	// it blocks for WriteTimeout.
 	s := startServerWith(t, transport.Config{
-		WriteTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond,
+		SendQueue: 1024, WriteTimeout: 2 * time.Second, CloseTimeout: 200 * time.Millisecond,
 	}, serverOptions{sendBuffer: 64 << 10})
 
-	slow, err := s.connect(dialer(4096), "slow")
+	slow, err := s.connect(dialer(4096), "slow", "lobby")
 	require.NoError(t, err)
 	defer slow.Close()
 
-	// 480 chats of 3 KB (1.4 MB) overflow the slow client's 256-frame queue
-	// and its socket buffers (64 KB + 8 KB) well before the end.
+	// 480 chats of 3 KB (1.4 MB) overflow the slow client's socket buffers
+	// (64 KB + 8 KB) well before the end.
 	const chatters, perChatter = 8, 60
 	text := strings.Repeat("x", 3000)
 	var (
@@ -53,7 +56,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 		readErrs   = make(chan error, chatters)
 	)
 	for i := range chatters {
-		ws, err := s.connect(dialer(0), fmt.Sprintf("chat-%d", i))
+		ws, err := s.connect(dialer(0), fmt.Sprintf("chat-%d", i), "lobby")
 		require.NoError(t, err)
 		defer ws.Close()
 		conns = append(conns, ws)
@@ -72,8 +75,8 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 					return
 				}
 				var m struct {
-					Type, From, UID string
-					Online          bool
+					Type, From string
+					Leaves     []string
 				}
 				if json.Unmarshal(data, &m) != nil {
 					continue
@@ -81,14 +84,14 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 				switch {
 				case m.Type == "chat" && strings.HasPrefix(m.From, "chat-"):
 					got[i].Add(1)
-				case m.Type == "presence" && m.UID == "slow" && !m.Online:
+				case m.Type == "presence" && slices.Contains(m.Leaves, "slow"):
 					sawOffline[i].Store(true)
 				}
 			}
 		}()
 	}
 
-	frame := fmt.Sprintf(`{"type":"chat","text":%q}`, text)
+	frame := fmt.Sprintf(`{"type":"chat","channel":"lobby","text":%q}`, text)
 	var senders sync.WaitGroup
 	sendErrs := make(chan error, chatters)
 	for i, ws := range conns {
@@ -121,6 +124,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 	}, waitLong, 10*time.Millisecond, "a chatter stalled behind the slow consumer")
 	require.Eventually(t, func() bool { return !s.user(t, "slow").Online }, waitLong, 20*time.Millisecond,
 		"the slow consumer was not closed")
+	s.step(1) // its leaving the lobby goes out at the tick
 	require.Eventually(t, func() bool {
 		for i := range sawOffline {
 			if !sawOffline[i].Load() {
@@ -128,7 +132,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 			}
 		}
 		return true
-	}, waitLong, 10*time.Millisecond, "chatters did not hear that the slow consumer went offline")
+	}, waitLong, 10*time.Millisecond, "chatters did not hear that the slow consumer left")
 	for i := range got {
 		assert.EqualValues(t, total, got[i].Load(), "chatter %d got a chat twice", i)
 	}
@@ -327,6 +331,27 @@ func TestReconnectStormLeavesOneCorrectPresence(t *testing.T) {
 			obs, err := s.connect(dialer(0), "observer")
 			require.NoError(t, err)
 			defer obs.Close()
+			require.NoError(t, obs.WriteMessage(websocket.TextMessage, []byte(`{"type":"watch","uids":["storm"]}`)))
+			_, watching, err := obs.ReadMessage()
+			require.NoError(t, err)
+			require.Equal(t, `{"type":"watching","online":[]}`, string(watching))
+			// The observer keeps itself alive while the test ticks the ring.
+			stopPings := make(chan struct{})
+			pingsDone := make(chan struct{})
+			go func() {
+				defer close(pingsDone)
+				for {
+					select {
+					case <-stopPings:
+						return
+					case <-time.After(5 * time.Millisecond):
+						if obs.WriteControl(websocket.PingMessage, nil, time.Now().Add(waitLong)) != nil {
+							return
+						}
+					}
+				}
+			}()
+			defer func() { close(stopPings); <-pingsDone }()
 			var (
 				mu     sync.Mutex
 				edges  []bool
@@ -340,18 +365,25 @@ func TestReconnectStormLeavesOneCorrectPresence(t *testing.T) {
 						return
 					}
 					var m struct {
-						Type, UID string
-						Online    bool
+						Type            string
+						Online, Offline []string
 					}
-					if json.Unmarshal(data, &m) == nil && m.Type == "presence" && m.UID == "storm" {
-						mu.Lock()
-						edges = append(edges, m.Online)
-						mu.Unlock()
+					if json.Unmarshal(data, &m) != nil || m.Type != "status" {
+						continue
 					}
+					mu.Lock()
+					if slices.Contains(m.Online, "storm") {
+						edges = append(edges, true)
+					}
+					if slices.Contains(m.Offline, "storm") {
+						edges = append(edges, false)
+					}
+					mu.Unlock()
 				}
 			}()
 
 			const workers, rounds = 20, 15
+			stopTicks := s.stepEvery(20 * time.Millisecond) // ticks fall among the reconnects
 			var wg sync.WaitGroup
 			errs := make(chan error, workers*rounds)
 			d := dialer(0)
@@ -373,13 +405,14 @@ func TestReconnectStormLeavesOneCorrectPresence(t *testing.T) {
 						case 1: // socket dropped
 							ws.Close()
 						case 2: // a chat, then dropped mid-conversation
-							_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","text":"brb"}`))
+							_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat","channel":"lobby","text":"brb"}`))
 							ws.Close()
 						}
 					}
 				}()
 			}
 			wg.Wait()
+			stopTicks()
 			close(errs)
 			for err := range errs {
 				require.NoError(t, err)
@@ -392,6 +425,7 @@ func TestReconnectStormLeavesOneCorrectPresence(t *testing.T) {
 				p := s.user(t, "storm")
 				return p.Online && p.Connections == 1
 			}, waitLong, 10*time.Millisecond, "after the storm: %+v", s.user(t, "storm"))
+			s.step(1)
 			require.Eventually(t, func() bool {
 				mu.Lock()
 				defer mu.Unlock()
@@ -410,6 +444,7 @@ func TestReconnectStormLeavesOneCorrectPresence(t *testing.T) {
 			stop := s.stepEvery(10 * time.Millisecond) // for the grace period to end
 			require.Eventually(t, func() bool { return !s.user(t, "storm").Online }, waitLong, 10*time.Millisecond)
 			stop()
+			s.step(1) // the tick that tells of it
 			require.Eventually(t, func() bool {
 				mu.Lock()
 				defer mu.Unlock()

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/presenced/presenced/cluster"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
 	"github.com/presenced/presenced/web"
 )
@@ -51,6 +52,9 @@ type options struct {
 	grace      time.Duration
 	redis      string
 	node       string
+
+	memberList    int
+	presenceLists int
 }
 
 // parseFlags reads the command line; the JWT secret may also come from
@@ -69,6 +73,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&o.grace, "grace", 0, "delay before a user whose last connection closed is reported offline")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
+	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot (its count is always exact)")
+	fs.IntVar(&o.presenceLists, "presence-lists", presence.DefaultPresenceLists, "above this many members a channel's presence diffs carry the count only")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -89,9 +95,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 // newEngine picks where presence lives: this process, or Redis with -redis.
 // The returned func releases the engine after the Hub has shut down: with
 // Redis it drops this node's leases, so its users go offline at once.
-func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (transport.Engine, func(context.Context) error, error) {
+func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (presence.Engine, func(context.Context) error, error) {
 	if o.redis == "" {
-		return transport.NewMemoryEngine(), func(context.Context) error { return nil }, nil
+		return presence.NewMemoryEngine(), func(context.Context) error { return nil }, nil
 	}
 	rdb, err := cluster.NewClient(o.redis)
 	if err != nil {
@@ -148,6 +154,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		MaxMessage: o.maxMessage,
 		Logger:     log,
 		Registerer: reg,
+
+		MemberList:    o.memberList,
+		PresenceLists: o.presenceLists,
 	})
 	if err != nil {
 		return errors.Join(err, closeEngine(context.Background()))

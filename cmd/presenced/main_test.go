@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,15 +30,17 @@ func TestParseFlags(t *testing.T) {
 		want options
 		err  bool
 	}{
-		{name: "defaults", want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096}},
+		{name: "defaults", want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, memberList: 100, presenceLists: 1000}},
 		{name: "all flags", args: []string{"-addr", "127.0.0.1:9", "-slots", "61", "-tick", "500ms", "-max-message", "100",
-			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-grace", "2s", "-redis", "redis://x", "-node", "n1"},
+			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
+			"-member-list", "5", "-presence-lists", "50"},
 			want: options{addr: "127.0.0.1:9", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", grace: 2 * time.Second, redis: "redis://x", node: "n1"}},
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", grace: 2 * time.Second, redis: "redis://x", node: "n1",
+				memberList: 5, presenceLists: 50}},
 		{name: "secret from env", env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
-			want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, jwtSecret: "e"}},
+			want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, jwtSecret: "e", memberList: 100, presenceLists: 1000}},
 		{name: "flag beats env", args: []string{"-jwt-secret", "f"}, env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
-			want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, jwtSecret: "f"}},
+			want: options{addr: ":8080", slots: 31, tick: time.Second, maxMessage: 4096, jwtSecret: "f", memberList: 100, presenceLists: 1000}},
 		{name: "bad duration", args: []string{"-tick", "soon"}, err: true},
 		{name: "unknown flag", args: []string{"-verbose"}, err: true},
 		{name: "stray argument", args: []string{"extra"}, err: true},
@@ -56,32 +57,14 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer that a test may read while run writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // startRun runs the server in-process on a free loopback port and returns
 // its address; the server stops when the test ends.
-func startRun(t *testing.T, args []string, env map[string]string) (string, *syncBuffer) {
+func startRun(t *testing.T, args []string, env map[string]string) (string, *presencedtest.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &presencedtest.SyncBuffer{}
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, out)
@@ -112,7 +95,9 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestServesPageAPIAndMetrics(t *testing.T) {
-	addr, out := startRun(t, []string{"-slots", "11", "-tick", "100ms"}, nil)
+	// A 20 s timeout: alice never answers a ping, and must stay online
+	// however slowly the checks run.
+	addr, out := startRun(t, []string{"-slots", "11", "-tick", "2s"}, nil)
 	assert.Contains(t, out.String(), "demo mode", "warns when running without authentication")
 	base := "http://" + addr
 
@@ -120,19 +105,24 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, strings.ToLower(body), "<html")
 
-	ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?uid=alice", nil)
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?uid=alice&channels=lobby", nil)
 	require.NoError(t, err)
 	defer ws.Close()
 	_, welcome, err := ws.ReadMessage()
 	require.NoError(t, err)
-	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":1000,"online":["alice"]}`, string(welcome))
+	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":20000}`, string(welcome))
+	_, joined, err := ws.ReadMessage()
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"joined","channel":"lobby","count":1,"members":["alice"]}`, string(joined))
 
 	for _, tc := range []struct{ path, want string }{
 		{"/healthz", `"status":"ok"`},
 		{"/api/presence", `{"count":1,"users":["alice"]}`},
 		{"/api/presence/alice", `{"uid":"alice","online":true,"connections":1}`},
-		{"/api/ring", `"slots":11,"tick_ms":100`},
+		{"/api/channels/lobby", `{"channel":"lobby","count":1,"members":["alice"]}`},
+		{"/api/ring", `"slots":11,"tick_ms":2000`},
 		{"/metrics", "presenced_connections 1"},
+		{"/metrics", `presenced_frames_sent_total{type="joined"} 1`},
 		{"/metrics", "go_goroutines"},
 	} {
 		code, body := get(t, base+tc.path)
@@ -185,7 +175,9 @@ func TestSIGTERMClosesClientsWith1001(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	p := presencedtest.Start(t, presencedtest.Build(t), "-tick", "100ms")
+	// The default 30 s timeout: the clients read nothing until the close, so
+	// they must not be dropped as idle first.
+	p := presencedtest.Start(t, presencedtest.Build(t))
 	addr := p.Addr
 
 	var clients []*websocket.Conn

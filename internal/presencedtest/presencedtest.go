@@ -39,7 +39,7 @@ type Process struct {
 	t    testing.TB
 	bin  string
 	args []string
-	out  syncBuffer
+	out  SyncBuffer
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -126,19 +126,19 @@ func (p *Process) Stop() {
 // Output returns what the process has written to stdout and stderr.
 func (p *Process) Output() string { return p.out.String() }
 
-// syncBuffer is a bytes.Buffer that the process writes while a test reads.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a server writes while a test reads it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

@@ -1,0 +1,363 @@
+package presence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// client records the frames a Node sends it.
+type client struct {
+	name   string
+	mu     sync.Mutex
+	frames []string
+}
+
+func (c *client) Send(frame []byte) {
+	c.mu.Lock()
+	c.frames = append(c.frames, string(frame))
+	c.mu.Unlock()
+}
+
+// take returns the frames received since the last take.
+func (c *client) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.frames
+	c.frames = nil
+	return f
+}
+
+// newNode returns a running Node with a 3-slot ring: a lease lasts 2 ticks.
+func newNode(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	if cfg.Slots == 0 {
+		cfg.Slots = 3
+	}
+	n, err := New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		n.Close()
+	})
+	// Run hands the engine its Relay; until then edges wait in the engine.
+	return n
+}
+
+func connect(t *testing.T, n *Node, uid string, channels ...string) *client {
+	t.Helper()
+	c := &client{name: uid}
+	require.NoError(t, n.Connect(c, uid, channels))
+	return c
+}
+
+func TestSnapshotThenOneCoalescedDiffPerTick(t *testing.T) {
+	n := newNode(t, Config{})
+	obs := connect(t, n, "obs", "lobby")
+	assert.Equal(t, []string{`{"type":"joined","channel":"lobby","count":1,"members":["obs"]}`}, obs.take())
+
+	carol := connect(t, n, "carol", "lobby")
+	carol.take()
+	alice := connect(t, n, "alice", "lobby")
+	bob := connect(t, n, "bob", "lobby", "room")
+	assert.Equal(t, []string{`{"type":"joined","channel":"lobby","count":3,"members":["alice","carol","obs"]}`}, alice.take())
+	assert.Equal(t, []string{
+		`{"type":"joined","channel":"lobby","count":4,"members":["alice","bob","carol","obs"]}`,
+		`{"type":"joined","channel":"room","count":1,"members":["bob"]}`,
+	}, bob.take())
+	assert.Empty(t, obs.take(), "nothing before the tick")
+
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":4,"joins":["alice","bob","carol"],"leaves":[]}`}, obs.take())
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":4,"joins":["alice","bob"],"leaves":[]}`}, carol.take())
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":4,"joins":["bob"],"leaves":[]}`}, alice.take())
+	assert.Empty(t, bob.take(), "its snapshot said it all")
+
+	n.Tick()
+	assert.Empty(t, obs.take(), "no change, no frame")
+}
+
+func TestJoinThenLeaveInsideATickCancels(t *testing.T) {
+	n := newNode(t, Config{})
+	obs := connect(t, n, "obs", "lobby")
+	dave := connect(t, n, "dave", "lobby")
+	require.NoError(t, n.Leave(dave, "lobby"))
+	erin := connect(t, n, "erin", "lobby")
+	n.Disconnect(erin)
+	frank := connect(t, n, "frank", "lobby")
+	obs.take()
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["frank"],"leaves":[]}`}, obs.take())
+	assert.Equal(t, []string{
+		`{"type":"joined","channel":"lobby","count":2,"members":["dave","obs"]}`,
+		`{"type":"left","channel":"lobby"}`,
+	}, dave.take())
+
+	// And a leave then a join back, by another tab, in one tick.
+	tab := connect(t, n, "frank", "lobby")
+	n.Disconnect(frank)
+	n.Disconnect(tab)
+	connect(t, n, "frank", "lobby")
+	n.Tick()
+	assert.Empty(t, obs.take())
+}
+
+func TestTwoTabsOfOneUserInOneChannel(t *testing.T) {
+	n := newNode(t, Config{})
+	obs := connect(t, n, "obs", "lobby")
+	obs.take()
+	tab1 := connect(t, n, "alice", "lobby")
+	tab2 := connect(t, n, "alice", "lobby")
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["alice"],"leaves":[]}`}, obs.take())
+	n.Disconnect(tab1)
+	n.Tick()
+	assert.Empty(t, obs.take(), "one tab is still in")
+	require.NoError(t, n.Leave(tab2, "lobby"))
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}`}, obs.take())
+	conns, err := n.User(context.Background(), "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 1, conns, "still online, in no channel")
+}
+
+func TestCountOnlyAboveThePresenceListLimit(t *testing.T) {
+	n := newNode(t, Config{PresenceLists: 3, MemberList: 2})
+	obs := connect(t, n, "obs", "big")
+	obs.take()
+	var others []*client
+	for i := range 3 {
+		others = append(others, connect(t, n, fmt.Sprintf("u%d", i), "big"))
+	}
+	assert.Equal(t, []string{`{"type":"joined","channel":"big","count":4,"members":["obs","u0"]}`}, others[2].take(),
+		"snapshot lists are bounded, the count is exact")
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"big","count":4}`}, obs.take())
+	n.Disconnect(others[0])
+	connect(t, n, "u9", "big")
+	n.Tick()
+	assert.Empty(t, obs.take(), "count unchanged: no frame")
+	n.Disconnect(others[1])
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"big","count":3,"joins":[],"leaves":["u1"]}`}, obs.take(),
+		"back at the limit: lists again")
+}
+
+func TestWatchListsGetCoalescedStatus(t *testing.T) {
+	n := newNode(t, Config{})
+	w := connect(t, n, "w")
+	bob := connect(t, n, "bob")
+	require.NoError(t, n.Watch(w, []string{"carol", "bob", "bob"}))
+	assert.Equal(t, []string{`{"type":"watching","online":["bob"]}`}, w.take())
+
+	connect(t, n, "carol")
+	n.Disconnect(bob)
+	connect(t, n, "dave") // not watched
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"status","online":["carol"],"offline":["bob"]}`}, w.take())
+
+	bob = connect(t, n, "bob")
+	n.Disconnect(bob)
+	n.Tick()
+	assert.Empty(t, w.take(), "back and gone within a tick")
+
+	// Watching from mid-tick: only what follows the watching frame.
+	late := connect(t, n, "late")
+	bob = connect(t, n, "bob")
+	require.NoError(t, n.Watch(late, []string{"bob"}))
+	assert.Equal(t, []string{`{"type":"watching","online":["bob"]}`}, late.take())
+	n.Disconnect(bob)
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["bob"]}`}, late.take())
+	assert.Empty(t, w.take(), "for w, bob was offline before and after")
+
+	require.ErrorIs(t, n.Watch(w, make([]string, 2000)), nil, "duplicates are dropped before the limit")
+	many := make([]string, DefaultMaxWatch+1)
+	for i := range many {
+		many[i] = fmt.Sprint(i)
+	}
+	assert.ErrorIs(t, n.Watch(w, many), ErrTooManyWatched)
+}
+
+func TestHeartbeatLeaseAndChannels(t *testing.T) {
+	n := newNode(t, Config{}) // a lease lasts 2 ticks
+	obs := connect(t, n, "obs", "lobby")
+	obs.take()
+	require.NoError(t, n.Heartbeat("hb", []string{"lobby"}))
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["hb"],"leaves":[]}`}, obs.take())
+	require.NoError(t, n.Heartbeat("hb", []string{"lobby"}))
+	n.Tick()
+	n.Tick()
+	assert.Empty(t, obs.take(), "renewed")
+	n.Tick()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["hb"]}`}, obs.take())
+	conns, err := n.User(context.Background(), "hb")
+	require.NoError(t, err)
+	assert.Zero(t, conns)
+}
+
+func TestGracePeriodHoldsUserAndChannels(t *testing.T) {
+	n := newNode(t, Config{Slots: 11, Tick: time.Second, Grace: 2 * time.Second})
+	obs := connect(t, n, "obs", "lobby")
+	a := connect(t, n, "alice", "lobby")
+	require.NoError(t, n.Watch(obs, []string{"alice"}))
+	n.Tick()
+	obs.take()
+
+	n.Disconnect(a)
+	n.Tick()
+	a = connect(t, n, "alice", "lobby") // a reload
+	n.Tick()
+	n.Tick()
+	n.Tick()
+	assert.Empty(t, obs.take(), "no flap across a reload within the grace period")
+
+	n.Disconnect(a)
+	n.Tick()
+	n.Tick()
+	assert.Empty(t, obs.take(), "held for the grace period")
+	n.Tick()
+	assert.ElementsMatch(t, []string{
+		`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}`,
+		`{"type":"status","online":[],"offline":["alice"]}`,
+	}, obs.take())
+}
+
+func TestDeliverGoesOnlyToWhoAsked(t *testing.T) {
+	n := newNode(t, Config{})
+	a := connect(t, n, "alice", "lobby")
+	b := connect(t, n, "bob", "room")
+	quiet := connect(t, n, "quiet")
+	a.take()
+	b.take()
+	ctx := context.Background()
+	require.NoError(t, n.Chat(ctx, a, "lobby", "hi"))
+	assert.ErrorIs(t, n.Chat(ctx, a, "room", "hi"), ErrNotJoined)
+	require.NoError(t, n.Publish(ctx, "room", json.RawMessage(`{"n":1}`)))
+	require.NoError(t, n.Send(ctx, "alice", json.RawMessage(`"psst"`)))
+	assert.Error(t, n.Send(ctx, "alice", json.RawMessage(`{`)))
+	assert.Equal(t, []string{
+		`{"type":"chat","channel":"lobby","from":"alice","text":"hi"}`,
+		`{"type":"message","data":"psst"}`,
+	}, a.take())
+	assert.Equal(t, []string{`{"type":"publish","channel":"room","data":{"n":1}}`}, b.take())
+	n.Tick()
+	assert.Empty(t, quiet.take())
+}
+
+func TestValidChannel(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"lobby": true, "a": true, "room-1_x.y:z@w/v#u": true, string(make([]byte, 128)): false,
+		"": false, "a b": false, "é": false, "a,b": false, "x?": false,
+	} {
+		assert.Equal(t, ok, ValidChannel(name), "%q", name)
+	}
+	long := make([]byte, 129)
+	for i := range long {
+		long[i] = 'x'
+	}
+	assert.False(t, ValidChannel(string(long)))
+	assert.True(t, ValidChannel(string(long[:128])))
+}
+
+// A model check: random joins, leaves, connects and disconnects of many
+// clients over many ticks. Every subscriber's picture, its snapshot plus the
+// diffs after it, matches the channel's members at every tick.
+func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
+	n := newNode(t, Config{MemberList: 1000})
+	rng := rand.New(rand.NewPCG(1, 2))
+	channels := []string{"a", "b", "c"}
+	type sim struct {
+		c      *client
+		joined map[string]bool
+		view   map[string]map[string]bool // what it believes
+	}
+	var live []*sim
+	apply := func(s *sim) {
+		for _, f := range s.c.take() {
+			var m struct {
+				Type, Channel string
+				Members       []string
+				Joins, Leaves []string
+			}
+			require.NoError(t, json.Unmarshal([]byte(f), &m))
+			switch m.Type {
+			case "joined":
+				s.view[m.Channel] = map[string]bool{}
+				for _, u := range m.Members {
+					s.view[m.Channel][u] = true
+				}
+			case "left":
+				delete(s.view, m.Channel)
+			case "presence":
+				v := s.view[m.Channel]
+				require.NotNil(t, v, "diff for a channel not joined: %s", f)
+				for _, u := range m.Joins {
+					require.False(t, v[u], "repeated join %s: %s", u, f)
+					v[u] = true
+				}
+				for _, u := range m.Leaves {
+					require.True(t, v[u], "leave of a non-member %s: %s", u, f)
+					delete(v, u)
+				}
+			}
+		}
+	}
+	for tick := range 300 {
+		for range rng.IntN(8) {
+			switch op := rng.IntN(10); {
+			case op < 3 || len(live) == 0:
+				uid := fmt.Sprintf("u%d", rng.IntN(12))
+				s := &sim{c: &client{name: uid}, joined: map[string]bool{}, view: map[string]map[string]bool{}}
+				ch := channels[rng.IntN(3)]
+				require.NoError(t, n.Connect(s.c, uid, []string{ch}))
+				s.joined[ch] = true
+				live = append(live, s)
+			case op < 5:
+				i := rng.IntN(len(live))
+				n.Disconnect(live[i].c)
+				live = slices.Delete(live, i, i+1)
+			case op < 8:
+				s := live[rng.IntN(len(live))]
+				ch := channels[rng.IntN(3)]
+				require.NoError(t, n.Join(s.c, ch))
+				s.joined[ch] = true
+			default:
+				s := live[rng.IntN(len(live))]
+				ch := channels[rng.IntN(3)]
+				require.NoError(t, n.Leave(s.c, ch))
+				delete(s.joined, ch)
+			}
+		}
+		n.Tick()
+		for _, s := range live {
+			apply(s)
+			for ch := range s.joined {
+				_, members, err := n.Members(ch, 1000)
+				require.NoError(t, err)
+				var believed []string
+				for u := range s.view[ch] {
+					believed = append(believed, u)
+				}
+				slices.Sort(believed)
+				require.Equal(t, members, orEmpty(believed), "tick %d, %s's view of %s", tick, s.c.name, ch)
+			}
+		}
+	}
+}

@@ -1,0 +1,376 @@
+package presence
+
+import (
+	"slices"
+	"sync"
+)
+
+// view is what this node knows of presence, built from the Engine's edges:
+// who is online, each channel's members, and who of this node's clients
+// asked to hear of which. It is the Node's Relay.
+//
+// Changes are logged per tick and go out at flush, netted: for each user the
+// first edge of the tick says what it was before, the current state what it
+// is now, and only a difference is sent. A client that subscribed during the
+// tick has a base, the log position its snapshot reflects, and gets only the
+// net of what followed.
+type view struct {
+	memberList, presenceLists int
+
+	mu       sync.Mutex
+	online   map[string]struct{}
+	channels map[string]*channelView
+	dirty    []*channelView // channels with a non-empty log
+	byUser   map[string][]Client
+
+	watchers map[string]map[Client]struct{} // uid -> clients watching it
+	watching map[Client]*watchState
+	userLog  []edge // edges of watched users this tick
+	rebased  []*watchState
+}
+
+type edge struct {
+	uid string
+	on  bool
+}
+
+type channelView struct {
+	name    string
+	members []string // sorted
+	subs    map[Client]*sub
+	log     []edge // member edges this tick, kept only while there are subs
+}
+
+// sub is one client's subscription to a channel: base is the log position
+// its snapshot reflects, seen the count it was last told.
+type sub struct {
+	base, seen int
+}
+
+type watchState struct {
+	c    Client
+	uids []string // sorted
+	base int
+}
+
+func (v *view) init(memberList, presenceLists int) {
+	v.memberList, v.presenceLists = memberList, presenceLists
+	v.online = make(map[string]struct{})
+	v.channels = make(map[string]*channelView)
+	v.byUser = make(map[string][]Client)
+	v.watchers = make(map[string]map[Client]struct{})
+	v.watching = make(map[Client]*watchState)
+}
+
+// UserChanged records an online or offline edge.
+func (v *view) UserChanged(uid string, online bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, was := v.online[uid]; was == online {
+		return
+	}
+	if online {
+		v.online[uid] = struct{}{}
+	} else {
+		delete(v.online, uid)
+	}
+	if len(v.watchers[uid]) > 0 {
+		v.userLog = append(v.userLog, edge{uid, online})
+	}
+}
+
+// MemberChanged records a join or leave edge of channel.
+func (v *view) MemberChanged(channel, uid string, joined bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cv := v.channels[channel]
+	if cv == nil {
+		if !joined {
+			return
+		}
+		cv = &channelView{name: channel, subs: make(map[Client]*sub)}
+		v.channels[channel] = cv
+	}
+	i, found := slices.BinarySearch(cv.members, uid)
+	if found == joined {
+		return
+	}
+	if joined {
+		cv.members = slices.Insert(cv.members, i, uid)
+	} else {
+		cv.members = slices.Delete(cv.members, i, i+1)
+	}
+	if len(cv.subs) > 0 {
+		if len(cv.log) == 0 {
+			v.dirty = append(v.dirty, cv)
+		}
+		cv.log = append(cv.log, edge{uid, joined})
+	}
+	v.dropIfUnused(cv)
+}
+
+func (v *view) dropIfUnused(cv *channelView) {
+	if len(cv.members) == 0 && len(cv.subs) == 0 && len(cv.log) == 0 && v.channels[cv.name] == cv {
+		delete(v.channels, cv.name)
+	}
+}
+
+// Deliver sends m's frame to the clients it is for.
+func (v *view) Deliver(m Message) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if m.Channel != "" {
+		if cv := v.channels[m.Channel]; cv != nil {
+			for c := range cv.subs {
+				c.Send(m.Frame)
+			}
+		}
+		return
+	}
+	for _, c := range v.byUser[m.UID] {
+		c.Send(m.Frame)
+	}
+}
+
+func (v *view) addClient(c Client, uid string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.byUser[uid] = append(v.byUser[uid], c)
+}
+
+// removeClient forgets c: its subscriptions, its watch list and its place
+// among its user's clients.
+func (v *view) removeClient(c Client, uid string, channels []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cs := slices.DeleteFunc(v.byUser[uid], func(x Client) bool { return x == c })
+	if len(cs) == 0 {
+		delete(v.byUser, uid)
+	} else {
+		v.byUser[uid] = cs
+	}
+	for _, ch := range channels {
+		if cv := v.channels[ch]; cv != nil {
+			delete(cv.subs, c)
+			v.dropIfUnused(cv)
+		}
+	}
+	v.unwatchLocked(c)
+	delete(v.watching, c)
+}
+
+// subscribe (re)subscribes c to channel and sends it the snapshot, in one
+// critical section with the log position it reflects.
+func (v *view) subscribe(c Client, channel string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cv := v.channels[channel]
+	if cv == nil {
+		cv = &channelView{name: channel, subs: make(map[Client]*sub)}
+		v.channels[channel] = cv
+	}
+	cv.subs[c] = &sub{base: len(cv.log), seen: len(cv.members)}
+	list := cv.members[:min(len(cv.members), v.memberList)]
+	c.Send(mustJSON(joinedFrame{Type: "joined", Channel: channel, Count: len(cv.members), Members: orEmpty(slices.Clip(list))}))
+}
+
+func (v *view) unsubscribe(c Client, channel string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if cv := v.channels[channel]; cv != nil {
+		delete(cv.subs, c)
+		v.dropIfUnused(cv)
+	}
+	c.Send(mustJSON(leftFrame{Type: "left", Channel: channel}))
+}
+
+// watch replaces c's watch list (sorted, without duplicates) and sends it
+// who of them is online.
+func (v *view) watch(c Client, uids []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.unwatchLocked(c)
+	ws := &watchState{c: c, uids: uids, base: len(v.userLog)}
+	v.watching[c] = ws
+	if ws.base > 0 {
+		v.rebased = append(v.rebased, ws)
+	}
+	online := []string{}
+	for _, uid := range uids {
+		w := v.watchers[uid]
+		if w == nil {
+			w = make(map[Client]struct{})
+			v.watchers[uid] = w
+		}
+		w[c] = struct{}{}
+		if _, on := v.online[uid]; on {
+			online = append(online, uid)
+		}
+	}
+	c.Send(mustJSON(watchingFrame{Type: "watching", Online: online}))
+}
+
+func (v *view) unwatchLocked(c Client) {
+	ws := v.watching[c]
+	if ws == nil {
+		return
+	}
+	for _, uid := range ws.uids {
+		if w := v.watchers[uid]; w != nil {
+			delete(w, c)
+			if len(w) == 0 {
+				delete(v.watchers, uid)
+			}
+		}
+	}
+	ws.uids = nil
+}
+
+// members returns channel's member count and its first limit members.
+func (v *view) members(channel string, limit int) (int, []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cv := v.channels[channel]
+	if cv == nil {
+		return 0, []string{}
+	}
+	return len(cv.members), slices.Clone(cv.members[:min(len(cv.members), max(limit, 0))])
+}
+
+// flush sends the tick's netted changes: per channel at most one diff to
+// each subscriber, and per client at most one status frame.
+func (v *view) flush() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, cv := range v.dirty {
+		v.flushChannel(cv)
+	}
+	clear(v.dirty)
+	v.dirty = v.dirty[:0]
+	if len(v.userLog) > 0 {
+		v.flushStatus()
+	}
+	for _, ws := range v.rebased {
+		ws.base = 0
+	}
+	clear(v.rebased)
+	v.rebased = v.rebased[:0]
+	clear(v.userLog)
+	v.userLog = v.userLog[:0]
+}
+
+func (v *view) flushChannel(cv *channelView) {
+	count := len(cv.members)
+	lists := count <= v.presenceLists
+	frames := make(map[int][]byte) // by base with lists, by count seen without
+	for c, s := range cv.subs {
+		key := s.seen
+		if lists {
+			key = s.base
+		}
+		frame, ok := frames[key]
+		if !ok {
+			frame = v.diff(cv, s, count, lists)
+			frames[key] = frame
+		}
+		if frame != nil {
+			c.Send(frame)
+		}
+		s.base, s.seen = 0, count
+	}
+	clear(cv.log)
+	cv.log = cv.log[:0]
+	v.dropIfUnused(cv)
+}
+
+// diff is the frame for a subscriber at s, nil if it has nothing to learn.
+func (v *view) diff(cv *channelView, s *sub, count int, lists bool) []byte {
+	if !lists {
+		if s.seen == count {
+			return nil
+		}
+		return mustJSON(diffFrame{Type: "presence", Channel: cv.name, Count: count})
+	}
+	joins, leaves := netEdges(cv.log[min(s.base, len(cv.log)):], func(uid string) bool {
+		_, found := slices.BinarySearch(cv.members, uid)
+		return found
+	})
+	if len(joins) == 0 && len(leaves) == 0 {
+		return nil
+	}
+	joins, leaves = orEmpty(joins), orEmpty(leaves)
+	return mustJSON(diffFrame{Type: "presence", Channel: cv.name, Count: count, Joins: &joins, Leaves: &leaves})
+}
+
+// netEdges nets log: a user whose first edge in it is a join was out before
+// it, one whose first edge is a leave was in; now says where it is after.
+// It returns those who came in and those who went out, each sorted.
+func netEdges(log []edge, now func(uid string) bool) (in, out []string) {
+	seen := make(map[string]struct{}, len(log))
+	for _, e := range log {
+		if _, dup := seen[e.uid]; dup {
+			continue
+		}
+		seen[e.uid] = struct{}{}
+		was := !e.on
+		switch is := now(e.uid); {
+		case is && !was:
+			in = append(in, e.uid)
+		case !is && was:
+			out = append(out, e.uid)
+		}
+	}
+	slices.Sort(in)
+	slices.Sort(out)
+	return in, out
+}
+
+func (v *view) flushStatus() {
+	isOnline := func(uid string) bool { _, on := v.online[uid]; return on }
+	type status struct{ online, offline []string }
+	out := make(map[Client]*status)
+	add := func(c Client, uid string, online bool) {
+		st := out[c]
+		if st == nil {
+			st = &status{online: []string{}, offline: []string{}}
+			out[c] = st
+		}
+		if online {
+			st.online = append(st.online, uid)
+		} else {
+			st.offline = append(st.offline, uid)
+		}
+	}
+	fromStart := func(uids []string, online bool) {
+		for _, uid := range uids {
+			for c := range v.watchers[uid] {
+				if v.watching[c].base == 0 {
+					add(c, uid, online)
+				}
+			}
+		}
+	}
+	on, off := netEdges(v.userLog, isOnline)
+	fromStart(on, true)
+	fromStart(off, false)
+	// Watching since mid-tick: only what followed the watching frame counts.
+	for _, ws := range v.rebased {
+		if v.watching[ws.c] != ws {
+			continue // replaced, or the client is gone
+		}
+		in, gone := netEdges(v.userLog[ws.base:], isOnline)
+		for _, uid := range in {
+			if _, ok := slices.BinarySearch(ws.uids, uid); ok {
+				add(ws.c, uid, true)
+			}
+		}
+		for _, uid := range gone {
+			if _, ok := slices.BinarySearch(ws.uids, uid); ok {
+				add(ws.c, uid, false)
+			}
+		}
+	}
+	for c, st := range out {
+		c.Send(mustJSON(statusFrame{Type: "status", Online: st.online, Offline: st.offline}))
+	}
+}
