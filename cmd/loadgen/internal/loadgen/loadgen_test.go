@@ -463,3 +463,48 @@ func TestRunAgainstPresencedHub(t *testing.T) {
 	assert.GreaterOrEqual(t, sum.DetectP50MS, float64((time.Second-2*tick)/time.Millisecond))
 	assert.Less(t, sum.DetectMaxMS, float64((time.Second+tick+2*time.Second)/time.Millisecond))
 }
+
+func TestRunRoomsAgainstPresencedHub(t *testing.T) {
+	t.Parallel()
+	const tick = 40 * time.Millisecond
+	hub, err := transport.New(transport.Config{Slots: 11, Tick: tick, PresenceLists: 15}) // 400 ms timeout
+	require.NoError(t, err)
+	hs := httptest.NewServer(hub)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, hub.Shutdown(ctx))
+		hs.Close()
+	})
+	co := &Coordinator{Launch: inProcess}
+	// Four rooms of 10 and one channel of 20 (above PresenceLists: count-only diffs).
+	sum, err := co.Run(context.Background(), Config{
+		URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Conns: 40, Silent: 8, Room: 10,
+		BigChannel: "all", BigEvery: 2,
+		Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 1500 * time.Millisecond, Workers: 2,
+	})
+	require.NoError(t, err)
+	assert.True(t, sum.OK(), "%+v", sum)
+	assert.Equal(t, 8, sum.SilentClosed)
+	// One welcome per client, one joined per channel joined at connect, and
+	// per-tick diffs of those channels; nothing the clients could not parse
+	// and no error frames (the server accepted every channel name).
+	assert.EqualValues(t, 40, sum.FrameTypes["welcome"])
+	assert.EqualValues(t, 40+20, sum.FrameTypes["joined"])
+	assert.Positive(t, sum.FrameTypes["presence"])
+	assert.Zero(t, sum.FrameTypes["error"])
+	assert.Zero(t, sum.FrameTypes["invalid"])
+	assert.Zero(t, sum.FrameTypes["other"])
+	var byType int64
+	for _, n := range sum.FrameTypes {
+		byType += n
+	}
+	assert.Equal(t, sum.FramesReceived, byType)
+	t.Logf("frames by type %v, per client %+v", sum.FrameTypes, sum.FramesPerClient)
+	assert.Equal(t, 40, sum.FramesPerClient.Clients)
+	// Joins and the silent clients' leaves arrive coalesced per tick: over a
+	// 1.5 s run a client gets at most a few dozen diffs, not one per edge
+	// of all 40 users.
+	assert.GreaterOrEqual(t, sum.FramesPerClient.Min, int64(2))
+	assert.Less(t, sum.FramesPerClient.Max, int64(2+2*1500/40+5))
+}
