@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/scale.sh: presenced against the hand-written gorilla baseline
 # (bench/baseline), both driven by cmd/loadgen with the same settings, at 1k,
-# 5k and ~90% of the open-file limit connections. Prints a markdown table.
+# 5k and ~90% of the open-file limit connections, one user per connection in
+# rooms of 50, plus one presenced run with a single channel of 1,000 members.
+# Prints a markdown table.
 #
 #   bench/scale.sh          quick run: a few minutes per server and count
 #   bench/scale.sh full     5-minute hold at the largest count
@@ -15,9 +17,11 @@
 #   HOLD_MAX   hold at the largest count [HOLD; full: 300]
 #   EVERY      app-ping interval of each client, Go duration ["10s"]; "0" only answers server pings
 #   SILENT_PCT percentage of clients that go silent when the ramp ends [10]
-#   USERS_PER  connections per user ID [100]: presence edges are broadcast to
-#              every connection, so one user per connection measures the
-#              fan-out more than the keepalives (see README)
+#   USERS_PER  connections per user ID [1]
+#   ROOM       clients per channel: client i joins room-<i/ROOM> at connect [50];
+#              0: no channels
+#   BIG        members of the extra run's single channel, a presenced run at
+#              BIG connections, all in one channel [1000]; 0: no extra run
 #   SLOTS TICK presenced ring [31, 1s]; the baseline gets the same timeout
 #   SERVERS    ["presenced baseline"]
 #   SOAK_SECS SOAK_CONNS SOAK_CHURN  soak length, steady clients, clients per churn round [600, 5000, 1000]
@@ -53,7 +57,9 @@ else
 fi
 EVERY=${EVERY:-10s}
 SILENT_PCT=${SILENT_PCT:-10}
-USERS_PER=${USERS_PER:-100}
+USERS_PER=${USERS_PER:-1}
+ROOM=${ROOM:-50}
+BIG=${BIG:-1000}
 SLOTS=${SLOTS:-31}
 TICK=${TICK:-1s}
 SERVERS=${SERVERS:-"presenced baseline"}
@@ -112,20 +118,36 @@ stop_server() {
 trap stop_server EXIT
 
 ROWS=()
+declare -A RESULT # "server,conns,room" -> "rss_per_conn p99 silent_closed silent false_closes slow_closes"
 
-# run_one SERVER CONNS HOLD_SECS SOURCE_FIRST
+# metric NAME [FILTER]: sum of the samples of one metric family in $HTTP/metrics
+# whose labels match the regular expression FILTER; empty when the server has
+# no /metrics or no such family.
+metric() {
+	local m
+	m=$(curl -fsS "$HTTP/metrics" 2>/dev/null) || return 0
+	awk -v name="$1" -v filter="${2:-}" '
+		index($1, name) == 1 && (substr($1, length(name) + 1, 1) == "{" || length($1) == length(name)) {
+			if (filter == "" || $1 ~ filter) { s += $2; seen = 1 }
+		}
+		END { if (seen) printf "%.0f\n", s }' <<<"$m"
+}
+
+# run_one SERVER CONNS HOLD_SECS SOURCE_FIRST ROOM [LABEL]
 run_one() {
-	local name=$1 conns=$2 hold=$3 src=$4
+	local name=$1 conns=$2 hold=$3 src=$4 room=$5 label=${6:-$1}
 	local silent=$((conns * SILENT_PCT / 100))
 	local users=$(((conns + USERS_PER - 1) / USERS_PER))
 	start_server "$name"
 	sleep 1
 	local rss0 ticks0
 	rss0=$(rss_kb "$SERVER_PID")
-	log "$name: $conns conns ($silent silent, $users users), ramp ${RAMP}s, hold ${hold}s, idle RSS ${rss0} kB"
-	local tag="$name-$conns"
+	log "$label: $conns conns ($silent silent, $users users, room $room), ramp ${RAMP}s, hold ${hold}s, idle RSS ${rss0} kB"
+	local tag="$name-$conns-room$room"
+	local frames0
+	frames0=$(metric presenced_frames_sent_total)
 	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + hold))s" \
-		-every "$EVERY" -silent "$silent" -users "$users" -source-first "$src" \
+		-every "$EVERY" -silent "$silent" -users "$users" -room "$room" -source-first "$src" \
 		-server-pid "$SERVER_PID" >"$OUT/$tag.json" 2>"$OUT/$tag.progress" &
 	local lg=$!
 	# RSS with every client connected and none silenced yet: half-way into the
@@ -141,10 +163,17 @@ run_one() {
 	wait "$lg" || rc=$?
 	local j
 	j=$(cat "$OUT/$tag.json")
+	# Slow-consumer closes and frames sent from the server's own counters
+	# (presenced only; the baseline has no /metrics). The clients are closed
+	# by now, so frames sent include the last leaves.
+	local slow frames1
+	slow=$(metric presenced_closes_total 'reason="slow"')
+	frames1=$(metric presenced_frames_sent_total)
+	curl -fsS "$HTTP/metrics" >"$OUT/$tag.metrics" 2>/dev/null || true
 	stop_server
 	if [[ -z $j ]]; then
 		log "$tag: loadgen printed nothing (exit $rc); see $OUT/$tag.progress"
-		ROWS+=("| $name | $conns | - | - | - | - | - | - | - | - | loadgen failed |")
+		ROWS+=("| $label | $conns | - | - | - | - | - | - | - | - | - | - | loadgen failed |")
 		return
 	fi
 	local connected cpu ka p50 p99 max sc si fc
@@ -164,21 +193,58 @@ run_one() {
 	per_conn=$(awk -v a="$rss1" -v b="$rss0" -v n="$connected" 'BEGIN{ if (n>0) printf "%.1f", (a-b)/n; else print "-" }')
 	per_conn_end=$(awk -v a="${rss_end:-0}" -v b="$rss0" -v n="$left" 'BEGIN{ if (n>0 && a>0) printf "%.1f", (a-b)/n; else print "-" }')
 	cpu_per_k=$(awk -v c="${cpu:-0}" -v k="${ka:-0}" 'BEGIN{ if (k>0) printf "%.4f", c/(k/1000); else print "-" }')
+	# Slow closes as the clients saw them (close code 1008) where the server
+	# does not count them itself.
+	local slow_seen
+	slow_seen=$(sed -nE 's/.*"close_codes":\{[^}]*"1008":([0-9]+).*/\1/p' <<<"$j")
+	[[ -z $slow ]] && slow="${slow_seen:-0} (clients)"
+	local recv fpc sent
+	recv=$(field frames_received "$j")
+	fpc=$(sed -nE 's/.*"frames_per_client":\{[^}]*"mean":([0-9.]+).*/\1/p' <<<"$j")
+	sent=-
+	[[ -n $frames0 && -n $frames1 ]] && sent=$((frames1 - frames0))
 	local verdict=ok
 	[[ $rc -ne 0 ]] && verdict="exit $rc"
-	ROWS+=("| $name | $conns | $connected | $per_conn | $per_conn_end | $cpu_per_k | ${cpu:-?} s / ${ka:-?} | $p50 / $p99 / $max | $sc / $si | $fc | $verdict |")
+	ROWS+=("| $label | $conns | $connected | $per_conn | $per_conn_end | $cpu_per_k | ${cpu:-?} s / ${ka:-?} | $p50 / $p99 / $max | $sc / $si | $fc | $slow | $sent / $recv (${fpc:-?}) | $verdict |")
+	RESULT["$name,$conns,$room"]="$per_conn $p99 $sc $si $fc ${slow%% *}"
 	log "$tag: $(tail -c 400 "$OUT/$tag.json")"
 }
 
 print_table() {
 	echo
 	echo "Mode $MODE on $(nproc) cores, ulimit -Hn $LIMIT, timeout ${TIMEOUT_MS} ms (presenced: ${SLOTS} slots x ${TICK}),"
-	echo "ramp ${RAMP}s, hold ${HOLD}s (largest: ${HOLD_MAX}s), app ping every ${EVERY}, ${SILENT_PCT}% silent, ${USERS_PER} connections per user."
+	echo "ramp ${RAMP}s, hold ${HOLD}s (largest: ${HOLD_MAX}s), app ping every ${EVERY}, ${SILENT_PCT}% silent, ${USERS_PER} connections per user,"
+	echo "rooms of ${ROOM} (client i in room-<i/${ROOM}>)$( ((BIG > 0)) && echo "; extra run: presenced, ${BIG} connections in one channel")."
 	echo "Detection target: timeout + tick + 100 ms = $((TIMEOUT_MS + tick_ms + 100)) ms (p99)."
 	echo
-	echo "| server | conns | connected | RSS/conn mid-hold (KB) | RSS/conn end (KB) | CPU s / 1k keepalives | hold CPU / keepalives | detect p50 / p99 / max (ms) | silent closed | false closes | loadgen |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+	echo "| server | conns | connected | RSS/conn mid-hold (KB) | RSS/conn end (KB) | CPU s / 1k keepalives | hold CPU / keepalives | detect p50 / p99 / max (ms) | silent closed (4408) | false closes | slow closes | frames sent / received (per client) | loadgen |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 	printf '%s\n' "${ROWS[@]}"
+	targets
+}
+
+# targets: one line per count on the goals for presenced (rooms of ROOM): no
+# false or slow closes, every silent client closed with 4408, detection p99
+# within timeout + tick + 100 ms, RSS per connection at most half the
+# baseline's in the same run.
+mark() { if (($1)); then echo "met ($2)"; else echo "MISSED ($2)"; fi; }
+targets() {
+	local limit=$((TIMEOUT_MS + tick_ms + 100)) n
+	echo
+	echo "| conns | false closes 0 | slow closes 0 | all silent closed with 4408 | p99 <= ${limit} ms | RSS/conn <= 0.5x baseline |"
+	echo "|---:|---|---|---|---|---|"
+	for n in $COUNTS; do
+		local p=${RESULT["presenced,$n,$ROOM"]:-} b=${RESULT["baseline,$n,$ROOM"]:-}
+		[[ -z $p ]] && continue
+		local rss p99 sc si fc slow brss=0 ratio=- p99ok rok
+		read -r rss p99 sc si fc slow <<<"$p"
+		[[ -n $b ]] && read -r brss _ <<<"$b"
+		ratio=$(awk -v a="$rss" -v b="$brss" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
+		p99ok=$(awk -v p="$p99" -v l="$limit" 'BEGIN{ print (p != "" && p <= l) ? 1 : 0 }')
+		rok=$(awk -v r="$ratio" 'BEGIN{ print (r != "-" && r <= 0.5) ? 1 : 0 }')
+		echo "| $n | $(mark "${fc:-1} == 0" "$fc") | $(mark "${slow:-1} == 0" "$slow") | $(mark "${sc:-0} == ${si:-1}" "$sc / $si") |" \
+			"$(mark "$p99ok" "$p99 ms") | $(mark "$rok" "$ratio") |"
+	done
 }
 
 
@@ -199,7 +265,7 @@ soak() {
 	start_server presenced
 	log "soak: ${secs}s, $conns steady clients, rounds of $churn churning clients (${SILENT_PCT}% silent)"
 	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + secs + 30))s" \
-		-every "$EVERY" -users "$(((conns + USERS_PER - 1) / USERS_PER))" -uid-prefix steady \
+		-every "$EVERY" -users "$(((conns + USERS_PER - 1) / USERS_PER))" -room "$ROOM" -uid-prefix steady \
 		-source-first 127.0.0.30 >"$OUT/soak-steady.json" 2>"$OUT/soak-steady.progress" &
 	local steady=$!
 	sleep $((RAMP + 5))
@@ -211,7 +277,7 @@ soak() {
 	while ((SECONDS + churn_secs + 5 < end)); do
 		round=$((round + 1))
 		"$OUT/loadgen" -url "$URL" -conns "$churn" -ramp 5s -duration "$((5 + churn_secs))s" -every "$EVERY" \
-			-silent $((churn * SILENT_PCT / 100)) -users "$(((churn + USERS_PER - 1) / USERS_PER))" \
+			-silent $((churn * SILENT_PCT / 100)) -users "$(((churn + USERS_PER - 1) / USERS_PER))" -room "$ROOM" \
 			-uid-prefix "churn$round-" -source-first 127.0.0.40 >>"$OUT/soak-churn.json" 2>/dev/null || {
 			log "churn round $round: loadgen exit $?"
 			failed=$((failed + 1))
@@ -223,7 +289,7 @@ soak() {
 	wait "$steady" || log "steady loadgen exit $?"
 	echo
 	echo "Soak: ${secs}s, $conns steady clients (app ping every $EVERY), $round churn rounds of $churn clients (${SILENT_PCT}% silent),"
-	echo "$USERS_PER connections per user."
+	echo "$USERS_PER connections per user, rooms of $ROOM."
 	echo
 	echo "| | goroutines | heap alloc (MB) | heap goal (MB) | stacks (MB) | RSS (MB) |"
 	echo "|---|---:|---:|---:|---:|---:|"
@@ -249,9 +315,12 @@ for n in $COUNTS; do
 	for s in $SERVERS; do
 		src=127.0.0.2
 		[[ $s == baseline ]] && src=127.0.0.20
-		run_one "$s" "$n" "$hold" "$src"
+		run_one "$s" "$n" "$hold" "$src" "$ROOM"
 	done
 done
+if ((BIG > 0)) && [[ " $SERVERS " == *" presenced "* ]]; then
+	run_one presenced "$BIG" "$HOLD" 127.0.0.2 "$BIG" "presenced, 1 channel of $BIG"
+fi
 print_table
 echo
 echo "Logs and loadgen JSON: $OUT"

@@ -2,7 +2,13 @@
 // server speaking its welcome/ping/4408 subset), silences some of them after
 // the ramp and reports how the server dealt with them as one JSON line.
 //
-//	loadgen -url ws://127.0.0.1:8080/ws -conns 5000 -ramp 10s -silent 500 -duration 60s
+//	loadgen -url ws://127.0.0.1:8080/ws -conns 5000 -ramp 10s -silent 500 -duration 60s -room 50
+//
+// Each client is its own user (lg0, lg1, ...) unless -users says otherwise.
+// With -room N client i joins channel room-<i/N> at connect; -big-channel adds
+// one large channel. Clients read every frame the server sends and count
+// them by "type" (frames_by_type, frames_per_client in the summary), so the
+// server's fan-out can be measured from the receiving end.
 //
 // Clients are split over worker processes (re-executions of this binary) so
 // no process nears the open-file limit, and over source addresses
@@ -51,8 +57,10 @@ func run() int {
 	fs.IntVar(&cfg.Sources, "sources", 0, "source addresses to spread clients over (0: one per 8000 clients)")
 	fs.StringVar(&src, "source-first", "127.0.0.2", "first source address")
 	fs.StringVar(&cfg.UIDPrefix, "uid-prefix", "lg", "user IDs are this prefix and a number")
-	fs.IntVar(&cfg.Users, "users", 0, "distinct user IDs, client i being user i mod -users (0: one per client); "+
-		"fewer users means fewer presence broadcasts, which reach every connection")
+	fs.IntVar(&cfg.Users, "users", 0, "distinct user IDs, client i being user i mod -users (0: one user per client)")
+	fs.IntVar(&cfg.Room, "room", 0, "put client i in channel room-<i/N> at connect (?channels=), so rooms hold N clients (0: no rooms)")
+	fs.StringVar(&cfg.BigChannel, "big-channel", "", "also put every -big-every-th client (i mod K == 0) in this one channel at connect")
+	fs.IntVar(&cfg.BigEvery, "big-every", 0, "with -big-channel: K (0 or 1: every client), so the channel holds about conns/K members")
 	fs.IntVar(&cfg.DialLimit, "dial-limit", 64, "concurrent dials per worker")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "sample this local process's CPU and RSS at the start and end of the hold")
 	fs.StringVar(&verbosity, "log", "warn", "log level: debug, info, warn, error")

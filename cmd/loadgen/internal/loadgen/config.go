@@ -37,6 +37,9 @@ type Config struct {
 	SourceFirst netip.Addr    // first source address; zero means 127.0.0.2
 	UIDPrefix   string        // user IDs are UIDPrefix followed by a number; "" means "lg"
 	Users       int           // distinct user IDs, client i being user i mod Users; 0: one per client
+	Room        int           // >0: client i joins channel "room-<i/Room>" at connect, so rooms hold Room clients
+	BigChannel  string        // "": none; else every BigEvery-th client (i mod BigEvery == 0) also joins it at connect
+	BigEvery    int           // with BigChannel: 0 means 1 (every client)
 	DialLimit   int           // concurrent dials per worker; 0 means 64
 	ServerPID   int           // >0: sample this local process's CPU and RSS at the start and end of the hold
 	Linger      time.Duration // wait after the deadline before closing clients, so the server is sampled undisturbed; 0 means 1 s
@@ -48,6 +51,8 @@ const (
 	defaultDialLimit    = 64
 	defaultUIDPrefix    = "lg"
 	maxUIDPrefixLen     = 40
+	roomPrefix          = "room-"
+	maxChannelLen       = 128
 	startDelay          = 300 * time.Millisecond
 	lingerAfterDeadline = time.Second
 )
@@ -88,6 +93,22 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 	}
 	if c.Users < 0 {
 		return c, fmt.Errorf("users must not be negative, got %d", c.Users)
+	}
+	if c.Room < 0 {
+		return c, fmt.Errorf("room must not be negative, got %d", c.Room)
+	}
+	if c.BigEvery < 0 {
+		return c, fmt.Errorf("big-every must not be negative, got %d", c.BigEvery)
+	}
+	if c.BigChannel != "" {
+		if !validChannel(c.BigChannel) || strings.HasPrefix(c.BigChannel, roomPrefix) {
+			return c, fmt.Errorf("big channel %q: want 1-128 letters, digits or _.-:@/#, not starting with %q", c.BigChannel, roomPrefix)
+		}
+		if c.BigEvery == 0 {
+			c.BigEvery = 1
+		}
+	} else if c.BigEvery != 0 {
+		return c, errors.New("big-every needs big-channel")
 	}
 	if len(c.UIDPrefix) > maxUIDPrefixLen {
 		return c, fmt.Errorf("uid prefix longer than %d characters", maxUIDPrefixLen)
@@ -174,6 +195,9 @@ type Spec struct {
 	Sources    []string      `json:"sources,omitempty"`
 	UIDPrefix  string        `json:"uid_prefix"`
 	Users      int           `json:"users"`
+	Room       int           `json:"room,omitempty"`
+	BigChannel string        `json:"big_channel,omitempty"`
+	BigEvery   int           `json:"big_every,omitempty"`
 	DialLimit  int           `json:"dial_limit"`
 	TotalConns int           `json:"total_conns"` // to spread dial times over the whole ramp
 	Linger     time.Duration `json:"linger"`
@@ -197,6 +221,7 @@ func plan(c Config, start time.Time) []Spec {
 			Worker: w, URL: c.URL, First: w, Conns: n, Silent: s,
 			Start: start, Ramp: c.Ramp, Every: c.Every, Duration: c.Duration,
 			Sources: c.sourceAddrs(), UIDPrefix: c.UIDPrefix, Users: c.Users, DialLimit: c.DialLimit,
+			Room: c.Room, BigChannel: c.BigChannel, BigEvery: c.BigEvery,
 			TotalConns: c.Conns, Linger: c.Linger,
 		}
 	}
@@ -209,6 +234,36 @@ func (s Spec) uid(g int) string {
 		g %= s.Users
 	}
 	return s.UIDPrefix + strconv.Itoa(g)
+}
+
+// channels lists the channels the client with run-wide index g joins at
+// connect, in the order they go into ?channels=.
+func (s Spec) channels(g int) []string {
+	var cs []string
+	if s.Room > 0 {
+		cs = append(cs, roomPrefix+strconv.Itoa(g/s.Room))
+	}
+	if s.BigChannel != "" && s.BigEvery > 0 && g%s.BigEvery == 0 {
+		cs = append(cs, s.BigChannel)
+	}
+	return cs
+}
+
+// validChannel reports whether name is a channel name the server accepts:
+// 1-128 characters of ASCII letters, digits and _.-:@/#. A comma would split
+// it in ?channels=.
+func validChannel(name string) bool {
+	if len(name) == 0 || len(name) > maxChannelLen {
+		return false
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("_.-:@/#", r):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // globalIndex is the run-wide index of the worker's i-th client.

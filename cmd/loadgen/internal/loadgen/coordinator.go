@@ -23,29 +23,61 @@ type Launcher func(ctx context.Context, spec Spec, workers int) (reports io.Read
 
 // Summary is the outcome of a run; cmd/loadgen prints it as one JSON line.
 type Summary struct {
-	Conns             int            `json:"conns"`
-	Connected         int64          `json:"connected"`
-	FailedDials       int64          `json:"failed_dials"`
-	Silent            int            `json:"silent"`
-	SilentClosed      int            `json:"silent_closed"`
-	FalseClosed       int            `json:"false_closed"`
-	DetectP50MS       float64        `json:"detect_p50_ms"`
-	DetectP99MS       float64        `json:"detect_p99_ms"`
-	DetectMaxMS       float64        `json:"detect_max_ms"`
-	TimeoutMS         int64          `json:"timeout_ms"`
-	SilentUnclosed    int            `json:"silent_unclosed"`     // silent clients still open at the end
-	SilentClosedOther int            `json:"silent_closed_other"` // silent clients that ended without 4408
-	CloseCodes        map[string]int `json:"close_codes"`         // ends before the deadline, by close code ("eof": no close frame)
-	Workers           int            `json:"workers"`
-	Sources           int            `json:"sources"`
-	Keepalives        int64          `json:"keepalives_sent"` // pong replies and app pings, whole run
-	FramesReceived    int64          `json:"frames_received"`
-	ServerPings       int64          `json:"server_pings"`
-	HoldMS            int64          `json:"hold_ms"`         // from the end of the ramp (all dials done) to the deadline
-	HoldKeepalives    int64          `json:"hold_keepalives"` // keepalives sent during the hold
-	ServerCPUHoldS    float64        `json:"server_cpu_hold_s,omitempty"`
-	ServerRSSHoldKB   []int64        `json:"server_rss_kb_hold,omitempty"` // at the start and the end of the hold
-	WorkerErrors      []string       `json:"worker_errors,omitempty"`
+	Conns             int              `json:"conns"`
+	Connected         int64            `json:"connected"`
+	FailedDials       int64            `json:"failed_dials"`
+	Silent            int              `json:"silent"`
+	SilentClosed      int              `json:"silent_closed"`
+	FalseClosed       int              `json:"false_closed"`
+	DetectP50MS       float64          `json:"detect_p50_ms"`
+	DetectP99MS       float64          `json:"detect_p99_ms"`
+	DetectMaxMS       float64          `json:"detect_max_ms"`
+	TimeoutMS         int64            `json:"timeout_ms"`
+	SilentUnclosed    int              `json:"silent_unclosed"`     // silent clients still open at the end
+	SilentClosedOther int              `json:"silent_closed_other"` // silent clients that ended without 4408
+	CloseCodes        map[string]int   `json:"close_codes"`         // ends before the deadline, by close code ("eof": no close frame)
+	Workers           int              `json:"workers"`
+	Sources           int              `json:"sources"`
+	Keepalives        int64            `json:"keepalives_sent"`   // pong replies and app pings, whole run
+	FramesReceived    int64            `json:"frames_received"`   // data frames received by all clients until the deadline
+	FrameTypes        map[string]int64 `json:"frames_by_type"`    // the same by "type" (see frameTypes)
+	FramesPerClient   FrameStats       `json:"frames_per_client"` // spread of data frames received over the clients that connected
+	ServerPings       int64            `json:"server_pings"`
+	HoldMS            int64            `json:"hold_ms"`         // from the end of the ramp (all dials done) to the deadline
+	HoldKeepalives    int64            `json:"hold_keepalives"` // keepalives sent during the hold
+	ServerCPUHoldS    float64          `json:"server_cpu_hold_s,omitempty"`
+	ServerRSSHoldKB   []int64          `json:"server_rss_kb_hold,omitempty"` // at the start and the end of the hold
+	WorkerErrors      []string         `json:"worker_errors,omitempty"`
+}
+
+// FrameStats is the spread of frames received per client.
+type FrameStats struct {
+	Clients int     `json:"clients"`
+	Min     int64   `json:"min"`
+	P50     int64   `json:"p50"`
+	P99     int64   `json:"p99"`
+	Max     int64   `json:"max"`
+	Mean    float64 `json:"mean"`
+}
+
+func frameStats(xs []int64) FrameStats {
+	if len(xs) == 0 {
+		return FrameStats{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	var sum int64
+	for _, x := range s {
+		sum += x
+	}
+	rank := func(p float64) int64 {
+		r := int(math.Ceil(p / 100 * float64(len(s))))
+		return s[min(max(r, 1), len(s))-1]
+	}
+	return FrameStats{
+		Clients: len(s), Min: s[0], P50: rank(50), P99: rank(99), Max: s[len(s)-1],
+		Mean: math.Round(float64(sum)/float64(len(s))*10) / 10,
+	}
 }
 
 // OK reports whether the run met its contract: no live client was closed and
@@ -201,8 +233,12 @@ func (co *Coordinator) Run(ctx context.Context, cfg Config) (Summary, error) {
 	close(stopProgress)
 	<-progressDone
 
-	s := Summary{Conns: cfg.Conns, Workers: len(specs), Sources: cfg.Sources, CloseCodes: map[string]int{}}
+	s := Summary{
+		Conns: cfg.Conns, Workers: len(specs), Sources: cfg.Sources,
+		CloseCodes: map[string]int{}, FrameTypes: map[string]int64{},
+	}
 	var detect []float64
+	var perClient []int64
 	var total counters
 	for i, st := range states {
 		if st.final == nil {
@@ -224,12 +260,17 @@ func (co *Coordinator) Run(ctx context.Context, cfg Config) (Summary, error) {
 		for k, v := range f.CloseCodes {
 			s.CloseCodes[k] += v
 		}
+		for k, v := range f.FrameTypes {
+			s.FrameTypes[k] += v
+		}
+		perClient = append(perClient, f.PerClient...)
 	}
 	s.Connected = total.Connected
 	s.FailedDials = total.FailedDials
 	s.Keepalives = total.Keepalives
 	s.FramesReceived = total.Received
 	s.ServerPings = total.PingsIn
+	s.FramesPerClient = frameStats(perClient)
 	s.SilentUnclosed = s.Silent - s.SilentClosed - s.SilentClosedOther
 	s.DetectP50MS, s.DetectP99MS, s.DetectMaxMS = percentile(detect, 50), percentile(detect, 99), percentile(detect, 100)
 	if !holdStart.IsZero() {
@@ -271,10 +312,10 @@ func (co *Coordinator) progress(start time.Time, sum func() counters, stop <-cha
 		case now := <-t.C:
 			c := sum()
 			var b strings.Builder
-			fmt.Fprintf(&b, "t=%-6s open=%d connected/s=%d closed/s=%d errors/s=%d keepalives/s=%d (failed dials %d)\n",
+			fmt.Fprintf(&b, "t=%-6s open=%d connected/s=%d closed/s=%d errors/s=%d keepalives/s=%d frames/s=%d (failed dials %d)\n",
 				strconv.Itoa(int(math.Round(now.Sub(start).Seconds())))+"s", c.Open,
 				c.Connected-prev.Connected, c.Closed-prev.Closed, c.Errors-prev.Errors,
-				c.Keepalives-prev.Keepalives, c.FailedDials)
+				c.Keepalives-prev.Keepalives, c.Received-prev.Received, c.FailedDials)
 			_, _ = io.WriteString(co.Progress, b.String())
 			prev = c
 		}

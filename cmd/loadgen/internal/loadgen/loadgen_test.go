@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,6 +50,9 @@ type idleServer struct {
 	closeLive string
 	appPings  atomic.Int64
 	conns     atomic.Int64
+
+	mu       sync.Mutex
+	channels map[string]string // uid -> its ?channels= at connect
 }
 
 func (s *idleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -65,6 +69,14 @@ func (s *idleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return ws.WriteMessage(websocket.TextMessage, b)
 	}
 	uid := r.URL.Query().Get("uid")
+	if r.URL.Query().Has("channels") {
+		s.mu.Lock()
+		if s.channels == nil {
+			s.channels = map[string]string{}
+		}
+		s.channels[uid] = r.URL.Query().Get("channels")
+		s.mu.Unlock()
+	}
 	welcome, _ := json.Marshal(map[string]any{"type": "welcome", "uid": uid, "timeout_ms": s.timeout.Milliseconds(), "online": []string{}})
 	_ = write(welcome)
 	if uid == s.closeLive {
@@ -161,8 +173,109 @@ func TestRunDetectsSilentClientsAndNoFalseCloses(t *testing.T) {
 	assert.Greater(t, sum.Keepalives, int64(48*8))
 	assert.Positive(t, sum.HoldMS)
 	assert.Positive(t, sum.HoldKeepalives)
+	// Every frame the server sent was read and counted by type.
+	assert.EqualValues(t, 60, sum.FrameTypes["welcome"])
+	assert.EqualValues(t, srv.appPings.Load(), sum.FrameTypes["pong"])
+	assert.Equal(t, sum.FramesReceived, sum.FrameTypes["welcome"]+sum.FrameTypes["pong"], "%v", sum.FrameTypes)
+	assert.Equal(t, 60, sum.FramesPerClient.Clients)
+	assert.GreaterOrEqual(t, sum.FramesPerClient.Min, int64(1))
+	assert.LessOrEqual(t, sum.FramesPerClient.P50, sum.FramesPerClient.Max)
 	require.Len(t, sum.ServerRSSHoldKB, 2)
 	assert.Positive(t, sum.ServerRSSHoldKB[0])
+}
+
+func TestRunJoinsRoomsAndTheBigChannelAtConnect(t *testing.T) {
+	t.Parallel()
+	srv := &idleServer{timeout: 5 * time.Second}
+	url := startIdleServer(t, srv)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Conns: 23, Room: 5, BigChannel: "lobby", BigEvery: 4, Workers: 3,
+		Ramp: 100 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	assert.True(t, sum.OK(), "%+v", sum)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	require.Len(t, srv.channels, 23)
+	rooms := map[string]int{}
+	big := 0
+	for uid, chans := range srv.channels {
+		var i int
+		_, err := fmt.Sscanf(uid, "lg%d", &i)
+		require.NoError(t, err)
+		want := fmt.Sprintf("room-%d", i/5)
+		if i%4 == 0 {
+			want += ",lobby"
+			big++
+		}
+		assert.Equal(t, want, chans, uid)
+		rooms[strings.Split(chans, ",")[0]]++
+	}
+	assert.Equal(t, map[string]int{"room-0": 5, "room-1": 5, "room-2": 5, "room-3": 5, "room-4": 3}, rooms)
+	assert.Equal(t, 6, big) // 0, 4, ..., 20
+}
+
+func TestRunWithoutChannelsSendsNone(t *testing.T) {
+	t.Parallel()
+	srv := &idleServer{timeout: 5 * time.Second}
+	url := startIdleServer(t, srv)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Conns: 4, Ramp: 50 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, srv.conns.Load())
+	assert.EqualValues(t, 4, sum.Connected)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	assert.Empty(t, srv.channels)
+}
+
+func TestSpecChannels(t *testing.T) {
+	s := Spec{}
+	assert.Empty(t, s.channels(7))
+	s.Room = 50
+	assert.Equal(t, []string{"room-0"}, s.channels(49))
+	assert.Equal(t, []string{"room-1"}, s.channels(50))
+	s.BigChannel, s.BigEvery = "all", 10
+	assert.Equal(t, []string{"room-2", "all"}, s.channels(120))
+	assert.Equal(t, []string{"room-2"}, s.channels(121))
+	s.Room = 0
+	assert.Equal(t, []string{"all"}, s.channels(0))
+	assert.Empty(t, s.channels(3))
+}
+
+func TestFrameType(t *testing.T) {
+	cases := []struct {
+		msg  string
+		want string
+		ok   bool
+	}{
+		{`{"type":"presence","channel":"room-1","count":3,"joins":["a"]}`, "presence", true},
+		{`{"channel":"room-1","count":3,"type":"joined"}`, "joined", true},
+		{`{"data":{"type":"inner"},"type":"publish"}`, "publish", true},
+		{`{"type":"we\"ird"}`, `we"ird`, true},
+		{` {"type": "pong"}`, "pong", true},
+		{`{"count":1}`, "", false},
+		{`not json`, "", false},
+	}
+	for _, tc := range cases {
+		got, ok := frameType([]byte(tc.msg))
+		assert.Equal(t, tc.ok, ok, tc.msg)
+		assert.Equal(t, tc.want, got, tc.msg)
+	}
+	tc := newTypeCounters()
+	tc.add("presence")
+	tc.add("presence")
+	tc.add("something-new")
+	assert.Equal(t, map[string]int64{"presence": 2, "other": 1}, tc.snapshot())
+}
+
+func TestFrameStats(t *testing.T) {
+	assert.Equal(t, FrameStats{}, frameStats(nil))
+	got := frameStats([]int64{3, 1, 2, 10})
+	assert.Equal(t, FrameStats{Clients: 4, Min: 1, P50: 2, P99: 10, Max: 10, Mean: 4}, got)
 }
 
 func TestRunCountsAClosedLiveClientAsFalseClose(t *testing.T) {
@@ -248,6 +361,10 @@ func TestConfigRejects(t *testing.T) {
 			c.Sources = 10
 		}, "127.0.0.0/8"},
 		{"non-loopback source", func(c *Config) { c.SourceFirst = netip.MustParseAddr("10.0.0.1") }, "loopback"},
+		{"negative room", func(c *Config) { c.Room = -1 }, "room"},
+		{"big channel with a comma", func(c *Config) { c.BigChannel = "a,b" }, "big channel"},
+		{"big channel named like a room", func(c *Config) { c.BigChannel = "room-0" }, "big channel"},
+		{"big-every alone", func(c *Config) { c.BigEvery = 3 }, "big-every needs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,4 +462,49 @@ func TestRunAgainstPresencedHub(t *testing.T) {
 	t.Logf("detection p50 %v ms, max %v ms (timeout 1000 ms, tick %v)", sum.DetectP50MS, sum.DetectMaxMS, tick)
 	assert.GreaterOrEqual(t, sum.DetectP50MS, float64((time.Second-2*tick)/time.Millisecond))
 	assert.Less(t, sum.DetectMaxMS, float64((time.Second+tick+2*time.Second)/time.Millisecond))
+}
+
+func TestRunRoomsAgainstPresencedHub(t *testing.T) {
+	t.Parallel()
+	const tick = 40 * time.Millisecond
+	hub, err := transport.New(transport.Config{Slots: 11, Tick: tick, PresenceLists: 15}) // 400 ms timeout
+	require.NoError(t, err)
+	hs := httptest.NewServer(hub)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, hub.Shutdown(ctx))
+		hs.Close()
+	})
+	co := &Coordinator{Launch: inProcess}
+	// Four rooms of 10 and one channel of 20 (above PresenceLists: count-only diffs).
+	sum, err := co.Run(context.Background(), Config{
+		URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Conns: 40, Silent: 8, Room: 10,
+		BigChannel: "all", BigEvery: 2,
+		Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 1500 * time.Millisecond, Workers: 2,
+	})
+	require.NoError(t, err)
+	assert.True(t, sum.OK(), "%+v", sum)
+	assert.Equal(t, 8, sum.SilentClosed)
+	// One welcome per client, one joined per channel joined at connect, and
+	// per-tick diffs of those channels; nothing the clients could not parse
+	// and no error frames (the server accepted every channel name).
+	assert.EqualValues(t, 40, sum.FrameTypes["welcome"])
+	assert.EqualValues(t, 40+20, sum.FrameTypes["joined"])
+	assert.Positive(t, sum.FrameTypes["presence"])
+	assert.Zero(t, sum.FrameTypes["error"])
+	assert.Zero(t, sum.FrameTypes["invalid"])
+	assert.Zero(t, sum.FrameTypes["other"])
+	var byType int64
+	for _, n := range sum.FrameTypes {
+		byType += n
+	}
+	assert.Equal(t, sum.FramesReceived, byType)
+	t.Logf("frames by type %v, per client %+v", sum.FrameTypes, sum.FramesPerClient)
+	assert.Equal(t, 40, sum.FramesPerClient.Clients)
+	// Joins and the silent clients' leaves arrive coalesced per tick: over a
+	// 1.5 s run a client gets at most a few dozen diffs, not one per edge
+	// of all 40 users.
+	assert.GreaterOrEqual(t, sum.FramesPerClient.Min, int64(2))
+	assert.Less(t, sum.FramesPerClient.Max, int64(2+2*1500/40+5))
 }

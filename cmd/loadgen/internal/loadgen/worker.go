@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +31,7 @@ type counters struct {
 	Closed      int64 `json:"closed"`
 	Errors      int64 `json:"errors"`
 	Keepalives  int64 `json:"keepalives"` // frames sent: pong replies and app pings
-	Received    int64 `json:"received"`   // data frames received
+	Received    int64 `json:"received"`   // data frames received (text and binary)
 	PingsIn     int64 `json:"pings_in"`   // server pings received
 }
 
@@ -37,14 +40,16 @@ type report struct {
 	Kind   string `json:"kind"` // progress, ramped or final
 	Worker int    `json:"worker"`
 	counters
-	TimeoutMS    int64          `json:"timeout_ms,omitempty"`
-	Silent       int            `json:"silent,omitempty"`
-	SilentClosed int            `json:"silent_closed,omitempty"`
-	SilentOther  int            `json:"silent_other,omitempty"`
-	FalseClosed  int            `json:"false_closed,omitempty"`
-	DetectMS     []float64      `json:"detect_ms,omitempty"`
-	CloseCodes   map[string]int `json:"close_codes,omitempty"`
-	Err          string         `json:"err,omitempty"`
+	TimeoutMS    int64            `json:"timeout_ms,omitempty"`
+	Silent       int              `json:"silent,omitempty"`
+	SilentClosed int              `json:"silent_closed,omitempty"`
+	SilentOther  int              `json:"silent_other,omitempty"`
+	FalseClosed  int              `json:"false_closed,omitempty"`
+	DetectMS     []float64        `json:"detect_ms,omitempty"`
+	CloseCodes   map[string]int   `json:"close_codes,omitempty"`
+	FrameTypes   map[string]int64 `json:"frame_types,omitempty"` // data frames received by "type"
+	PerClient    []int64          `json:"per_client,omitempty"`  // data frames received by each client that connected
+	Err          string           `json:"err,omitempty"`
 }
 
 const (
@@ -59,11 +64,77 @@ const (
 
 var appPing = []byte(`{"type":"ping"}`)
 
+// frameTypes are the "type"s of server frames counted by name; any other
+// text frame counts as "other", a binary frame as "binary", a text frame
+// without a readable type as "invalid".
+var frameTypes = []string{
+	"welcome", "joined", "left", "presence", "status", "watching",
+	"chat", "publish", "message", "pong", "error",
+}
+
+const (
+	typeOther   = "other"
+	typeBinary  = "binary"
+	typeInvalid = "invalid"
+)
+
+// typeCounters counts received frames by type; the map is fixed at creation,
+// so lookups need no lock.
+type typeCounters map[string]*atomic.Int64
+
+func newTypeCounters() typeCounters {
+	t := typeCounters{}
+	for _, k := range append(slices.Clone(frameTypes), typeOther, typeBinary, typeInvalid) {
+		t[k] = new(atomic.Int64)
+	}
+	return t
+}
+
+func (t typeCounters) add(typ string) {
+	c, ok := t[typ]
+	if !ok {
+		c = t[typeOther]
+	}
+	c.Add(1)
+}
+
+// snapshot returns the non-zero counts.
+func (t typeCounters) snapshot() map[string]int64 {
+	out := map[string]int64{}
+	for k, c := range t {
+		if n := c.Load(); n > 0 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+var typePrefix = []byte(`{"type":"`)
+
+// frameType returns the top-level "type" of a JSON object. Servers written in
+// Go usually put it first, which is read without decoding; anything else is
+// decoded, because a nested object may have a "type" of its own.
+func frameType(msg []byte) (string, bool) {
+	if rest, ok := bytes.CutPrefix(msg, typePrefix); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 && !bytes.Contains(rest[:i], []byte{'\\'}) {
+			return string(rest[:i]), true
+		}
+	}
+	var m struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(msg, &m); err != nil || m.Type == nil {
+		return "", false
+	}
+	return *m.Type, true
+}
+
 type client struct {
 	conn     *websocket.Conn
 	silent   atomic.Bool
 	closed   atomic.Bool
 	lastSent atomic.Int64 // unix nanoseconds of the last frame this client sent
+	received atomic.Int64 // data frames received
 	nextPing int64        // unix nanoseconds of the next app ping; appPings' own
 }
 
@@ -74,7 +145,8 @@ type worker struct {
 	out     *json.Encoder
 	outMu   sync.Mutex
 
-	c counters // updated atomically
+	c     counters // updated atomically
+	types typeCounters
 
 	mu          sync.Mutex
 	clients     []*client
@@ -97,7 +169,10 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &worker{spec: spec, workers: workers, log: log, out: json.NewEncoder(out), closeCodes: map[string]int{}}
+	w := &worker{
+		spec: spec, workers: workers, log: log, out: json.NewEncoder(out),
+		closeCodes: map[string]int{}, types: newTypeCounters(),
+	}
 	deadline := spec.Start.Add(spec.Duration)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -239,6 +314,9 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 	}
 	q := u.Query()
 	q.Set("uid", w.spec.uid(g))
+	if cs := w.spec.channels(g); len(cs) > 0 {
+		q.Set("channels", strings.Join(cs, ","))
+	}
 	u.RawQuery = q.Encode()
 	conn, resp, err := d.DialContext(ctx, u.String(), http.Header{})
 	if resp != nil && resp.Body != nil {
@@ -284,6 +362,7 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 // ping handler no longer answers.
 func (w *worker) read(c *client) {
 	first := true
+	var buf bytes.Buffer
 	var err error
 	for {
 		var typ int
@@ -293,13 +372,31 @@ func (w *worker) read(c *client) {
 			break
 		}
 		atomic.AddInt64(&w.c.Received, 1)
-		if first && typ == websocket.TextMessage {
-			first = false
-			w.welcome(r)
+		c.received.Add(1)
+		if typ != websocket.TextMessage {
+			w.types.add(typeBinary)
+			if _, err = io.Copy(io.Discard, r); err != nil {
+				break
+			}
 			continue
 		}
-		if _, err = io.Copy(io.Discard, r); err != nil {
+		buf.Reset()
+		if _, err = buf.ReadFrom(r); err != nil {
 			break
+		}
+		kind, ok := frameType(buf.Bytes())
+		if !ok {
+			kind = typeInvalid
+		}
+		w.types.add(kind)
+		if first {
+			first = false
+			if kind == "welcome" {
+				w.welcome(buf.Bytes())
+			}
+		}
+		if buf.Cap() > 64<<10 {
+			buf = bytes.Buffer{} // one large snapshot should not pin memory for the run
 		}
 	}
 	at := time.Now()
@@ -334,15 +431,13 @@ func (w *worker) read(c *client) {
 	}
 }
 
-func (w *worker) welcome(r io.Reader) {
+func (w *worker) welcome(msg []byte) {
 	var m struct {
-		Type      string `json:"type"`
-		TimeoutMS int64  `json:"timeout_ms"`
+		TimeoutMS int64 `json:"timeout_ms"`
 	}
-	if err := json.NewDecoder(r).Decode(&m); err != nil || m.Type != "welcome" {
+	if err := json.Unmarshal(msg, &m); err != nil {
 		return
 	}
-	_, _ = io.Copy(io.Discard, r)
 	w.mu.Lock()
 	w.timeoutMS = max(w.timeoutMS, m.TimeoutMS)
 	w.mu.Unlock()
@@ -416,10 +511,15 @@ func (w *worker) finish() report {
 	for k, v := range w.closeCodes {
 		codes[k] = v
 	}
+	perClient := make([]int64, len(w.clients))
+	for i, c := range w.clients {
+		perClient[i] = c.received.Load()
+	}
 	return report{
 		Kind: kindFinal, TimeoutMS: w.timeoutMS, Silent: w.silent,
 		SilentClosed: w.silentDone, SilentOther: w.silentOther, FalseClosed: w.falseClosed,
 		DetectMS: append([]float64(nil), w.detect...), CloseCodes: codes,
+		FrameTypes: w.types.snapshot(), PerClient: perClient,
 	}
 }
 
