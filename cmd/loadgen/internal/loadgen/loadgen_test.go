@@ -175,7 +175,10 @@ func TestRunDetectsSilentClientsAndNoFalseCloses(t *testing.T) {
 	assert.Positive(t, sum.HoldKeepalives)
 	// Every frame the server sent was read and counted by type.
 	assert.EqualValues(t, 60, sum.FrameTypes["welcome"])
-	assert.EqualValues(t, srv.appPings.Load(), sum.FrameTypes["pong"])
+	// A pong still in flight when the run closes its clients is not read:
+	// at most a few per live client.
+	assert.LessOrEqual(t, sum.FrameTypes["pong"], srv.appPings.Load())
+	assert.GreaterOrEqual(t, sum.FrameTypes["pong"], srv.appPings.Load()-3*48)
 	assert.Equal(t, sum.FramesReceived, sum.FrameTypes["welcome"]+sum.FrameTypes["pong"], "%v", sum.FrameTypes)
 	assert.Equal(t, 60, sum.FramesPerClient.Clients)
 	assert.GreaterOrEqual(t, sum.FramesPerClient.Min, int64(1))
