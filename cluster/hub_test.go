@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,12 +21,22 @@ import (
 
 // startHub serves a transport Hub on a cluster engine over loopback.
 func startHub(t *testing.T, srv *redisServer, name string) (*httptest.Server, *Engine) {
+	return startHubWith(t, srv, name, nil)
+}
+
+// startHubWith is startHub with an OnPresence hook.
+func startHubWith(t *testing.T, srv *redisServer, name string, onPresence func(uid string, online bool)) (*httptest.Server, *Engine) {
 	t.Helper()
 	e, err := New(testConfig(srv.client(t), name))
 	require.NoError(t, err)
-	h, err := transport.New(transport.Config{Slots: 31, Tick: 100 * time.Millisecond, Engine: e})
+	h, err := transport.New(transport.Config{Slots: 31, Tick: 100 * time.Millisecond, Engine: e, OnPresence: onPresence})
 	require.NoError(t, err)
 	hs := httptest.NewServer(h)
+	select { // the reader has its view: edges from now on reach it
+	case <-e.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the engine did not start reading")
+	}
 	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -136,4 +148,38 @@ func TestTwoHubsShareWebSocketPresence(t *testing.T) {
 	n, err := engB.User(context.Background(), "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 0, n)
+}
+
+// OnPresence hears each edge once across the cluster: on the node whose
+// connection made it, not on the others.
+func TestOnPresenceOncePerEdgeAcrossNodes(t *testing.T) {
+	srv := startRedis(t)
+	var mu sync.Mutex
+	heard := map[string][]string{}
+	hook := func(node string) func(string, bool) {
+		return func(uid string, online bool) {
+			mu.Lock()
+			heard[node] = append(heard[node], fmt.Sprintf("%s %v", uid, online))
+			mu.Unlock()
+		}
+	}
+	hsA, _ := startHubWith(t, srv, "a", hook("a"))
+	hsB, _ := startHubWith(t, srv, "b", hook("b"))
+	bob := dial(t, hsB, "bob")
+	next(t, bob, "bob's lobby", func(f frame) bool { return f.Type == "joined" })
+	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"watch","uids":["alice"]}`)))
+	next(t, bob, "bob's watch list", func(f frame) bool { return f.Type == "watching" })
+	alice := dial(t, hsA, "alice")
+	next(t, bob, "alice online on b", status("alice", true))
+	require.NoError(t, alice.Close())
+	next(t, bob, "alice offline on b", status("alice", false))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(heard["a"]) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"alice true", "alice false"}, heard["a"])
+	assert.Equal(t, []string{"bob true"}, heard["b"], "b heard only its own bob")
 }
