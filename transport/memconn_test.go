@@ -84,8 +84,9 @@ func memInUse() uint64 {
 	return ms.HeapAlloc + ms.StackInuse
 }
 
-// runMemClients is the child: it opens the connections, one user each, says
-// "ready" and holds them until its stdin closes.
+// runMemClients is the child: it opens the connections, one user each, in
+// the lobby and a room of 50, sends a ping, says "ready" and holds them
+// until its stdin closes: idle, but after a frame was handled.
 func runMemClients(t *testing.T, addr string) {
 	n, err := strconv.Atoi(os.Getenv("PRESENCED_MEMTEST_N"))
 	require.NoError(t, err)
@@ -96,9 +97,14 @@ func runMemClients(t *testing.T, addr string) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 8 {
-				ws, _, err := websocket.DefaultDialer.Dial(fmt.Sprintf("ws://%s/ws?uid=m%d", addr, i), nil)
+				ws, _, err := websocket.DefaultDialer.Dial(fmt.Sprintf("ws://%s/ws?uid=m%d&channels=lobby,room-%d", addr, i, i/50), nil)
+				for range 3 { // welcome and two snapshots
+					if err == nil {
+						_, _, err = ws.ReadMessage()
+					}
+				}
 				if err == nil {
-					_, _, err = ws.ReadMessage() // welcome
+					err = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping"}`))
 				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "memtest client:", err)
