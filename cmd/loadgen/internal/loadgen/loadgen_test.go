@@ -439,18 +439,10 @@ func TestRunAgainstPresencedHub(t *testing.T) {
 	// A 1 s timeout: a live client answers the hub's ping within half of it
 	// even on a loaded machine.
 	const tick = 100 * time.Millisecond
-	hub, err := transport.New(transport.Config{Slots: 11, Tick: tick})
-	require.NoError(t, err)
-	hs := httptest.NewServer(hub)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		assert.NoError(t, hub.Shutdown(ctx))
-		hs.Close()
-	})
+	url := startHub(t, transport.Config{Slots: 11, Tick: tick})
 	co := &Coordinator{Launch: inProcess}
 	sum, err := co.Run(context.Background(), Config{
-		URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Conns: 80, Silent: 16, Users: 20,
+		URL: url, Conns: 80, Silent: 16, Users: 20,
 		Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 4 * time.Second, Workers: 2,
 	})
 	require.NoError(t, err)
@@ -472,19 +464,11 @@ func TestRunRoomsAgainstPresencedHub(t *testing.T) {
 	// A 1 s timeout: live clients answer the hub's ping within half of it
 	// even on a loaded machine.
 	const tick, run = 40 * time.Millisecond, 3 * time.Second
-	hub, err := transport.New(transport.Config{Slots: 26, Tick: tick, PresenceLists: 15})
-	require.NoError(t, err)
-	hs := httptest.NewServer(hub)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		assert.NoError(t, hub.Shutdown(ctx))
-		hs.Close()
-	})
+	url := startHub(t, transport.Config{Slots: 26, Tick: tick, PresenceLists: 15})
 	co := &Coordinator{Launch: inProcess}
 	// Four rooms of 10 and one channel of 20 (above PresenceLists: count-only diffs).
 	sum, err := co.Run(context.Background(), Config{
-		URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Conns: 40, Silent: 8, Room: 10,
+		URL: url, Conns: 40, Silent: 8, Room: 10,
 		BigChannel: "all", BigEvery: 2,
 		Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: run, Workers: 2,
 	})
@@ -512,4 +496,20 @@ func TestRunRoomsAgainstPresencedHub(t *testing.T) {
 	// all 40 users.
 	assert.GreaterOrEqual(t, sum.FramesPerClient.Min, int64(2))
 	assert.Less(t, sum.FramesPerClient.Max, int64(2+2*run/tick+5))
+}
+
+// startHub serves a real presenced Hub for cfg on loopback and returns its
+// WebSocket URL.
+func startHub(t *testing.T, cfg transport.Config) string {
+	t.Helper()
+	hub, err := transport.New(cfg)
+	require.NoError(t, err)
+	hs := httptest.NewServer(hub)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, hub.Shutdown(ctx))
+		hs.Close()
+	})
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
 }
