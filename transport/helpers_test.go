@@ -227,6 +227,19 @@ func (s *testServer) dialStatus(t *testing.T, query string, header http.Header) 
 	return resp.StatusCode
 }
 
+// observer connects a user "observer" that joins channel and watches uids,
+// none of them online yet, and listens.
+func (s *testServer) observer(t *testing.T, channel string, uids ...string) *listener {
+	t.Helper()
+	ws, _ := s.dialIn(t, "observer", channel)
+	w := listen(ws)
+	list, err := json.Marshal(uids)
+	require.NoError(t, err)
+	send(t, ws, `{"type":"watch","uids":`+string(list)+`}`)
+	w.until(t, `{"type":"watching","online":[]}`)
+	return w
+}
+
 // upgradeRaw performs the WebSocket handshake by hand on a raw TCP
 // connection, so the test can then write bytes no client library would.
 func (s *testServer) upgradeRaw(t *testing.T, uid string) (net.Conn, *bufio.Reader) {

@@ -196,10 +196,7 @@ func TestSilenceStopsControlFramesCounting(t *testing.T) {
 // interleave.
 func TestReconnectNeverFlapsOffline(t *testing.T) {
 	s := startServer(t, testConfig())
-	ws, _ := s.dialIn(t, "observer", "lobby")
-	w := listen(ws)
-	send(t, ws, `{"type":"watch","uids":["alice"]}`)
-	w.until(t, `{"type":"watching","online":[]}`)
+	w := s.observer(t, "lobby", "alice")
 	first, _ := s.dialIn(t, "alice", "lobby")
 	s.step(1)
 	w.until(t, `{"type":"presence","channel":"lobby","count":2,"joins":["alice"],"leaves":[]}`)
@@ -248,10 +245,7 @@ func TestGracePeriodDebouncesOffline(t *testing.T) {
 	cfg := testConfig()
 	cfg.Grace = 3 * cfg.Tick // offline at the 4th step after the last close
 	s := startServer(t, cfg)
-	ws, _ := s.dialIn(t, "observer", "lobby")
-	w := listen(ws)
-	send(t, ws, `{"type":"watch","uids":["alice"]}`)
-	w.until(t, `{"type":"watching","online":[]}`)
+	w := s.observer(t, "lobby", "alice")
 	a, _ := s.dialIn(t, "alice", "lobby")
 	s.step(1)
 	w.until(t, `{"type":"status","online":["alice"],"offline":[]}`)
@@ -283,10 +277,7 @@ func TestGracePeriodDebouncesOffline(t *testing.T) {
 
 func TestHeartbeatIsAConnectionForOneTimeout(t *testing.T) {
 	s := startServer(t, testConfig())
-	ws, _ := s.dialIn(t, "observer", "lobby")
-	w := listen(ws)
-	send(t, ws, `{"type":"watch","uids":["hb"]}`)
-	w.until(t, `{"type":"watching","online":[]}`)
+	w := s.observer(t, "lobby", "hb")
 	assert.Equal(t, http.StatusNoContent, s.heartbeat(t, "uid=hb&channels=lobby", nil))
 	s.step(1)
 	w.until(t, `{"type":"presence","channel":"lobby","count":2,"joins":["hb"],"leaves":[]}`)
