@@ -221,11 +221,6 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	c.touch()
 	c.expireAt(sess.Expires)
 
-	// The welcome goes first; the node's joined snapshots follow it, and the
-	// writer holds back what arrives before the welcome is queued.
-	welcome := mustJSON(welcomeFrame{Type: "welcome", UID: uid, TimeoutMS: h.Timeout().Milliseconds()})
-	h.m.sent(welcome)
-	c.sendWelcome(welcome)
 	var refused []string
 	channels = slices.DeleteFunc(channels, func(ch string) bool {
 		if !c.allows(ch) {
@@ -240,6 +235,12 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	for _, ch := range refused {
 		c.reply(errorMsg(errNotAllowed, ch))
 	}
+	// The welcome goes out only now, first in the queue, ahead of the
+	// snapshots: a client that has its welcome is online, and counted in
+	// its channels.
+	welcome := mustJSON(welcomeFrame{Type: "welcome", UID: uid, TimeoutMS: h.Timeout().Milliseconds()})
+	h.m.sent(welcome)
+	c.sendWelcome(welcome)
 	// A goroutine of its own, so the handler returns and net/http's request,
 	// response and buffers are freed: an idle connection keeps only its
 	// reader's small stack.
