@@ -148,12 +148,13 @@ func (c *conn) closeWith(code int, reason, metric string) {
 	c.queue, c.queued = nil, 0
 	c.closeMsg = websocket.FormatCloseMessage(code, reason)
 	c.welcomed = true // a close needs no welcome before it
+	// Counted before the close frame can reach the client.
+	c.hub.m.closes.WithLabelValues(metric).Inc()
 	if !c.writing {
 		c.writing = true
 		go c.writeLoop()
 	}
 	c.mu.Unlock()
-	c.hub.m.closes.WithLabelValues(metric).Inc()
 	c.hub.detach(c)
 }
 
@@ -192,20 +193,20 @@ func (c *conn) writeLoop() {
 				// too slow, else it is gone: either way drop the socket, the
 				// reader finishes the rest.
 				c.hub.log.Debug("transport: write failed", "uid", c.uid, "err", err)
-				c.ws.NetConn().Close()
 				c.mu.Lock()
 				wasClosing := c.closing
 				c.closing = true
 				c.stopped.Store(true)
 				c.queue, c.queued, c.closeMsg = nil, 0, nil
 				c.mu.Unlock()
-				if !wasClosing {
+				if !wasClosing { // counted before the reader can see the socket gone
 					reason := reasonClient
 					if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 						reason = reasonSlow
 					}
 					c.hub.m.closes.WithLabelValues(reason).Inc()
 				}
+				c.ws.NetConn().Close()
 				break
 			}
 		}
