@@ -228,7 +228,11 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 
 func (w *worker) emit(r report) {
 	r.Worker = w.spec.Worker
+	frozen := r.Received
 	r.counters = w.snapshot()
+	if r.Kind == kindFinal {
+		r.Received = frozen // as of the deadline, with FrameTypes and PerClient
+	}
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
 	if err := w.out.Encode(r); err != nil {
@@ -357,6 +361,16 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 	}()
 }
 
+// count counts one whole frame of kind received by c, in the totals and by
+// type, under w.mu so that finish sees them agree.
+func (w *worker) count(c *client, kind string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	atomic.AddInt64(&w.c.Received, 1)
+	c.received.Add(1)
+	w.types.add(kind)
+}
+
 // read consumes the client's frames until the connection ends and classifies
 // the end. A silent client keeps reading (it must see the close frame) but its
 // ping handler no longer answers.
@@ -371,13 +385,11 @@ func (w *worker) read(c *client) {
 		if err != nil {
 			break
 		}
-		atomic.AddInt64(&w.c.Received, 1)
-		c.received.Add(1)
 		if typ != websocket.TextMessage {
-			w.types.add(typeBinary)
 			if _, err = io.Copy(io.Discard, r); err != nil {
 				break
 			}
+			w.count(c, typeBinary)
 			continue
 		}
 		buf.Reset()
@@ -388,7 +400,7 @@ func (w *worker) read(c *client) {
 		if !ok {
 			kind = typeInvalid
 		}
-		w.types.add(kind)
+		w.count(c, kind)
 		if first {
 			first = false
 			if kind == "welcome" {
@@ -516,6 +528,7 @@ func (w *worker) finish() report {
 		perClient[i] = c.received.Load()
 	}
 	return report{
+		counters: counters{Received: atomic.LoadInt64(&w.c.Received)},
 		Kind: kindFinal, TimeoutMS: w.timeoutMS, Silent: w.silent,
 		SilentClosed: w.silentDone, SilentOther: w.silentOther, FalseClosed: w.falseClosed,
 		DetectMS: append([]float64(nil), w.detect...), CloseCodes: codes,
