@@ -529,7 +529,7 @@ func (w *worker) finish() report {
 	}
 	return report{
 		counters: counters{Received: atomic.LoadInt64(&w.c.Received)},
-		Kind: kindFinal, TimeoutMS: w.timeoutMS, Silent: w.silent,
+		Kind:     kindFinal, TimeoutMS: w.timeoutMS, Silent: w.silent,
 		SilentClosed: w.silentDone, SilentOther: w.silentOther, FalseClosed: w.falseClosed,
 		DetectMS: append([]float64(nil), w.detect...), CloseCodes: codes,
 		FrameTypes: w.types.snapshot(), PerClient: perClient,
