@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/presenced/presenced/presence"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/presence"
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/presenced/presenced/presence"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // redisServer is a real redis-server on a free loopback port, without

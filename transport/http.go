@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/presence"
 )

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/presenced/presenced/presence"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // Close reasons, the "reason" label of presenced_closes_total.

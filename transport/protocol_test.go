@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/presenced/presenced/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // The protocol over a real listener, frame by frame. The ring steps only
