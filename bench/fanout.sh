@@ -28,6 +28,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 OUT=${OUT:-$(mktemp -d /tmp/presenced-fanout.XXXXXX)}
 mkdir -p "$OUT"
 CONNS=${CONNS:-5000}
@@ -51,15 +53,6 @@ fi
 (cd "$ROOT" && go build -o "$OUT/loadgen" ./cmd/loadgen)
 
 HTTP="http://127.0.0.1:$PORT"
-SERVER_PID=
-stop_server() {
-	if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-		kill -TERM "$SERVER_PID"
-		wait "$SERVER_PID" 2>/dev/null || true
-	fi
-	SERVER_PID=
-}
-trap stop_server EXIT
 
 start_server() { # BINARY LOGNAME
 	"$1" -addr "127.0.0.1:$PORT" -slots "$SLOTS" -tick "$TICK" >"$OUT/$2.log" 2>&1 &
@@ -84,7 +77,6 @@ by_type() {
 # slow METRICS_FILE: slow-consumer closes counted by the server.
 slow() { awk '$1 ~ /^presenced_closes_total\{.*reason="slow"/ { s += $2; seen = 1 } END { if (seen) printf "%.0f", s }' "$1"; }
 
-field() { sed -nE "s/.*\"$1\":(-?[0-9.]+).*/\1/p" <<<"$2"; }
 
 ROWS=()
 run_case() { # NAME BINARY LOADGEN_ARGS...

@@ -39,6 +39,8 @@ case $MODE in quick | full | soak) ;; *)
 	;;
 esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 OUT=${OUT:-$(mktemp -d /tmp/presenced-scale.XXXXXX)}
 mkdir -p "$OUT"
 
@@ -83,11 +85,9 @@ build() {
 }
 
 # field NAME JSON: a number field of loadgen's one-line JSON.
-field() { sed -nE "s/.*\"$1\":(-?[0-9.]+).*/\1/p" <<<"$2"; }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
-SERVER_PID=
 start_server() { # name -> sets SERVER_PID and URL
 	local name=$1 port
 	if [[ $name == presenced ]]; then
@@ -108,14 +108,6 @@ start_server() { # name -> sets SERVER_PID and URL
 	exit 1
 }
 
-stop_server() {
-	if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-		kill -TERM "$SERVER_PID"
-		wait "$SERVER_PID" 2>/dev/null || true
-	fi
-	SERVER_PID=
-}
-trap stop_server EXIT
 
 ROWS=()
 declare -A RESULT # "server,conns,room" -> "rss_per_conn p99 silent_closed silent false_closes slow_closes"
