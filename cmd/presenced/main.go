@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/cluster"
 	"github.com/presenced/presenced/presence"
@@ -283,6 +284,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if o.redis != "" {
+		// Process-wide, so set here in main, never by a library.
+		redis.SetLogger(cluster.RedisLogger(log))
+	}
 	if err := serve(ctx, o, log); err != nil {
 		log.Error("presenced: " + err.Error())
 		return 1
