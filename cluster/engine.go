@@ -1,21 +1,27 @@
 // Package cluster shares presence between several presenced nodes through
 // Redis (single server, Sentinel or Cluster, via go-redis's UniversalClient).
 //
-// Each node keeps its own ring for its own connections and holds one lease per
-// user it has online: a member of a sorted set scored by the lease's expiry.
-// Leases are renewed in pipelined batches a few times per timeout, never on a
-// keepalive. Lua scripts change leases atomically and write every presence
-// edge (a user's first lease appears, its last one goes) to a Redis Stream;
-// every node reads the streams and relays the edges to its own clients. A node
-// that dies stops renewing; the first live node to claim its expired leases
-// emits the offline edges, each exactly once.
+// Each node keeps its own ring for its own connections: a keepalive never
+// touches Redis. What a node holds (its users' connection counts and their
+// channel memberships) is written to Redis only when it changes, coalesced
+// and batched; the node proves it is alive with one liveness entry per shard,
+// renewed a few times per timeout, so Redis's steady-state work does not grow
+// with the number of users. Lua scripts change the records atomically and
+// publish each edge (a user's first node arrives or its last goes; a user's
+// first membership of a channel appears or its last goes) on a sharded
+// Pub/Sub channel of that user or channel. A node subscribes only to the
+// channels and users its own connections follow. A node that dies stops
+// renewing; the first live node to claim its shards reaps its records and
+// emits their edges, each exactly once.
 //
 // All keys of a shard share one hash tag, so every script touches one cluster
-// slot. Nodes that share users must use the same Prefix and Shards.
+// slot. Nodes that share presence must use the same Prefix and Shards.
 package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,85 +41,89 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-var _ presence.Engine = (*Engine)(nil)
+var _ presence.Router = (*Engine)(nil)
 
 // Config configures an Engine. Client is required; the rest has defaults.
 type Config struct {
 	// Client reaches Redis: *redis.Client, a Sentinel-backed failover client or
-	// *redis.ClusterClient. In Cluster mode the engine keeps one blocking
-	// stream read per shard, so the pool needs PoolSize >= Shards + 10.
+	// *redis.ClusterClient. The engine keeps one Pub/Sub connection per shard
+	// that its clients follow.
 	Client redis.UniversalClient
-	// Node names this process; unique among live nodes, without '|'.
-	// Empty means hostname-pid.
+	// Node names this process; unique among live nodes, without '|', ' ',
+	// '{' or '}'. Empty means hostname-pid.
 	Node string
 	// Prefix starts every key; default "presenced".
 	Prefix string
-	// Shards is the number of lease sets and event streams; default 16.
+	// Shards is the number of hash tags users and channels spread over;
+	// default 16.
 	Shards int
-	// Timeout is a lease's lifetime: a node that stops renewing (crashed, cut
-	// off) has its users taken offline within about Timeout. Default 30s.
+	// Timeout is how long a node may go without renewing before others take
+	// it for dead and its users leave: within about Timeout. Default 30s.
 	Timeout time.Duration
-	// RenewEvery is how often all leases are renewed; default Timeout/3.
+	// RenewEvery is how often this node renews its liveness; default Timeout/3.
 	RenewEvery time.Duration
-	// ClaimEvery is how often this node looks for expired leases; default
+	// ClaimEvery is how often this node looks for dead nodes; default
 	// Timeout/6, at most (Timeout-RenewEvery)/3.
 	ClaimEvery time.Duration
-	// Batch is the most leases one script call handles; default 500, at most 2000.
+	// Batch is the most records one script call writes or reaps; default 500,
+	// at most 2000.
 	Batch int
-	// StreamMaxLen trims each event stream to about this many entries; default 10000.
-	StreamMaxLen int64
 	// Logger receives warnings about Redis; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
 
-// Engine implements presence.Engine on Redis. Create it with New, hand it to
-// the transport Hub (which calls Run), and call Close on shutdown to drop this
-// node's leases at once.
-//
-// Users' presence, chat, publish and send span the nodes; channel
-// membership (snapshots, diffs, member lists) is counted per node.
+// Engine implements presence.Engine, as a presence.Router, on Redis. Create
+// it with New, hand it to the transport Hub (which calls Run), and call
+// Close on shutdown to drop this node's records at once.
 type Engine struct {
-	cfg       Config
-	rdb       redis.UniversalClient
-	log       *slog.Logger
-	m         *metrics
-	keys      []shardKeys
-	shardOf   map[string]int // events stream key -> shard
-	chat      string
-	isCluster bool
-	block     time.Duration // XREAD BLOCK, bounds how long Run takes to notice ctx
-	retry     time.Duration // pause after a failed Redis operation
+	cfg   Config
+	rdb   redis.UniversalClient
+	log   *slog.Logger
+	m     *metrics
+	keys  []shardKeys
+	retry time.Duration // pause after a failed Redis operation
 
-	mu       sync.Mutex
-	pending  map[string]int // uid -> latest local connection count not yet in Redis
-	inflight int            // changes taken from pending and not yet confirmed
-	closed   bool
+	// The writer's input: changes not yet in Redis, coalesced.
+	mu             sync.Mutex
+	pendingUsers   map[string]int // uid -> connections on this node
+	pendingMembers map[membership]bool
+	inflight       int
+	closed         bool
+	wake           chan struct{}
 
-	wake       chan struct{}
-	resync     chan struct{} // asks Run to reconcile its view with Redis
+	// Owned by the writer goroutine: what Redis holds for this node.
+	heldUsers   map[string]int
+	heldMembers map[membership]struct{}
+
 	stop       context.CancelFunc
 	writerDone chan struct{}
-	held       map[string]int // uid -> connections in this node's lease; owned by the writer
+
+	relay atomic.Pointer[relayBox]
+
+	// The router: topics this node follows, their Pub/Sub subscriptions.
+	fmu    sync.Mutex
+	topics map[string]*topicState // by Pub/Sub channel name
+	subs   []*redis.PubSub        // by shard, while Run runs
+	resnap chan int               // shards with topics to snapshot again
 
 	stateMu    sync.Mutex
 	down       bool
 	recoveries atomic.Uint64
 
-	// memberMu orders membership edges, held while calling relay.
-	memberMu sync.Mutex
-	members  map[membership]struct{}
-	relay    presence.Relay
-
 	running   atomic.Bool
-	ready     chan struct{} // closed when Run first has loaded its view and subscribed
+	ready     chan struct{} // closed when Run first subscribed
 	readyOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New validates cfg and starts the goroutine that writes this node's leases.
+type relayBox struct{ presence.Relay }
+
+type membership struct{ channel, uid string }
+
+// New validates cfg and starts the goroutine that writes this node's records.
 // It does not contact Redis: a node starts, and serves its own clients, while
 // Redis is unreachable.
 func New(cfg Config) (*Engine, error) {
@@ -127,8 +137,8 @@ func New(cfg Config) (*Engine, error) {
 		}
 		cfg.Node = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	if strings.Contains(cfg.Node, "|") {
-		return nil, fmt.Errorf("cluster: node name %q contains '|'", cfg.Node)
+	if strings.ContainsAny(cfg.Node, "| {}") {
+		return nil, fmt.Errorf("cluster: node name %q contains '|', a space or a brace", cfg.Node)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "presenced"
@@ -151,9 +161,6 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Batch == 0 {
 		cfg.Batch = 500
 	}
-	if cfg.StreamMaxLen == 0 {
-		cfg.StreamMaxLen = 10000
-	}
 	switch {
 	case cfg.Shards < 1 || cfg.Shards > 4096:
 		return nil, fmt.Errorf("cluster: Shards %d out of range 1..4096", cfg.Shards)
@@ -165,10 +172,7 @@ func New(cfg Config) (*Engine, error) {
 		// Claims pause after a gap of (Timeout-RenewEvery)/2 without one.
 		return nil, fmt.Errorf("cluster: ClaimEvery %v must be in (0, (Timeout-RenewEvery)/3]", cfg.ClaimEvery)
 	case cfg.Batch < 1 || cfg.Batch > 2000:
-		// A renewal unpacks 2*Batch values onto the Lua stack.
 		return nil, fmt.Errorf("cluster: Batch %d out of range 1..2000", cfg.Batch)
-	case cfg.StreamMaxLen < 1:
-		return nil, fmt.Errorf("cluster: StreamMaxLen %d must be positive", cfg.StreamMaxLen)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -179,27 +183,23 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cluster: register metrics: %w", err)
 	}
 	e := &Engine{
-		cfg:        cfg,
-		rdb:        cfg.Client,
-		log:        log.With("node", cfg.Node),
-		m:          m,
-		shardOf:    make(map[string]int, cfg.Shards),
-		chat:       cfg.Prefix + ":chat",
-		block:      min(time.Second, cfg.RenewEvery),
-		retry:      min(max(cfg.RenewEvery/4, 10*time.Millisecond), time.Second),
-		pending:    make(map[string]int),
-		members:    make(map[membership]struct{}),
-		wake:       make(chan struct{}, 1),
-		resync:     make(chan struct{}, 1),
-		writerDone: make(chan struct{}),
-		held:       make(map[string]int),
-		ready:      make(chan struct{}),
+		cfg:            cfg,
+		rdb:            cfg.Client,
+		log:            log.With("node", cfg.Node),
+		m:              m,
+		retry:          min(max(cfg.RenewEvery/4, 10*time.Millisecond), time.Second),
+		pendingUsers:   make(map[string]int),
+		pendingMembers: make(map[membership]bool),
+		wake:           make(chan struct{}, 1),
+		heldUsers:      make(map[string]int),
+		heldMembers:    make(map[membership]struct{}),
+		writerDone:     make(chan struct{}),
+		topics:         make(map[string]*topicState),
+		resnap:         make(chan int, cfg.Shards),
+		ready:          make(chan struct{}),
 	}
-	_, e.isCluster = cfg.Client.(*redis.ClusterClient)
 	for i := range cfg.Shards {
-		k := newShardKeys(cfg.Prefix, i)
-		e.keys = append(e.keys, k)
-		e.shardOf[k.events] = i
+		e.keys = append(e.keys, newShardKeys(cfg.Prefix, i))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
@@ -210,59 +210,42 @@ func New(cfg Config) (*Engine, error) {
 // Node returns this node's name.
 func (e *Engine) Node() string { return e.cfg.Node }
 
-func (e *Engine) shard(uid string) int {
+func (e *Engine) shard(name string) int {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(uid))
+	_, _ = h.Write([]byte(name))
 	return int(h.Sum32() % uint32(len(e.keys)))
 }
 
 // SetUser records that this node holds n connections for uid. It never
-// blocks on Redis: changes are coalesced per user and written in batches.
+// blocks on Redis: changes are coalesced and written in batches.
 func (e *Engine) SetUser(uid string, n int) {
-	if n < 0 {
-		n = 0
-	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return
 	}
-	e.pending[uid] = n
-	e.m.pending.Set(float64(len(e.pending) + e.inflight))
+	e.pendingUsers[uid] = max(n, 0)
+	e.changedLocked()
+}
+
+// SetMember records that n of this node's connections of uid joined channel.
+func (e *Engine) SetMember(channel, uid string, n int) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.pendingMembers[membership{channel, uid}] = n > 0
+	e.changedLocked()
+}
+
+// changedLocked wakes the writer and unlocks e.mu.
+func (e *Engine) changedLocked() {
+	e.m.pending.Set(float64(len(e.pendingUsers) + len(e.pendingMembers) + e.inflight))
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
 	default:
-	}
-}
-
-// SetMember records that n of this node's connections of uid joined
-// channel, and tells this node's Relay of a join or leave edge. Membership
-// is counted per node: other nodes do not hear of it.
-func (e *Engine) SetMember(channel, uid string, n int) {
-	e.memberMu.Lock()
-	defer e.memberMu.Unlock()
-	k := membership{channel, uid}
-	_, was := e.members[k]
-	if n > 0 {
-		e.members[k] = struct{}{}
-	} else {
-		delete(e.members, k)
-	}
-	if r := e.relay; r != nil && was != (n > 0) {
-		r.MemberChanged(channel, uid, n > 0)
-	}
-}
-
-type membership struct{ channel, uid string }
-
-// attach hands r this node's memberships and the ones that follow.
-func (e *Engine) attach(r presence.Relay) {
-	e.memberMu.Lock()
-	defer e.memberMu.Unlock()
-	e.relay = r
-	for k := range e.members {
-		r.MemberChanged(k.channel, k.uid, true)
 	}
 }
 
@@ -283,58 +266,105 @@ func (e *Engine) User(ctx context.Context, uid string) (int, error) {
 // Users returns how many users are online on any node and the first limit of
 // their IDs in ascending order.
 func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
+	return e.listing(ctx, "users", func(k shardKeys) string { return k.online }, e.keys, limit)
+}
+
+// Members returns how many members channel has on any node and the first
+// limit of their IDs in ascending order.
+func (e *Engine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
+	k := e.keys[e.shard(channel)]
+	return e.listing(ctx, "members", func(k shardKeys) string { return k.members(channel) }, []shardKeys{k}, limit)
+}
+
+// listing counts and lists, in order, the sorted sets named by key in shards.
+func (e *Engine) listing(ctx context.Context, op string, key func(shardKeys) string, shards []shardKeys, limit int) (int, []string, error) {
 	pipe := e.rdb.Pipeline()
-	cards := make([]*redis.IntCmd, len(e.keys))
-	ranges := make([]*redis.StringSliceCmd, len(e.keys))
-	for i, k := range e.keys {
-		cards[i] = pipe.ZCard(ctx, k.online)
+	cards := make([]*redis.IntCmd, len(shards))
+	ranges := make([]*redis.StringSliceCmd, len(shards))
+	for i, k := range shards {
+		cards[i] = pipe.ZCard(ctx, key(k))
 		if limit > 0 {
-			ranges[i] = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: k.online, Start: "-", Stop: "+", ByLex: true, Count: int64(limit)})
+			ranges[i] = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key(k), Start: "-", Stop: "+", ByLex: true, Count: int64(limit)})
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		e.fail("users", err)
-		return 0, nil, fmt.Errorf("cluster: list users: %w", err)
+		e.fail(op, err)
+		return 0, nil, fmt.Errorf("cluster: list %s: %w", op, err)
 	}
 	e.ok()
 	count := 0
-	var users []string
-	for i := range e.keys {
+	var list []string
+	for i := range shards {
 		count += int(cards[i].Val())
 		if limit > 0 {
-			users = append(users, ranges[i].Val()...)
+			list = append(list, ranges[i].Val()...)
 		}
 	}
 	if limit <= 0 {
 		return count, nil, nil
 	}
-	sort.Strings(users)
-	if len(users) > limit {
-		users = users[:limit]
+	if list == nil {
+		list = []string{}
 	}
-	return count, users, nil
+	sort.Strings(list)
+	if len(list) > limit {
+		list = list[:limit]
+	}
+	return count, list, nil
 }
 
 // wireMessage is a presence.Message on Pub/Sub; its frame is JSON already.
 type wireMessage struct {
-	Channel    string          `json:"c,omitempty"`
-	UID        string          `json:"u,omitempty"`
 	Frame      json.RawMessage `json:"f,omitempty"`
-	Disconnect bool            `json:"x,omitempty"`
+	Disconnect int             `json:"x,omitempty"`
 }
 
-// Publish sends m to the clients of every node through Redis Pub/Sub.
+// Publish sends m to the followers of its channel or user, on every node,
+// at most once. An error means it was not delivered: a call whose answer
+// was lost is cancelled by its ID before Publish gives up, and if the
+// cancellation finds it already published, Publish reports success.
 func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
-	msg, err := json.Marshal(wireMessage{m.Channel, m.UID, m.Frame, m.Disconnect})
+	w := wireMessage{Frame: m.Frame}
+	topic := presence.Topic{UID: m.UID}
+	if m.Disconnect {
+		w = wireMessage{Disconnect: 1}
+	}
+	if m.Channel != "" {
+		topic = presence.Topic{Channel: m.Channel}
+	}
+	msg, err := json.Marshal(w)
 	if err != nil {
 		return fmt.Errorf("cluster: publish: %w", err)
 	}
-	if err := e.rdb.Publish(ctx, e.chat, msg).Err(); err != nil {
-		e.fail("publish", err)
-		return fmt.Errorf("cluster: publish: %w", err)
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	k := e.keys[e.topicShard(topic)]
+	idKey := k.msg(hex.EncodeToString(b[:]))
+	life := (2 * e.cfg.Timeout).Milliseconds()
+	err = publishScript.Run(ctx, e.rdb, []string{idKey}, e.topicName(topic), msg, life).Err()
+	if err == nil {
+		e.ok()
+		return nil
 	}
-	e.ok()
-	return nil
+	e.fail("publish", err)
+	// The call may still run, or have run: take its ID first, so it
+	// publishes nothing if it has not, and learn which it was.
+	cctx, cancel := context.WithTimeout(context.Background(), e.opTimeout())
+	defer cancel()
+	for {
+		taken, cerr := e.rdb.SetNX(cctx, idKey, "0", 2*e.cfg.Timeout).Result()
+		if cerr == nil {
+			if !taken {
+				return nil // it was published
+			}
+			return fmt.Errorf("cluster: publish: %w", err)
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("cluster: publish: %w (and its cancellation: %w)", err, cerr)
+		case <-time.After(e.retry):
+		}
+	}
 }
 
 // Health pings Redis.
@@ -347,29 +377,63 @@ func (e *Engine) Health(ctx context.Context) error {
 	return nil
 }
 
-// Close stops writing leases and drops every lease this node holds, so its
-// users go offline at once (those also on another node stay online). It does
-// not close the Redis client. Safe to call more than once.
+// Close stops writing and drops every record this node holds, so its users
+// leave their channels and go offline at once (those also on another node
+// stay). It does not close the Redis client. Safe to call more than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		e.stop()
 		<-e.writerDone
 		e.mu.Lock()
 		e.closed = true
-		drop := make(map[string]int, len(e.held)+len(e.pending))
-		for uid := range e.pending {
-			drop[uid] = 0
-		}
-		e.pending = map[string]int{}
 		e.mu.Unlock()
-		for uid := range e.held {
-			drop[uid] = 0
-		}
-		if err := e.apply(ctx, drop, false); err != nil {
-			e.closeErr = fmt.Errorf("cluster: drop leases of %s on close: %w", e.cfg.Node, err)
-		}
+		e.closeErr = e.leave(ctx)
 	})
 	return e.closeErr
+}
+
+// leave reaps this node's own records in every shard.
+func (e *Engine) leave(ctx context.Context) error {
+	shards := make([]int, len(e.keys))
+	for i := range shards {
+		shards[i] = i
+	}
+	for len(shards) > 0 {
+		calls := make([]scriptCall, len(shards))
+		for i, s := range shards {
+			calls[i] = scriptCall{shard: s, args: []any{e.keys[s].tag, e.cfg.Node, e.cfg.Batch}}
+		}
+		var more []int
+		for i, cmd := range e.runScripts(ctx, leaveScript, calls) {
+			res, err := scriptResult(cmd, 1)
+			if err != nil {
+				return fmt.Errorf("cluster: drop records of %s on close: %w", e.cfg.Node, err)
+			}
+			e.produced(res[1:])
+			if flag(res[0]) {
+				more = append(more, shards[i])
+			}
+		}
+		shards = more
+	}
+	return nil
+}
+
+// produced hands the user edges a script made to the Relay's Produced.
+func (e *Engine) produced(vals []any) {
+	r := e.relay.Load()
+	for i := 0; i+1 < len(vals); i += 2 {
+		uid, _ := vals[i].(string)
+		on := flag(vals[i+1])
+		kind := "offline"
+		if on {
+			kind = "online"
+		}
+		e.m.edges.WithLabelValues(kind).Inc()
+		if r != nil {
+			r.Produced(uid, on)
+		}
+	}
 }
 
 // fail records a failed Redis operation; the first one after a success is logged.
@@ -408,3 +472,7 @@ func (e *Engine) ok() {
 		e.log.Info("cluster: redis reachable again")
 	}
 }
+
+// opTimeout bounds one batch of Redis calls: generous, so a loaded machine
+// does not look like an outage, yet short of a node's lifetime.
+func (e *Engine) opTimeout() time.Duration { return e.cfg.Timeout / 2 }

@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"maps"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +54,7 @@ func TestNewDefaults(t *testing.T) {
 	assert.Equal(t, 30*time.Second, e.cfg.Timeout)
 	assert.Equal(t, 10*time.Second, e.cfg.RenewEvery)
 	assert.Equal(t, 5*time.Second, e.cfg.ClaimEvery)
-	assert.Equal(t, "{presenced:3}:leases", e.keys[3].leases)
+	assert.Equal(t, "{presenced:3}:alive", e.keys[3].alive)
 }
 
 func TestCrossNodeOnlineOffline(t *testing.T) {
@@ -64,6 +62,8 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
+	a.follow(t, "alice")
+	b.follow(t, "alice")
 
 	a.SetUser("alice", 1)
 	for _, n := range []*node{a, b} {
@@ -105,6 +105,11 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 		assert.Equal(t, 1, n.rec.count("alice", true), "online edges on %s", n.Node())
 		assert.Equal(t, 1, n.rec.count("alice", false), "offline edges on %s", n.Node())
 	}
+	// Each edge was produced once, by the node whose change made it.
+	assert.Equal(t, 1, a.rec.producedCount("alice", true))
+	assert.Equal(t, 0, b.rec.producedCount("alice", true))
+	assert.Equal(t, 0, a.rec.producedCount("alice", false))
+	assert.Equal(t, 1, b.rec.producedCount("alice", false))
 }
 
 func TestUsersAcrossShardsInOrder(t *testing.T) {
@@ -121,7 +126,10 @@ func TestUsersAcrossShardsInOrder(t *testing.T) {
 			b.SetUser(uid, 1)
 		}
 	}
-	a.rec.waitFor(t, testWait, "40 users online", func() bool { return len(a.rec.all()) == 40 })
+	a.rec.waitFor(t, testWait, "40 users online", func() bool {
+		count, _, err := a.Users(context.Background(), 0)
+		return err == nil && count == 40
+	})
 	cases := []struct {
 		limit int
 		want  []string
@@ -145,6 +153,9 @@ func TestPublishReachesEveryNode(t *testing.T) {
 	srv := startRedis(t)
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
+	c := startNode(t, testConfig(srv.client(t), "c")) // follows nothing: hears nothing
+	a.follow(t, "#lobby")
+	b.follow(t, "#lobby")
 	msg := `{"type":"chat","from":"alice","text":"hi"}`
 	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: []byte(msg)}))
 	for _, n := range []*node{a, b} {
@@ -154,6 +165,18 @@ func TestPublishReachesEveryNode(t *testing.T) {
 			return len(n.rec.chats) == 1 && n.rec.chats[0] == msg
 		})
 	}
+	require.NoError(t, a.Publish(context.Background(), presence.Message{UID: "bob", Frame: []byte(`{"type":"message"}`)}))
+	b.follow(t, "bob")
+	require.NoError(t, a.Publish(context.Background(), presence.Message{UID: "bob", Frame: []byte(`{"type":"message","n":2}`)}))
+	b.rec.waitFor(t, testWait, "message to bob on b", func() bool {
+		b.rec.mu.Lock()
+		defer b.rec.mu.Unlock()
+		return len(b.rec.chats) == 2 && b.rec.chats[1] == `{"type":"message","n":2}`
+	})
+	c.rec.mu.Lock()
+	defer c.rec.mu.Unlock()
+	assert.Empty(t, c.rec.chats, "a node that follows nothing")
+	assert.Len(t, a.rec.chats, 1, "a does not follow bob")
 }
 
 // A user with tabs on two nodes stays online when one node dies.
@@ -162,6 +185,7 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
+	b.follow(t, "bob", "carol")
 	a.SetUser("bob", 1)
 	b.SetUser("bob", 1)
 	a.SetUser("carol", 1) // only on the node that dies: the control
@@ -185,58 +209,73 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	assert.Equal(t, []string{"bob"}, users)
 }
 
-// Users only on a crashed node go offline cluster-wide once their leases
-// expire, never before, each with exactly one offline edge per observer.
+// Users only on a crashed node go offline cluster-wide, and leave their
+// channels, once its liveness expires, never before, each edge produced by
+// exactly one claiming node and relayed once to each observer.
 func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 	srv := startRedis(t)
 	dead := startNode(t, testConfig(srv.client(t), "dead"))
 	obs := []*node{startNode(t, testConfig(srv.client(t), "b")), startNode(t, testConfig(srv.client(t), "c"))}
 	const users = 50
+	var uids []string
 	for i := range users {
-		dead.SetUser(fmt.Sprintf("u%d", i), 1)
+		uids = append(uids, fmt.Sprintf("u%d", i))
 	}
 	for _, o := range obs {
-		o.rec.waitFor(t, testWait, "all online", func() bool { return len(o.rec.all()) == users })
+		o.follow(t, append(uids, "#lobby")...)
+	}
+	for _, uid := range uids {
+		dead.SetUser(uid, 1)
+		dead.SetMember("lobby", uid, 1)
+	}
+	obs[1].SetUser("u0", 1) // u0 has a tab on a live node too
+	for _, o := range obs {
+		o.rec.waitFor(t, testWait, "all online and in the lobby", func() bool {
+			return len(o.rec.all()) == users && len(o.rec.membersOf("lobby")) == users
+		})
 	}
 
 	c := srv.client(t)
-	expiry := leaseExpiries(t, c, "t", 4, "dead")
-	require.Len(t, expiry, users)
 	crashed := time.Now()
 	dead.crash()
 	dead.stopRun()
-	// No renewal comes after crash, so these are the last expiries; a lease
-	// already claimed keeps the one read before, which can only be earlier.
-	maps.Copy(expiry, leaseExpiries(t, c, "t", 4, "dead"))
+	// No renewal comes after the crash: the earliest of these is when the
+	// others may start taking the node for dead.
+	expires := int64(0)
+	for s := range 4 {
+		if x := aliveExpiry(t, c, newShardKeys("t", s), "dead"); expires == 0 || x < expires {
+			expires = x
+		}
+	}
 	for _, o := range obs {
-		o.rec.waitFor(t, testWait, "all offline on "+o.Node(), func() bool { return len(o.rec.all()) == 2*users })
+		o.rec.waitFor(t, testWait, "all offline and out of the lobby on "+o.Node(), func() bool {
+			return len(o.rec.all()) == 2*users-1 && len(o.rec.membersOf("lobby")) == 0
+		})
 	}
 	// Give a duplicate a chance to show up: two more claim rounds.
 	time.Sleep(2 * testClaim)
 	var worst time.Duration
 	for _, o := range obs {
-		for i := range users {
-			uid := fmt.Sprintf("u%d", i)
+		for _, uid := range uids[1:] {
 			assert.Equal(t, 1, o.rec.count(uid, false), "offline edges of %s on %s", uid, o.Node())
-			worst = max(worst, o.rec.edgeTime(uid, false).Sub(crashed))
+			at := o.rec.edgeTime(uid, false)
+			assert.GreaterOrEqual(t, at.UnixMilli(), expires, "offline of %s before the node's liveness expired", uid)
+			worst = max(worst, at.Sub(crashed))
+		}
+		assert.Equal(t, 0, o.rec.count("u0", false), "u0 stays online through c")
+		for _, uid := range uids {
+			assert.Equal(t, []string{"+", "-"}, o.rec.joinEdges("lobby", uid), "lobby edges of %s on %s", uid, o.Node())
 		}
 	}
 	t.Logf("crash to offline: worst %v (timeout %v, renew every %v, claim every %v)", worst, testTimeout, testRenew, testClaim)
-	// The order that matters, on Redis's clock: each offline edge is a claim
-	// written after the lease expired.
-	offline := 0
-	for shard := range 4 {
-		for _, e := range streamEntries(t, c, newShardKeys("t", shard)) {
-			if e.on {
-				continue
-			}
-			offline++
-			assert.Contains(t, []string{"claim:b", "claim:c"}, e.by, "offline edge of %s", e.uid)
-			assert.GreaterOrEqual(t, e.at, expiry[e.uid], "offline edge of %s before its lease expired", e.uid)
-		}
+	for _, uid := range uids[1:] {
+		assert.Equal(t, 1, obs[0].rec.producedCount(uid, false)+obs[1].rec.producedCount(uid, false),
+			"offline of %s produced once across the claimers", uid)
 	}
-	assert.Equal(t, users, offline, "offline edges in Redis")
 	count, _, err := obs[0].Users(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+	count, _, err = obs[0].Members(context.Background(), "lobby", 0)
 	require.NoError(t, err)
 	assert.Equal(t, 0, count)
 }
@@ -251,6 +290,7 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	a := startNode(t, cfg)
 	cfg.Node = "b"
 	b := startNode(t, cfg)
+	b.follow(t, "dave", "erin")
 	a.SetUser("dave", 2)
 	a.SetUser("erin", 1)
 	b.SetUser("erin", 1)
@@ -261,8 +301,9 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 
 	require.NoError(t, a.Close(context.Background()))
 	b.rec.waitFor(t, testWait, "dave offline", func() bool { return b.rec.count("dave", false) == 1 })
-	// a dropped dave's lease itself: no claim, so no wait for an expiry.
-	assert.Equal(t, []string{"a"}, offlineBy(t, b.rdb, "t", 4, "dave"))
+	// a dropped dave's record itself: no claim, so no wait for an expiry.
+	assert.Equal(t, 1, a.rec.producedCount("dave", false))
+	assert.Equal(t, 0, b.rec.producedCount("dave", false))
 	n, err := b.User(context.Background(), "erin")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
@@ -270,7 +311,9 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	require.NoError(t, a.Close(context.Background()), "Close is idempotent")
 	a.SetUser("dave", 1) // ignored after Close: nothing is queued for Redis
 	assert.Zero(t, testutil.ToFloat64(a.m.pending))
-	assert.Empty(t, leaseExpiries(t, b.rdb, "t", 4, "a"))
+	for s := range 4 {
+		assert.Zero(t, aliveExpiry(t, b.rdb, newShardKeys("t", s), "a"), "a's liveness in shard %d", s)
+	}
 	assert.Equal(t, 1, b.rec.count("dave", true))
 }
 
@@ -284,11 +327,17 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	a := startNode(t, cfgA)
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
+	for _, n := range []*node{a, b} {
+		n.follow(t, "stays-a", "stays-b", "leaves", "arrives", "late", "#room")
+	}
 	a.SetUser("stays-a", 1)
+	a.SetMember("room", "stays-a", 1)
 	b.SetUser("stays-b", 1)
 	a.SetUser("leaves", 1)
 	for _, n := range []*node{a, b} {
-		n.rec.waitFor(t, testWait, "three online on "+n.Node(), func() bool { return len(n.rec.all()) == 3 })
+		n.rec.waitFor(t, testWait, "three online on "+n.Node(), func() bool {
+			return len(n.rec.all()) == 3 && len(n.rec.membersOf("room")) == 1
+		})
 	}
 
 	srv.kill()
@@ -324,6 +373,8 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		}
 		assert.Equal(t, 1, n.rec.count("leaves", false), "on %s", n.Node())
 		assert.Equal(t, 1, n.rec.count("arrives", true), "on %s", n.Node())
+		assert.Equal(t, []string{"stays-a"}, n.rec.membersOf("room"), "on %s", n.Node())
+		assert.Equal(t, []string{"+"}, n.rec.joinEdges("room", "stays-a"), "no false leave on %s", n.Node())
 	}
 	// And the cluster still works after the restart.
 	a.SetUser("late", 1)
@@ -340,6 +391,8 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
 	t.Cleanup(func() { _ = ca.Close() })
 	a := startNode(t, testConfig(ca, "a"))
+	a.follow(t, "frank")
+	b.follow(t, "frank")
 	a.SetUser("frank", 1)
 	b.rec.waitFor(t, testWait, "frank online", func() bool { return b.rec.count("frank", true) == 1 })
 
@@ -365,6 +418,9 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 	srv := startRedis(t)
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
+	for _, n := range []*node{a, b} {
+		n.follow(t, "on-a", "on-b")
+	}
 	a.SetUser("on-a", 1)
 	b.SetUser("on-b", 1)
 	for _, n := range []*node{a, b} {
@@ -388,65 +444,4 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 
 	a.crash()
 	b.rec.waitFor(t, testWait, "on-a offline after a crashed", func() bool { return b.rec.count("on-a", false) == 1 })
-}
-
-// The engine on a Redis Cluster (one master holding every slot): scripts
-// must touch one slot each and stream reads must not cross slots, or Redis
-// answers CROSSSLOT.
-func TestRedisClusterMode(t *testing.T) {
-	srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	plain := srv.client(t)
-	ctx := context.Background()
-	require.NoError(t, plain.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := plain.ClusterInfo(ctx).Result()
-		require.NoError(t, err)
-		if strings.Contains(info, "cluster_state:ok") {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "cluster never became ok: %s", info)
-		time.Sleep(20 * time.Millisecond)
-	}
-	newClient := func() *redis.ClusterClient {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr()}, PoolSize: 20,
-			DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	a := startNode(t, testConfig(newClient(), "a"))
-	b := startNode(t, testConfig(newClient(), "b"))
-	require.True(t, a.isCluster)
-	slots := map[int64]bool{}
-	for _, k := range a.keys {
-		for _, key := range k.claim {
-			slot, err := plain.ClusterKeySlot(ctx, key).Result()
-			require.NoError(t, err)
-			slots[slot] = true
-		}
-	}
-	assert.Len(t, slots, len(a.keys), "one slot per shard")
-
-	for i := range 8 { // spread over the shards
-		a.SetUser(fmt.Sprintf("c%d", i), 1)
-	}
-	b.SetUser("c0", 1)
-	b.rec.waitFor(t, testWait, "8 users online on b", func() bool { return len(b.rec.all()) == 8 })
-	count, users, err := b.Users(ctx, 3)
-	require.NoError(t, err)
-	assert.Equal(t, 8, count)
-	assert.Equal(t, []string{"c0", "c1", "c2"}, users)
-	n, err := b.User(ctx, "c0")
-	require.NoError(t, err)
-	assert.Equal(t, 2, n)
-	require.NoError(t, a.Publish(ctx, presence.Message{Channel: "lobby", Frame: []byte(`{"type":"chat"}`)}))
-	b.rec.waitFor(t, testWait, "chat on b", func() bool {
-		b.rec.mu.Lock()
-		defer b.rec.mu.Unlock()
-		return len(b.rec.chats) == 1
-	})
-
-	a.crash()
-	b.rec.waitFor(t, testWait, "a's users offline", func() bool { return len(b.rec.all()) == 15 })
-	assert.Equal(t, 0, b.rec.count("c0", false))
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -162,10 +163,6 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	killed := time.Now()
 	_, seen := bob.await(t, processWait, "carol offline", status("carol", false))
 	t.Logf("SIGKILL to offline on the other node: %v (timeout %v)", time.Since(killed), timeout)
-	// A surviving node claimed carol's expired lease; n1 dropped nothing.
-	by := offlineBy(t, srv.client(t), "presenced", DefaultShards, "carol")
-	require.Len(t, by, 1, "carol's offline edges in Redis")
-	assert.Contains(t, []string{"claim:n2", "claim:n3"}, by[0])
 
 	// Two claim rounds more: a second offline for carol, or any for alice,
 	// would show by then.
@@ -189,15 +186,17 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	}
 	assert.Equal(t, 1, carol, "carol's offline frames")
 	assert.Equal(t, 0, alice, "alice has a tab on n2")
-	assert.Empty(t, offlineBy(t, srv.client(t), "presenced", DefaultShards, "alice"), "alice's offline edges in Redis")
 	connections(t, n2.Addr, "alice", 1)
 
-	metrics, err := http.Get("http://" + n2.Addr + "/metrics")
-	require.NoError(t, err)
-	body, err := io.ReadAll(metrics.Body)
-	metrics.Body.Close()
-	require.NoError(t, err)
-	assert.Contains(t, string(body), "presenced_cluster_redis_up 1")
+	// A surviving node reaped n1's records: carol's offline was emitted
+	// once, by n2 or n3, and alice's record on n1 went without an edge.
+	claimed := 0.0
+	for _, n := range []*presencedtest.Process{n2, n3} {
+		body := scrape(t, n.Addr)
+		assert.Contains(t, body, "presenced_cluster_redis_up 1")
+		claimed += metricValue(body, "presenced_cluster_leases_claimed_total")
+	}
+	assert.Equal(t, 1.0, claimed, "offline edges emitted by reaping n1")
 
 	// A graceful stop (SIGTERM): n2 drops its leases itself, so the offline
 	// edges are its own, not a claim after expiry.
@@ -218,8 +217,27 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, carol, "carol's offline frames on n3")
-	for _, uid := range []string{"alice", "bob"} {
-		assert.Equal(t, []string{"n2"}, offlineBy(t, srv.client(t), "presenced", DefaultShards, uid), "%s's offline edges in Redis", uid)
-	}
+	assert.Less(t, time.Since(stopped), timeout, "n2 dropped its records itself, before any could expire")
 	assert.Equal(t, 0, n2.Wait())
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
+}
+
+// metricValue reads an unlabelled sample from Prometheus text, 0 if absent.
+func metricValue(body, name string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }

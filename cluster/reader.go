@@ -12,274 +12,371 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-// delivery is what a stream reader hands to Run's loop.
-type delivery struct {
-	edges     []edgeEvent
-	recovered bool // the reader got through again after failing
+// topicState is one channel or user this node follows. Edges carry the
+// shard's edge counter: once a snapshot at seq is in the Relay, an edge at
+// or below seq is already in it.
+type topicState struct {
+	t       presence.Topic
+	shard   int
+	refs    int
+	seq     int64
+	live    bool // Redis confirmed the subscription: a snapshot now misses no edge
+	loaded  bool // a snapshot reached the Relay since the following began
+	stale   bool // re-subscribed after a lost connection: edges pass unfiltered until the next snapshot
+	waiters []chan struct{}
+	idle    time.Time // when refs dropped to 0
 }
 
-type edgeEvent struct {
-	uid string
-	on  bool
-	by  string // the node that wrote it, or "claim:" and the node that claimed a dead one's lease
+func (e *Engine) topicShard(t presence.Topic) int {
+	if t.Channel != "" {
+		return e.shard(t.Channel)
+	}
+	return e.shard(t.UID)
 }
 
-// Run relays presence edges from the event streams, and chat from Pub/Sub, to
-// r until ctx is done. It keeps a view of who is online cluster-wide so that
-// r sees each edge once even when Redis replays or re-asserts, and after an
-// outage it reconciles that view with Redis (users whose only node died
-// meanwhile go offline then). It retries Redis forever and returns nil when
-// ctx is done; it returns an error only while another Run is going.
+func (e *Engine) topicName(t presence.Topic) string {
+	k := e.keys[e.topicShard(t)]
+	if t.Channel != "" {
+		return k.channelTopic(t.Channel)
+	}
+	return k.userTopic(t.UID)
+}
+
+// Follow subscribes this node to topics and waits until the Relay has each
+// one's current state, unless Redis is known to be down or ctx ends first.
+func (e *Engine) Follow(ctx context.Context, topics []presence.Topic) error {
+	var wait []chan struct{}
+	fresh := map[int][]string{}
+	e.fmu.Lock()
+	for _, t := range topics {
+		name := e.topicName(t)
+		ts := e.topics[name]
+		if ts == nil {
+			ts = &topicState{t: t, shard: e.topicShard(t)}
+			e.topics[name] = ts
+			fresh[ts.shard] = append(fresh[ts.shard], name)
+		}
+		ts.refs++
+		if !ts.loaded {
+			ch := make(chan struct{})
+			ts.waiters = append(ts.waiters, ch)
+			wait = append(wait, ch)
+		}
+	}
+	subs := e.subs
+	e.fmu.Unlock()
+	if subs != nil {
+		for s, names := range fresh {
+			if err := subs[s].SSubscribe(ctx, names...); err != nil {
+				e.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
+			}
+		}
+	}
+	if e.isDown() {
+		return errors.New("cluster: redis unreachable: the state follows when it returns")
+	}
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Unfollow counts one follower less of each topic. A topic nobody follows is
+// unsubscribed and dropped from the Relay a renewal interval later, so a
+// follower that comes right back does not pay for a new snapshot.
+func (e *Engine) Unfollow(topics []presence.Topic) {
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	now := time.Now()
+	for _, t := range topics {
+		if ts := e.topics[e.topicName(t)]; ts != nil && ts.refs > 0 {
+			if ts.refs--; ts.refs == 0 {
+				ts.idle = now
+			}
+		}
+	}
+}
+
+// sweep drops the topics nobody followed for a while.
+func (e *Engine) sweep(ctx context.Context, r presence.Relay) {
+	gone := map[int][]string{}
+	e.fmu.Lock()
+	cutoff := time.Now().Add(-e.cfg.RenewEvery)
+	for name, ts := range e.topics {
+		if ts.refs > 0 || ts.idle.After(cutoff) {
+			continue
+		}
+		delete(e.topics, name)
+		gone[ts.shard] = append(gone[ts.shard], name)
+		if ts.t.Channel != "" {
+			r.SetMembers(ts.t.Channel, nil)
+		} else {
+			r.UserChanged(ts.t.UID, false)
+		}
+	}
+	subs := e.subs
+	e.fmu.Unlock()
+	for s, names := range gone {
+		if subs != nil {
+			_ = subs[s].SUnsubscribe(ctx, names...)
+		}
+	}
+}
+
+// Run delivers, until ctx is done, the edges and messages of the topics this
+// node follows to r, and passes the edges this node's scripts make to r's
+// Produced. It keeps one sharded Pub/Sub subscription per shard; when one is
+// lost and comes back, the topics it carries are read again once every live
+// node has had a renewal round to write what Redis may have lost. It
+// retries Redis forever and returns nil when ctx is done; it returns an
+// error only while another Run is going.
 func (e *Engine) Run(ctx context.Context, r presence.Relay) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("cluster: Run is already running")
 	}
 	defer e.running.Store(false)
-	e.attach(r)
-	cursors, view, ok := e.bootstrap(ctx)
-	if !ok {
-		return nil
-	}
-	in := make(chan delivery, 64)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	e.relay.Store(&relayBox{r})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	ps := e.rdb.Subscribe(ctx, e.chat)
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		e.fail("subscribe", err) // the Pub/Sub reconnects by itself
+	subs := make([]*redis.PubSub, len(e.keys))
+	e.fmu.Lock()
+	names := map[int][]string{}
+	for name, ts := range e.topics {
+		names[ts.shard] = append(names[ts.shard], name)
+		ts.live, ts.loaded, ts.stale = false, false, false
 	}
-	chat := ps.Channel()
+	for s := range subs {
+		subs[s] = e.rdb.SSubscribe(ctx)
+	}
+	e.subs = subs
+	e.fmu.Unlock()
+	defer func() {
+		e.fmu.Lock()
+		e.subs = nil
+		e.fmu.Unlock()
+		for _, ps := range subs {
+			_ = ps.Close()
+		}
+	}()
 
-	var groups [][]int
-	if e.isCluster {
-		// Redis Cluster refuses a multi-key XREAD across slots.
-		for s := range e.keys {
-			groups = append(groups, []int{s})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for s, ps := range subs {
+		if len(names[s]) > 0 {
+			if err := ps.SSubscribe(ctx, names[s]...); err != nil {
+				e.fail("subscribe", err)
+			}
 		}
-	} else {
-		all := make([]int, len(e.keys))
-		for s := range all {
-			all[s] = s
-		}
-		groups = [][]int{all}
-	}
-	for _, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.readStreams(ctx, g, cursors, in)
+			e.readShard(ctx, s, ps, r)
 		}()
 	}
 	e.readyOnce.Do(func() { close(e.ready) })
 
-	var reconcile <-chan time.Time
-	// Every live node re-asserts its leases within one renewal after Redis is
-	// back; reconciling earlier would take their users offline.
-	settle := e.cfg.RenewEvery + 2*e.retry
+	sweep := time.NewTicker(e.cfg.RenewEvery)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m, ok := <-chat:
-			if !ok {
-				return nil
-			}
-			var w wireMessage
-			if err := json.Unmarshal([]byte(m.Payload), &w); err != nil {
-				e.log.Warn("cluster: a message on Pub/Sub is not ours", "err", err)
-				continue
-			}
-			e.m.relayed.WithLabelValues("chat").Inc()
-			r.Deliver(presence.Message{Channel: w.Channel, UID: w.UID, Frame: w.Frame, Disconnect: w.Disconnect})
-		case <-e.resync:
-			reconcile = time.After(settle)
-		case d := <-in:
-			if d.recovered {
-				reconcile = time.After(settle)
-			}
-			for _, ev := range d.edges {
-				e.relayEdge(view, r, ev.uid, ev.on, ev.by == e.cfg.Node || ev.by == "claim:"+e.cfg.Node)
-			}
-		case <-reconcile:
-			reconcile = nil
-			if err := e.reconcile(ctx, view, r); err != nil {
-				reconcile = time.After(e.retry)
-			}
+		case <-sweep.C:
+			e.sweep(ctx, r)
 		}
 	}
 }
 
-// relayEdge applies one edge to view and passes it on if it changes it; here
-// says this node produced it.
-func (e *Engine) relayEdge(view map[string]struct{}, r presence.Relay, uid string, on, here bool) {
-	_, was := view[uid]
-	if was == on {
-		return
-	}
-	kind := "offline"
-	if on {
-		view[uid] = struct{}{}
-		kind = "online"
-	} else {
-		delete(view, uid)
-	}
-	e.m.relayed.WithLabelValues(kind).Inc()
-	r.UserChanged(uid, on, here)
+// wireEvent is what arrives on a topic: an edge (S set) or a message.
+type wireEvent struct {
+	S          int64           `json:"s"`
+	On         int             `json:"on"`
+	UID        string          `json:"u"`
+	Joined     int             `json:"j"`
+	Frame      json.RawMessage `json:"f"`
+	Disconnect int             `json:"x"`
 }
 
-// bootstrap reads where each stream ends, then who is online: edges after
-// those positions are applied on top of that view. It retries until it gets
-// through or ctx is done.
-func (e *Engine) bootstrap(ctx context.Context) ([]string, map[string]struct{}, bool) {
+// readShard relays one shard's subscription. Snapshots are read on this
+// goroutine, so the events that follow one wait behind it, in order.
+func (e *Engine) readShard(ctx context.Context, shard int, ps *redis.PubSub, r presence.Relay) {
+	in := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(min(e.cfg.RenewEvery, 3*time.Second)))
+	var again <-chan time.Time // snapshots of stale topics are due
 	for {
-		cursors, err := e.streamEnds(ctx)
-		if err == nil {
-			var view map[string]struct{}
-			if view, err = e.onlineSet(ctx); err == nil {
-				e.ok()
-				return cursors, view, true
-			}
-		}
-		e.fail("bootstrap", err)
 		select {
 		case <-ctx.Done():
-			return nil, nil, false
-		case <-time.After(e.retry):
-		}
-	}
-}
-
-func (e *Engine) streamEnds(ctx context.Context) ([]string, error) {
-	pipe := e.rdb.Pipeline()
-	cmds := make([]*redis.XMessageSliceCmd, len(e.keys))
-	for i, k := range e.keys {
-		cmds[i] = pipe.XRevRangeN(ctx, k.events, "+", "-", 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	cursors := make([]string, len(e.keys))
-	for i, c := range cmds {
-		cursors[i] = "0-0"
-		if msgs := c.Val(); len(msgs) > 0 {
-			cursors[i] = msgs[0].ID
-		}
-	}
-	return cursors, nil
-}
-
-func (e *Engine) onlineSet(ctx context.Context) (map[string]struct{}, error) {
-	pipe := e.rdb.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(e.keys))
-	for i, k := range e.keys {
-		cmds[i] = pipe.ZRange(ctx, k.online, 0, -1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	view := make(map[string]struct{})
-	for _, c := range cmds {
-		for _, uid := range c.Val() {
-			view[uid] = struct{}{}
-		}
-	}
-	return view, nil
-}
-
-// reconcile makes view match Redis and relays the differences.
-func (e *Engine) reconcile(ctx context.Context, view map[string]struct{}, r presence.Relay) error {
-	fresh, err := e.onlineSet(ctx)
-	if err != nil {
-		e.fail("reconcile", err)
-		return err
-	}
-	e.ok()
-	var on, off int
-	for uid := range view {
-		if _, ok := fresh[uid]; !ok {
-			e.relayEdge(view, r, uid, false, false)
-			off++
-		}
-	}
-	for uid := range fresh {
-		if _, ok := view[uid]; !ok {
-			e.relayEdge(view, r, uid, true, false)
-			on++
-		}
-	}
-	if on+off > 0 {
-		e.log.Info("cluster: reconciled presence with redis", "online", on, "offline", off)
-	}
-	return nil
-}
-
-// readStreams reads the event streams of shards (one XREAD for all of them)
-// and sends the edges to in, in stream order.
-func (e *Engine) readStreams(ctx context.Context, shards []int, cursors []string, in chan<- delivery) {
-	n := len(shards)
-	args := make([]string, 2*n)
-	for i, s := range shards {
-		args[i] = e.keys[s].events
-		args[n+i] = cursors[s]
-	}
-	failed := false
-	send := func(d delivery) bool {
-		select {
-		case in <- d:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for ctx.Err() == nil {
-		res, err := e.rdb.XRead(ctx, &redis.XReadArgs{Streams: args, Count: 1024, Block: e.block}).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if ctx.Err() != nil {
-				return
+			return
+		case <-again:
+			again = nil
+			if !e.snapshot(ctx, shard, r, func(ts *topicState) bool { return ts.live && (ts.stale || !ts.loaded) }) {
+				again = time.After(e.retry)
 			}
-			failed = true
-			e.fail("read events", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(e.retry):
-			}
-			continue
-		}
-		e.ok()
-		var d delivery
-		if failed {
-			failed = false
-			d.recovered = true
-		}
-		for _, st := range res {
-			s, ok := e.shardOf[st.Stream]
+		case msg, ok := <-in:
 			if !ok {
-				continue
+				return
 			}
-			for i, want := range shards {
-				if want == s {
-					if len(st.Messages) > 0 {
-						args[n+i] = st.Messages[len(st.Messages)-1].ID
-					}
-					break
-				}
-			}
-			for _, msg := range st.Messages {
-				uid, _ := msg.Values["u"].(string)
-				on, _ := msg.Values["on"].(string)
-				by, _ := msg.Values["by"].(string)
-				if uid == "" {
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind != "ssubscribe" {
 					continue
 				}
-				d.edges = append(d.edges, edgeEvent{uid: uid, on: on == "1", by: by})
+				e.ok()
+				if e.subscribed(m.Channel) {
+					// A lost connection came back: wait until every live
+					// node has written again what Redis may have lost.
+					again = time.After(e.cfg.RenewEvery + 2*e.retry)
+				} else if !e.snapshot(ctx, shard, r, func(ts *topicState) bool { return ts.live && !ts.loaded }) && again == nil {
+					again = time.After(e.retry)
+				}
+			case *redis.Message:
+				e.received(m.Channel, m.Payload, r)
 			}
 		}
-		if (d.recovered || len(d.edges) > 0) && !send(d) {
-			return
+	}
+}
+
+// subscribed marks a topic whose subscription was confirmed; it reports
+// whether the topic had been loaded before, i.e. this is a re-subscription.
+func (e *Engine) subscribed(name string) bool {
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	ts := e.topics[name]
+	if ts == nil {
+		return false
+	}
+	ts.live = true
+	if !ts.loaded {
+		return false
+	}
+	ts.stale = true
+	return true
+}
+
+// snapshot reads the state of the shard's topics that want one and hands it
+// to r. It reports false if Redis failed.
+func (e *Engine) snapshot(ctx context.Context, shard int, r presence.Relay, want func(*topicState) bool) bool {
+	e.fmu.Lock()
+	var channels, users []string
+	for _, ts := range e.topics {
+		if ts.shard != shard || !want(ts) {
+			continue
+		}
+		if ts.t.Channel != "" {
+			channels = append(channels, ts.t.Channel)
+		} else {
+			users = append(users, ts.t.UID)
 		}
 	}
+	e.fmu.Unlock()
+	if len(channels)+len(users) == 0 {
+		return true
+	}
+	k := e.keys[shard]
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
+	defer cancel()
+	pipe := e.rdb.Pipeline()
+	chCmds := make([]*redis.Cmd, len(channels))
+	for i, ch := range channels {
+		chCmds[i] = channelScript.EvalSha(ctx, pipe, []string{k.alive}, k.tag, ch)
+	}
+	var userCmd *redis.Cmd
+	if len(users) > 0 {
+		args := append([]any{k.tag}, toAny(users)...)
+		userCmd = usersScript.EvalSha(ctx, pipe, []string{k.alive}, args...)
+	}
+	_, err := pipe.Exec(ctx)
+	if isNoScript(err) {
+		// Redis lost its script cache: load the scripts and read again.
+		for _, s := range []*redis.Script{channelScript, usersScript} {
+			if lerr := s.Load(ctx, e.rdb).Err(); lerr != nil {
+				err = lerr
+			}
+		}
+		if err == nil || isNoScript(err) {
+			return e.snapshot(ctx, shard, r, want)
+		}
+	}
+	if err != nil {
+		e.fail("snapshot", err)
+		return false
+	}
+	e.ok()
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	for i, ch := range channels {
+		vals := chCmds[i].Val().([]any)
+		members := make([]string, 0, len(vals)-1)
+		for _, v := range vals[1:] {
+			members = append(members, v.(string))
+		}
+		if ts := e.topics[k.channelTopic(ch)]; ts != nil {
+			r.SetMembers(ch, members)
+			e.loaded(ts, vals[0].(int64))
+		}
+	}
+	if userCmd != nil {
+		vals := userCmd.Val().([]any)
+		for i, uid := range users {
+			if ts := e.topics[k.userTopic(uid)]; ts != nil {
+				r.UserChanged(uid, flag(vals[i+1]))
+				e.loaded(ts, vals[0].(int64))
+			}
+		}
+	}
+	return true
+}
+
+func (e *Engine) loaded(ts *topicState, seq int64) {
+	ts.seq, ts.loaded, ts.stale = seq, true, false
+	for _, ch := range ts.waiters {
+		close(ch)
+	}
+	ts.waiters = nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// received relays one event of a followed topic.
+func (e *Engine) received(name, payload string, r presence.Relay) {
+	var ev wireEvent
+	if err := json.Unmarshal([]byte(payload), &ev); err != nil {
+		e.log.Warn("cluster: a message on a topic is not ours", "topic", name, "err", err)
+		return
+	}
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	ts := e.topics[name]
+	if ts == nil {
+		return // unsubscribed meanwhile
+	}
+	t := ts.t
+	if ev.S == 0 {
+		e.m.relayed.WithLabelValues("message").Inc()
+		r.Deliver(presence.Message{Channel: t.Channel, UID: t.UID, Frame: ev.Frame, Disconnect: ev.Disconnect == 1})
+		return
+	}
+	if ts.loaded && !ts.stale {
+		if ev.S <= ts.seq {
+			return // the snapshot has it
+		}
+		ts.seq = ev.S
+	}
+	if t.Channel != "" {
+		e.m.relayed.WithLabelValues("member").Inc()
+		r.MemberChanged(t.Channel, ev.UID, ev.Joined == 1)
+		return
+	}
+	e.m.relayed.WithLabelValues("user").Inc()
+	r.UserChanged(t.UID, ev.On == 1)
 }

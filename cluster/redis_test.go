@@ -3,10 +3,12 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,10 +137,14 @@ func (s *redisServer) client(t *testing.T) *redis.Client {
 
 // recorder is the Relay of a test node: it keeps everything delivered to it.
 type recorder struct {
-	mu     sync.Mutex
-	edges  []recorded
-	chats  []string
-	notify chan struct{}
+	mu       sync.Mutex
+	edges    []recorded // UserChanged, for the users the node follows
+	produced []recorded // Produced: the edges this node made
+	online   map[string]bool
+	members  map[string][]string // channel -> its members now, as relayed
+	joins    []string            // "channel uid +" or "channel uid -", in order
+	chats    []string
+	notify   chan struct{}
 }
 
 type recorded struct {
@@ -147,16 +153,50 @@ type recorded struct {
 	at  time.Time
 }
 
-func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
+func newRecorder() *recorder {
+	return &recorder{notify: make(chan struct{}, 1), online: map[string]bool{}, members: map[string][]string{}}
+}
 
-func (r *recorder) UserChanged(uid string, on, here bool) {
+// UserChanged records an edge when it changes the user's state, as a
+// Node's view does: a snapshot of an offline user is no edge.
+func (r *recorder) UserChanged(uid string, on bool) {
 	r.mu.Lock()
-	r.edges = append(r.edges, recorded{uid, on, time.Now()})
+	if r.online[uid] != on {
+		r.online[uid] = on
+		r.edges = append(r.edges, recorded{uid, on, time.Now()})
+	}
 	r.mu.Unlock()
 	r.poke()
 }
 
-func (r *recorder) MemberChanged(channel, uid string, joined bool) {}
+func (r *recorder) Produced(uid string, on bool) {
+	r.mu.Lock()
+	r.produced = append(r.produced, recorded{uid, on, time.Now()})
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *recorder) MemberChanged(channel, uid string, joined bool) {
+	r.mu.Lock()
+	ms := slices.DeleteFunc(r.members[channel], func(m string) bool { return m == uid })
+	sign := "-"
+	if joined {
+		ms = append(ms, uid)
+		sign = "+"
+	}
+	slices.Sort(ms)
+	r.members[channel] = ms
+	r.joins = append(r.joins, channel+" "+uid+" "+sign)
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *recorder) SetMembers(channel string, members []string) {
+	r.mu.Lock()
+	r.members[channel] = slices.Sorted(slices.Values(members))
+	r.mu.Unlock()
+	r.poke()
+}
 
 func (r *recorder) Deliver(m presence.Message) {
 	r.mu.Lock()
@@ -176,8 +216,19 @@ func (r *recorder) poke() {
 func (r *recorder) count(uid string, on bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return countOf(r.edges, uid, on)
+}
+
+// producedCount returns how many edges of uid in direction on this node made.
+func (r *recorder) producedCount(uid string, on bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return countOf(r.produced, uid, on)
+}
+
+func countOf(edges []recorded, uid string, on bool) int {
 	n := 0
-	for _, e := range r.edges {
+	for _, e := range edges {
 		if e.uid == uid && e.on == on {
 			n++
 		}
@@ -200,6 +251,25 @@ func (r *recorder) all() []recorded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]recorded(nil), r.edges...)
+}
+
+func (r *recorder) membersOf(channel string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.members[channel])
+}
+
+// joinEdges returns the member edges relayed for uid in channel, in order.
+func (r *recorder) joinEdges(channel, uid string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, j := range r.joins {
+		if strings.HasPrefix(j, channel+" "+uid+" ") {
+			out = append(out, j[len(j)-1:])
+		}
+	}
+	return out
 }
 
 // waitFor waits, on deliveries rather than a fixed sleep, until cond holds.
@@ -261,6 +331,23 @@ func startNode(t *testing.T, cfg Config) *node {
 		t.Fatalf("node %s did not start reading", cfg.Node)
 	}
 	return n
+}
+
+// follow makes the node follow users (and channels "#name"), as a Node
+// does for its clients, and waits until each one's state is in.
+func (n *node) follow(t *testing.T, names ...string) {
+	t.Helper()
+	var topics []presence.Topic
+	for _, name := range names {
+		if ch, ok := strings.CutPrefix(name, "#"); ok {
+			topics = append(topics, presence.Topic{Channel: ch})
+		} else {
+			topics = append(topics, presence.Topic{UID: name})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	require.NoError(t, n.Follow(ctx, topics), "follow on %s", n.Node())
 }
 
 // stopRun ends the Run loop and waits for it.
@@ -350,55 +437,14 @@ func (p *proxy) cut(on bool) {
 	}
 }
 
-// streamEntry is one entry of a shard's events stream.
-type streamEntry struct {
-	edgeEvent
-	by string // the node that wrote it, "claim:<node>" for an expired lease
-	at int64  // ms on Redis's clock, from the stream ID
-}
-
-// streamEntries returns the entries of a shard's events stream, in order.
-func streamEntries(t *testing.T, c redis.UniversalClient, k shardKeys) []streamEntry {
+// aliveExpiry returns when node's liveness in shard expires (ms, Redis
+// clock), or 0 if it has none there.
+func aliveExpiry(t *testing.T, c redis.UniversalClient, k shardKeys, node string) int64 {
 	t.Helper()
-	msgs, err := c.XRange(context.Background(), k.events, "-", "+").Result()
+	score, err := c.ZScore(context.Background(), k.alive, node).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
 	require.NoError(t, err)
-	var out []streamEntry
-	for _, m := range msgs {
-		at, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64)
-		require.NoError(t, err, "stream ID %s", m.ID)
-		uid, _ := m.Values["u"].(string)
-		by, _ := m.Values["by"].(string)
-		out = append(out, streamEntry{edgeEvent{uid: uid, on: m.Values["on"] == "1"}, by, at})
-	}
-	return out
-}
-
-// offlineBy returns who wrote each offline edge of uid, over every shard.
-func offlineBy(t *testing.T, c redis.UniversalClient, prefix string, shards int, uid string) []string {
-	t.Helper()
-	var by []string
-	for shard := range shards {
-		for _, e := range streamEntries(t, c, newShardKeys(prefix, shard)) {
-			if e.uid == uid && !e.on {
-				by = append(by, e.by)
-			}
-		}
-	}
-	return by
-}
-
-// leaseExpiries returns the expiry (ms, Redis clock) of each lease node holds.
-func leaseExpiries(t *testing.T, c redis.UniversalClient, prefix string, shards int, node string) map[string]int64 {
-	t.Helper()
-	leases := map[string]int64{}
-	for shard := range shards {
-		zs, err := c.ZRangeWithScores(context.Background(), newShardKeys(prefix, shard).leases, 0, -1).Result()
-		require.NoError(t, err)
-		for _, z := range zs {
-			if uid, ok := strings.CutPrefix(z.Member.(string), node+"|"); ok {
-				leases[uid] = int64(z.Score)
-			}
-		}
-	}
-	return leases
+	return int64(score)
 }

@@ -7,16 +7,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Every script runs on the six keys of one shard, all under the same hash tag,
-// so it touches a single cluster slot:
+// Every script runs on the keys of one shard, all under the shard's hash tag
+// T = {prefix:N}, so it touches a single cluster slot. KEYS[1] is T:alive, which
+// routes the call; the other names are built from the tag in ARGV[1]:
 //
-//	KEYS[1] leases  ZSET  node|uid -> lease expiry (ms, Redis clock)
-//	KEYS[2] lconns  HASH  node|uid -> connections the node holds for uid
-//	KEYS[3] nodes   HASH  uid -> number of leases (nodes holding uid)
-//	KEYS[4] conns   HASH  uid -> connections summed over nodes
-//	KEYS[5] online  ZSET  uid, score 0 (listing in order with ZRANGE BYLEX)
-//	KEYS[6] events  STREAM u=uid on=1|0 by=node, one entry per edge
-//	KEYS[7] clock   HASH  last = time of the last claim, pause = no claims before (claim only)
+//	T:alive      ZSET  node -> liveness expiry (ms, Redis clock); renewed per node, never per user
+//	T:dead       SET   nodes whose liveness expired and whose records are being reaped
+//	T:clock      HASH  last = time of the last claim, pause = no claims before
+//	T:u:<node>   HASH  uid -> connections the node holds, for users of this shard
+//	T:m:<node>   SET   "channel uid": the node's memberships, for channels of this shard
+//	T:nodes      HASH  uid -> nodes holding the user (the online edge counter)
+//	T:conns      HASH  uid -> connections summed over nodes
+//	T:online     ZSET  online users, score 0 (listed in order with ZRANGE BYLEX)
+//	T:mn         HASH  "channel uid" -> nodes holding the membership (the join edge counter)
+//	T:c:<chan>   ZSET  the channel's members, score 0
+//	T:seq        STRING the shard's edge counter: orders edges against snapshots
+//	T:msg:<id>   STRING a published message's ID, so a retried or cancelled publish is not delivered twice
+//
+// Edges are published, inside the script that makes them, on the sharded
+// Pub/Sub channels T:pu:<uid> and T:pc:<channel>, which only the nodes
+// following that user or channel subscribe to.
 //
 // Expiry uses the Redis server's clock (TIME), so nodes' clocks never matter.
 // Scripts are effect-replicated (always so since Redis 7; asked for on 5-6).
@@ -24,142 +34,245 @@ const luaPrelude = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tag = ARGV[1]
+local function K(s) return tag .. ':' .. s end
 
-local function edge(uid, on, by, maxlen)
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', maxlen, '*', 'u', uid, 'on', on, 'by', by)
+-- produced collects this call's user edges for the caller: uid, 1|0, ...
+local produced = {}
+
+local function publish(channel, msg)
+  msg.s = redis.call('INCR', K('seq'))
+  redis.call('SPUBLISH', channel, cjson.encode(msg))
 end
 
--- drop removes the lease m (node|uid) holding old connections and emits the
--- offline edge when it was the user's last lease.
-local function drop(m, uid, old, by, maxlen)
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('HDEL', KEYS[2], m)
-  if redis.call('HINCRBY', KEYS[4], uid, -old) <= 0 then redis.call('HDEL', KEYS[4], uid) end
-  if redis.call('HINCRBY', KEYS[3], uid, -1) <= 0 then
-    redis.call('HDEL', KEYS[3], uid)
-    redis.call('ZREM', KEYS[5], uid)
-    edge(uid, '0', by, maxlen)
-    return 1
+-- setUser sets node's connection count for uid and emits the user's edge
+-- when its first node arrives or its last one goes.
+local function setUser(node, uid, n)
+  local uk = K('u:' .. node)
+  local old = tonumber(redis.call('HGET', uk, uid) or '0')
+  if n == old then return end
+  if n > 0 then redis.call('HSET', uk, uid, n) else redis.call('HDEL', uk, uid) end
+  if redis.call('HINCRBY', K('conns'), uid, n - old) <= 0 then redis.call('HDEL', K('conns'), uid) end
+  if old == 0 then
+    if redis.call('HINCRBY', K('nodes'), uid, 1) == 1 then
+      redis.call('ZADD', K('online'), 0, uid)
+      publish(K('pu:' .. uid), {on = 1})
+      produced[#produced + 1] = uid
+      produced[#produced + 1] = 1
+    end
+  elseif n == 0 then
+    if redis.call('HINCRBY', K('nodes'), uid, -1) <= 0 then
+      redis.call('HDEL', K('nodes'), uid)
+      redis.call('ZREM', K('online'), uid)
+      publish(K('pu:' .. uid), {on = 0})
+      produced[#produced + 1] = uid
+      produced[#produced + 1] = 0
+    end
   end
+end
+
+-- setMember records whether node holds a membership of uid in channel and
+-- emits the join or leave edge when the first node arrives or the last goes.
+local function setMember(node, channel, uid, on)
+  local rec = channel .. ' ' .. uid
+  if on then
+    if redis.call('SADD', K('m:' .. node), rec) == 0 then return end
+    if redis.call('HINCRBY', K('mn'), rec, 1) == 1 then
+      redis.call('ZADD', K('c:' .. channel), 0, uid)
+      publish(K('pc:' .. channel), {u = uid, j = 1})
+    end
+  else
+    if redis.call('SREM', K('m:' .. node), rec) == 0 then return end
+    if redis.call('HINCRBY', K('mn'), rec, -1) <= 0 then
+      redis.call('HDEL', K('mn'), rec)
+      redis.call('ZREM', K('c:' .. channel), uid)
+      publish(K('pc:' .. channel), {u = uid, j = 0})
+    end
+  end
+end
+
+-- alive renews node's liveness in this shard; 1 means it had been taken
+-- for dead (or Redis lost it), so the node must write its records again.
+local function alive(node, ttl)
+  local added = redis.call('ZADD', KEYS[1], now + ttl, node)
+  local reaped = redis.call('SREM', K('dead'), node)
+  if added == 1 or reaped == 1 then return 1 end
   return 0
+end
+
+-- reap drops up to budget of node's records and returns what is left of
+-- budget; the node leaves the dead set once it has none.
+local function reap(node, budget)
+  local uk, mk = K('u:' .. node), K('m:' .. node)
+  local cursor = '0'
+  repeat
+    local r = redis.call('HSCAN', uk, cursor, 'COUNT', budget)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      if budget <= 0 then break end
+      setUser(node, r[2][i], 0)
+      budget = budget - 1
+    end
+  until cursor == '0' or budget <= 0
+  cursor = '0'
+  while budget > 0 do
+    local r = redis.call('SSCAN', mk, cursor, 'COUNT', budget)
+    cursor = r[1]
+    for _, rec in ipairs(r[2]) do
+      if budget <= 0 then break end
+      local sep = string.find(rec, ' ', 1, true)
+      setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false)
+      budget = budget - 1
+    end
+    if cursor == '0' then break end
+  end
+  if redis.call('EXISTS', uk, mk) == 0 then redis.call('SREM', K('dead'), node) end
+  return budget
 end
 `
 
-// setScript sets this node's lease for each (uid, n) pair: n > 0 adds or
-// renews the lease (online edge on the user's first lease), n == 0 drops it
-// (offline edge on the last). Renewal is the same call, so a lease that Redis
-// lost (restart, failover) is simply added again.
-// A renewal (ARGV[4] == "1") passes the counts the node last set; it first
-// tries one ZADD XX CH over the batch: when every lease was there, that is
-// all it costs.
-// ARGV: node, ttl ms, stream maxlen, renewal 0|1, then uid, n pairs.
-// Returns {leases added, leases dropped, online edges, offline edges}.
+// setScript renews the node's liveness in the shard, then applies its
+// records: ARGV after tag, node, ttl ms is a list of "u", uid, n (n
+// connections, 0 drops the record) and "m", channel, uid, 1|0.
+// Returns {1 if the node had been taken for dead, then uid, 1|0 per user edge}.
 var setScript = redis.NewScript(luaPrelude + `
-local node, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local exp = now + ttl
-if ARGV[4] == '1' then
-  local z = {}
-  for i = 5, #ARGV, 2 do
-    if tonumber(ARGV[i + 1]) <= 0 then z = nil break end
-    z[#z + 1] = exp
-    z[#z + 1] = node .. '|' .. ARGV[i]
-  end
-  if z and #z > 0 and redis.call('ZADD', KEYS[1], 'XX', 'CH', unpack(z)) == #z / 2 then
-    return {0, 0, 0, 0}
-  end
-end
-local added, dropped, on, off = 0, 0, 0, 0
-for i = 5, #ARGV, 2 do
-  local uid, n = ARGV[i], tonumber(ARGV[i + 1])
-  local m = node .. '|' .. uid
-  local old = tonumber(redis.call('HGET', KEYS[2], m) or '0')
-  if n > 0 then
-    redis.call('ZADD', KEYS[1], exp, m)
-    if old ~= n then
-      redis.call('HSET', KEYS[2], m, n)
-      redis.call('HINCRBY', KEYS[4], uid, n - old)
-    end
-    if old == 0 then
-      added = added + 1
-      if redis.call('HINCRBY', KEYS[3], uid, 1) == 1 then
-        redis.call('ZADD', KEYS[5], 0, uid)
-        edge(uid, '1', node, maxlen)
-        on = on + 1
-      end
-    end
-  elseif old > 0 then
-    dropped = dropped + 1
-    off = off + drop(m, uid, old, node, maxlen)
+local node = ARGV[2]
+local back = alive(node, tonumber(ARGV[3]))
+local i = 4
+while i <= #ARGV do
+  if ARGV[i] == 'u' then
+    setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]))
+    i = i + 3
+  else
+    setMember(node, ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1')
+    i = i + 4
   end
 end
-return {added, dropped, on, off}
+table.insert(produced, 1, back)
+return produced
 `)
 
-// claimScript drops up to ARGV[3] leases whose expiry has passed: they belong
-// to nodes that stopped renewing (crashed, or cut off from Redis). The script
-// is atomic, so when several nodes claim at once each lease is dropped, and
-// each offline edge emitted, by exactly one of them.
+// claimScript renews the claiming node, marks the nodes whose liveness
+// expired as dead and reaps up to ARGV[4] of their records. The script is
+// atomic, so when several nodes claim at once each record is dropped, and
+// each edge emitted, by exactly one of them.
 //
-// Claims run every few moments on every node. A long gap since the last one
-// means nobody reached Redis meanwhile (Redis stalled or was cut off from all
-// nodes): every lease may look expired then, though its node is alive and
-// about to renew. So after a gap of ARGV[4] ms claims pause for ARGV[5] ms,
-// one renewal round. That also covers a claim sent before a stall and run by
-// Redis only after it.
-// ARGV: claiming node, stream maxlen, limit, gap ms, pause ms.
-// Returns {claimed, offline edges, 1 if paused}.
+// A long gap since the last claim by any node means nobody reached Redis
+// meanwhile (Redis stalled or was cut off from all nodes): every node may
+// look expired then, though it is alive and about to renew. So after a gap of
+// ARGV[5] ms claims pause for ARGV[6] ms, one renewal round. That also
+// covers a claim sent before a stall and run by Redis only after it.
+// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms.
+// Returns {1 if the claimer had been taken for dead, 1 if paused, 1 if more
+// is left to reap, then uid, 1|0 per user edge}.
 var claimScript = redis.NewScript(luaPrelude + `
-local by, maxlen, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local last = tonumber(redis.call('HGET', KEYS[7], 'last') or '0')
-local pause = tonumber(redis.call('HGET', KEYS[7], 'pause') or '0')
-redis.call('HSET', KEYS[7], 'last', now)
-if now - last > tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[7], 'pause', now + tonumber(ARGV[5]))
-  return {0, 0, 1}
+local by = ARGV[2]
+local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
+local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
+redis.call('HSET', K('clock'), 'last', now)
+local back = alive(by, tonumber(ARGV[3]))
+if now - last > tonumber(ARGV[5]) then
+  redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
+  return {back, 1, 0}
 end
-if now < pause then return {0, 0, 1} end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
-local off = 0
-for _, m in ipairs(expired) do
-  local sep = string.find(m, '|', 1, true)
-  local uid = string.sub(m, sep + 1)
-  local old = tonumber(redis.call('HGET', KEYS[2], m) or '0')
-  off = off + drop(m, uid, old, 'claim:' .. by, maxlen)
+if now < pause then return {back, 1, 0} end
+for _, node in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+  redis.call('ZREM', KEYS[1], node)
+  redis.call('SADD', K('dead'), node)
 end
-return {#expired, off, 0}
+local budget = tonumber(ARGV[4])
+for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
+  budget = reap(node, budget)
+  if budget <= 0 then break end
+end
+local more = 0
+if redis.call('SCARD', K('dead')) > 0 then more = 1 end
+local out = {back, 0, more}
+for _, v in ipairs(produced) do out[#out + 1] = v end
+return out
+`)
+
+// leaveScript drops up to ARGV[3] of the node's own records, for a node that
+// shuts down; once none is left it drops the node's liveness too.
+// ARGV: tag, node, limit. Returns {1 if more is left, then uid, 1|0 per user edge}.
+var leaveScript = redis.NewScript(luaPrelude + `
+local node = ARGV[2]
+redis.call('SADD', K('dead'), node)
+local more = 0
+if reap(node, tonumber(ARGV[3])) <= 0 then more = 1 end
+if redis.call('EXISTS', K('u:' .. node), K('m:' .. node)) == 0 then
+  redis.call('ZREM', KEYS[1], node)
+  redis.call('SREM', K('dead'), node)
+  more = 0
+end
+local out = {more}
+for _, v in ipairs(produced) do out[#out + 1] = v end
+return out
+`)
+
+// channelScript reads a channel's members with the shard's edge counter in
+// one atomic step, so edges after the snapshot are told from those in it.
+// ARGV: tag, channel. Returns {seq, member, ...}.
+var channelScript = redis.NewScript(`
+local tag = ARGV[1]
+local seq = tonumber(redis.call('GET', tag .. ':seq') or '0')
+local out = redis.call('ZRANGE', tag .. ':c:' .. ARGV[2], 0, -1)
+table.insert(out, 1, seq)
+return out
+`)
+
+// usersScript reads whether users are online, with the edge counter.
+// ARGV: tag, uid, ... Returns {seq, 1|0 per uid}.
+var usersScript = redis.NewScript(`
+local tag = ARGV[1]
+local out = {tonumber(redis.call('GET', tag .. ':seq') or '0')}
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', tag .. ':online', ARGV[i]) then out[i] = 1 else out[i] = 0 end
+end
+return out
+`)
+
+// publishScript publishes a message once: a retried call, or one its sender
+// cancelled after giving up on it, finds its ID taken and publishes nothing.
+// KEYS[1] = T:msg:<id>; ARGV: Pub/Sub channel, message, ID lifetime ms.
+// Returns 1 if it published.
+var publishScript = redis.NewScript(`
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then return 0 end
+redis.call('SPUBLISH', ARGV[1], ARGV[2])
+return 1
 `)
 
 // shardKeys names the keys of one shard; see the table above.
 type shardKeys struct {
-	leases, lconns, nodes, conns, online, events, clock string
-	all                                                 []string // for setScript
-	claim                                               []string // for claimScript
+	tag, alive string
+	online     string
+	conns      string
 }
 
 func newShardKeys(prefix string, shard int) shardKeys {
 	tag := "{" + prefix + ":" + strconv.Itoa(shard) + "}"
-	k := shardKeys{
-		leases: tag + ":leases",
-		lconns: tag + ":lconns",
-		nodes:  tag + ":nodes",
-		conns:  tag + ":conns",
-		online: tag + ":online",
-		events: tag + ":events",
-		clock:  tag + ":clock",
-	}
-	k.all = []string{k.leases, k.lconns, k.nodes, k.conns, k.online, k.events}
-	k.claim = append(k.all[:len(k.all):len(k.all)], k.clock)
-	return k
+	return shardKeys{tag: tag, alive: tag + ":alive", online: tag + ":online", conns: tag + ":conns"}
 }
 
-// scriptResult reads the array of integers a script returns.
-func scriptResult(cmd *redis.Cmd, want int) ([]int64, error) {
-	vals, err := cmd.Int64Slice()
+func (k shardKeys) members(channel string) string      { return k.tag + ":c:" + channel }
+func (k shardKeys) userTopic(uid string) string        { return k.tag + ":pu:" + uid }
+func (k shardKeys) channelTopic(channel string) string { return k.tag + ":pc:" + channel }
+func (k shardKeys) msg(id string) string               { return k.tag + ":msg:" + id }
+
+// scriptResult reads the array of integers and strings a script returns.
+func scriptResult(cmd *redis.Cmd, min int) ([]any, error) {
+	vals, err := cmd.Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(vals) != want {
-		return nil, fmt.Errorf("script returned %d values, want %d", len(vals), want)
+	if len(vals) < min {
+		return nil, fmt.Errorf("script returned %d values, want at least %d", len(vals), min)
 	}
 	return vals, nil
+}
+
+// flag reads an integer a script returned as a boolean.
+func flag(v any) bool {
+	n, _ := v.(int64)
+	return n == 1
 }

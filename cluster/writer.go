@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// writeLoop is the only writer of this node's leases, so changes for a user
-// reach Redis in the order SetLocal saw them.
+// writeLoop is the only writer of this node's records, so the changes for a
+// user (or membership) reach Redis in the order SetUser and SetMember saw them.
 func (e *Engine) writeLoop(ctx context.Context) {
 	defer close(e.writerDone)
 	renew := time.NewTicker(e.cfg.RenewEvery)
@@ -36,9 +36,9 @@ func (e *Engine) writeLoop(ctx context.Context) {
 			retry = nil
 			err = e.renew(ctx)
 		case <-claim.C:
-			// Right after an outage every lease may look expired: renew ours
-			// first (below). The claim script itself pauses claims after a
-			// gap, for every node, until all have had a renewal round.
+			// Right after an outage every node may look dead: renew first
+			// (below). The claim script itself pauses claims after a gap,
+			// for every node, until all have had a renewal round.
 			if !e.isDown() && e.recoveries.Load() == seen {
 				err = e.claim(ctx)
 			}
@@ -53,8 +53,8 @@ func (e *Engine) writeLoop(ctx context.Context) {
 			continue
 		}
 		if r := e.recoveries.Load(); r != seen {
-			// Redis is back: re-assert our leases at once, before anyone
-			// can take them for expired.
+			// Redis is back: prove we live at once, before anyone can take
+			// us for dead.
 			seen = r
 			if err := e.renew(ctx); err != nil && retry == nil {
 				retry = time.After(e.retry)
@@ -63,139 +63,203 @@ func (e *Engine) writeLoop(ctx context.Context) {
 	}
 }
 
-// flush writes the pending local changes.
+// A record is one change for setScript: a user's connection count on this
+// node, or one of its memberships.
+type record struct {
+	uid, channel string // channel empty: a user record
+	n            int    // connections, or 1|0 for a membership
+}
+
+func (r record) args() []any {
+	if r.channel == "" {
+		return []any{"u", r.uid, r.n}
+	}
+	return []any{"m", r.channel, r.uid, r.n}
+}
+
+func (e *Engine) recordShard(r record) int {
+	if r.channel == "" {
+		return e.shard(r.uid)
+	}
+	return e.shard(r.channel)
+}
+
+// flush writes the pending changes.
 func (e *Engine) flush(ctx context.Context) error {
 	e.mu.Lock()
-	batch := e.pending
-	e.pending = make(map[string]int)
-	e.inflight = len(batch)
+	users, members := e.pendingUsers, e.pendingMembers
+	e.pendingUsers, e.pendingMembers = make(map[string]int), make(map[membership]bool)
+	e.inflight = len(users) + len(members)
 	e.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
+	var recs []record
+	for uid, n := range users {
+		recs = append(recs, record{uid: uid, n: n})
 	}
-	err := e.apply(ctx, batch, false)
+	for k, on := range members {
+		n := 0
+		if on {
+			n = 1
+		}
+		recs = append(recs, record{uid: k.uid, channel: k.channel, n: n})
+	}
+	err := e.write(ctx, recs, false)
 	e.mu.Lock()
 	e.inflight = 0
-	e.m.pending.Set(float64(len(e.pending)))
+	e.m.pending.Set(float64(len(e.pendingUsers) + len(e.pendingMembers)))
 	e.mu.Unlock()
 	return err
 }
 
-// renew flushes, then renews every lease this node holds; leases Redis lost
-// are added again by the same script, with their online edges.
+// renew flushes, then renews this node's liveness in every shard; a shard
+// that had taken it for dead (or that Redis lost) gets its records again.
 func (e *Engine) renew(ctx context.Context) error {
 	if err := e.flush(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
-	if err := e.apply(ctx, e.held, true); err != nil {
+	calls := make([]scriptCall, len(e.keys))
+	for s := range e.keys {
+		calls[s] = e.setCall(s, nil)
+	}
+	if err := e.runSet(ctx, calls, false); err != nil {
 		return err
 	}
 	e.m.renew.Observe(time.Since(start).Seconds())
 	return nil
 }
 
-type scriptCall struct {
-	keys  []string
-	args  []any
-	uids  []string
-	conns []int
-}
-
-// apply runs setScript for changes (uid -> connections, 0 drops the lease) in
-// pipelined batches per shard. Calls that fail are put back in pending unless
-// a newer change is already there; for a renewal nothing is put back, as the
-// next renewal retries anyway.
-func (e *Engine) apply(ctx context.Context, changes map[string]int, renewal bool) error {
-	if len(changes) == 0 {
+// reassert writes everything this node holds in shards again: Redis lost it,
+// or reaped it while this node was cut off or stalled.
+func (e *Engine) reassert(ctx context.Context, shards map[int]bool) error {
+	var recs []record
+	for uid, n := range e.heldUsers {
+		if shards[e.shard(uid)] {
+			recs = append(recs, record{uid: uid, n: n})
+		}
+	}
+	for k := range e.heldMembers {
+		if shards[e.shard(k.channel)] {
+			recs = append(recs, record{uid: k.uid, channel: k.channel, n: 1})
+		}
+	}
+	if len(recs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
-	defer cancel()
-	ttl := e.cfg.Timeout.Milliseconds()
-	renewFlag := 0
-	if renewal {
-		renewFlag = 1
+	e.m.reasserted.Add(float64(len(recs)))
+	e.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
+	return e.write(ctx, recs, true)
+}
+
+type scriptCall struct {
+	shard int
+	args  []any
+	recs  []record
+}
+
+func (e *Engine) setCall(shard int, recs []record) scriptCall {
+	args := []any{e.keys[shard].tag, e.cfg.Node, e.cfg.Timeout.Milliseconds()}
+	for _, r := range recs {
+		args = append(args, r.args()...)
 	}
-	perShard := make([][]scriptCall, len(e.keys))
-	for uid, n := range changes {
-		s := e.shard(uid)
-		calls := perShard[s]
-		if len(calls) == 0 || len(calls[len(calls)-1].uids) == e.cfg.Batch {
-			calls = append(calls, scriptCall{keys: e.keys[s].all, args: []any{e.cfg.Node, ttl, e.cfg.StreamMaxLen, renewFlag}})
-		}
-		c := &calls[len(calls)-1]
-		c.args = append(c.args, uid, n)
-		c.uids = append(c.uids, uid)
-		c.conns = append(c.conns, n)
-		perShard[s] = calls
+	return scriptCall{shard: shard, args: args, recs: recs}
+}
+
+// write runs setScript for recs in pipelined batches per shard.
+func (e *Engine) write(ctx context.Context, recs []record, reasserting bool) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	perShard := make([][]record, len(e.keys))
+	for _, r := range recs {
+		s := e.recordShard(r)
+		perShard[s] = append(perShard[s], r)
 	}
 	var calls []scriptCall
-	for _, cs := range perShard {
-		calls = append(calls, cs...)
+	for s, rs := range perShard {
+		for len(rs) > 0 {
+			n := min(len(rs), e.cfg.Batch)
+			calls = append(calls, e.setCall(s, rs[:n]))
+			rs = rs[n:]
+		}
 	}
-	cmds := e.runScripts(ctx, setScript, calls)
+	return e.runSet(ctx, calls, reasserting)
+}
+
+// runSet runs setScript calls. Records of calls that fail go back to pending
+// unless a newer change is there; records that landed update what this node
+// holds. Shards that had taken this node for dead get its records again.
+func (e *Engine) runSet(ctx context.Context, calls []scriptCall, reasserting bool) error {
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
+	defer cancel()
 	var firstErr error
-	var added, on, off int64
-	for i, cmd := range cmds {
+	back := map[int]bool{}
+	for i, cmd := range e.runScripts(ctx, setScript, calls) {
 		c := calls[i]
-		res, err := scriptResult(cmd, 4)
+		res, err := scriptResult(cmd, 1)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
-			if !renewal {
-				e.mu.Lock()
-				if !e.closed {
-					for j, uid := range c.uids {
-						if _, newer := e.pending[uid]; !newer {
-							e.pending[uid] = c.conns[j]
-						}
-					}
-				}
-				e.mu.Unlock()
-			}
+			e.requeue(c.recs)
 			continue
 		}
-		added += res[0]
-		on += res[2]
-		off += res[3]
-		if !renewal {
-			for j, uid := range c.uids {
-				if c.conns[j] > 0 {
-					e.held[uid] = c.conns[j]
-				} else {
-					delete(e.held, uid)
-				}
-			}
+		if flag(res[0]) && !reasserting {
+			back[c.shard] = true
+		}
+		e.produced(res[1:])
+		for _, r := range c.recs {
+			e.hold(r)
 		}
 	}
-	e.m.leases.Set(float64(len(e.held)))
-	e.m.edges.WithLabelValues("online").Add(float64(on))
-	e.m.edges.WithLabelValues("offline").Add(float64(off))
-	if renewal && added > 0 {
-		// Our leases were gone: Redis restarted empty or failed over to a
-		// replica that missed writes. Other nodes' views may be stale too.
-		e.m.reasserted.Add(float64(added))
-		e.log.Warn("cluster: re-asserted leases that Redis had lost", "leases", added)
-		select {
-		case e.resync <- struct{}{}:
-		default:
-		}
-	}
+	e.m.leases.Set(float64(len(e.heldUsers)))
 	if firstErr != nil {
-		op := "flush"
-		if renewal {
-			op = "renew"
-		}
-		e.fail(op, firstErr)
+		e.fail("write", firstErr)
 		return firstErr
 	}
 	e.ok()
+	if len(back) > 0 {
+		return e.reassert(ctx, back)
+	}
 	return nil
 }
 
-// claim drops expired leases of other nodes, shard by shard, until none is left.
+func (e *Engine) hold(r record) {
+	switch {
+	case r.channel == "" && r.n > 0:
+		e.heldUsers[r.uid] = r.n
+	case r.channel == "":
+		delete(e.heldUsers, r.uid)
+	case r.n > 0:
+		e.heldMembers[membership{r.channel, r.uid}] = struct{}{}
+	default:
+		delete(e.heldMembers, membership{r.channel, r.uid})
+	}
+}
+
+// requeue puts records that did not land back in pending, unless a newer
+// change is already there.
+func (e *Engine) requeue(recs []record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	for _, r := range recs {
+		if r.channel == "" {
+			if _, newer := e.pendingUsers[r.uid]; !newer {
+				e.pendingUsers[r.uid] = r.n
+			}
+			continue
+		}
+		k := membership{r.channel, r.uid}
+		if _, newer := e.pendingMembers[k]; !newer {
+			e.pendingMembers[k] = r.n > 0
+		}
+	}
+}
+
+// claim marks the nodes that stopped renewing as dead and reaps their
+// records, shard by shard, until none is left.
 func (e *Engine) claim(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
 	defer cancel()
@@ -203,37 +267,42 @@ func (e *Engine) claim(ctx context.Context) error {
 	for i := range shards {
 		shards[i] = i
 	}
-	limit := int64(e.cfg.Batch)
-	// A healthy lease has at least Timeout-RenewEvery left; a gap of half that
-	// cannot have expired one.
+	// A live node's liveness has at least Timeout-RenewEvery left; a gap of
+	// half that cannot have expired one.
 	gap := (e.cfg.Timeout - e.cfg.RenewEvery) / 2
 	pause := e.cfg.RenewEvery + e.retry
+	back := map[int]bool{}
 	for len(shards) > 0 && ctx.Err() == nil {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
-			calls[i] = scriptCall{keys: e.keys[s].claim, args: []any{e.cfg.Node, e.cfg.StreamMaxLen, limit,
-				gap.Milliseconds(), pause.Milliseconds()}}
+			calls[i] = scriptCall{shard: s, args: []any{e.keys[s].tag, e.cfg.Node, e.cfg.Timeout.Milliseconds(),
+				e.cfg.Batch, gap.Milliseconds(), pause.Milliseconds()}}
 		}
-		cmds := e.runScripts(ctx, claimScript, calls)
 		var more []int
-		for i, cmd := range cmds {
+		for i, cmd := range e.runScripts(ctx, claimScript, calls) {
 			res, err := scriptResult(cmd, 3)
 			if err != nil {
 				e.fail("claim", err)
 				return err
 			}
-			if res[0] > 0 {
-				e.m.claimed.Add(float64(res[0]))
-				e.m.edges.WithLabelValues("claimed").Add(float64(res[1]))
-				e.log.Info("cluster: claimed expired leases", "shard", shards[i], "leases", res[0], "offline", res[1])
+			if flag(res[0]) {
+				back[shards[i]] = true
 			}
-			if res[0] == limit {
+			if edges := res[3:]; len(edges) > 0 {
+				e.m.claimed.Add(float64(len(edges) / 2))
+				e.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/2)
+				e.produced(edges)
+			}
+			if flag(res[2]) {
 				more = append(more, shards[i])
 			}
 		}
 		shards = more
 	}
 	e.ok()
+	if len(back) > 0 {
+		return e.reassert(ctx, back)
+	}
 	return ctx.Err()
 }
 
@@ -243,7 +312,7 @@ func (e *Engine) runScripts(ctx context.Context, s *redis.Script, calls []script
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := e.rdb.Pipeline()
 	for i, c := range calls {
-		cmds[i] = s.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds[i] = s.EvalSha(ctx, pipe, []string{e.keys[c.shard].alive}, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	var again []int
@@ -255,7 +324,7 @@ func (e *Engine) runScripts(ctx context.Context, s *redis.Script, calls []script
 	if len(again) > 0 {
 		pipe = e.rdb.Pipeline()
 		for _, i := range again {
-			cmds[i] = s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+			cmds[i] = s.Eval(ctx, pipe, []string{e.keys[calls[i].shard].alive}, calls[i].args...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -265,7 +334,3 @@ func (e *Engine) runScripts(ctx context.Context, s *redis.Script, calls []script
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
-
-// opTimeout bounds one batch of Redis calls: generous, so a loaded machine
-// does not look like an outage, yet short of a lease's lifetime.
-func (e *Engine) opTimeout() time.Duration { return e.cfg.Timeout / 2 }

@@ -47,11 +47,46 @@ type Engine interface {
 // joins it and leaves when its last one there leaves or closes. Relay
 // methods never block on I/O and never call the Engine.
 type Relay interface {
-	// UserChanged reports a user's edge to every node; here is true on the
-	// one node whose change (or claim of a dead node's records) produced it.
-	UserChanged(uid string, online, here bool)
+	// UserChanged reports a user's edge: every user's, or for a Router
+	// only those of the users this node follows.
+	UserChanged(uid string, online bool)
+	// Produced reports an edge that this node's change (or its claim of a
+	// dead node's records) produced: each edge reaches Produced on exactly
+	// one node.
+	Produced(uid string, online bool)
 	MemberChanged(channel, uid string, joined bool)
+	// SetMembers replaces what the Relay knows of channel's members with a
+	// snapshot (a Router's, when it starts following the channel or
+	// catches up after losing Redis); the differences count as edges.
+	SetMembers(channel string, members []string)
 	Deliver(m Message)
+}
+
+// A Router is an Engine that delivers to a node only the edges and messages
+// of the channels and users it follows, as a networked engine does so that
+// no node hears of everything. The Node follows each channel one of its
+// connections joined, each user one of them watches, and the users it holds
+// connections of (for messages to them). An Engine that is not a Router
+// delivers everything.
+type Router interface {
+	Engine
+	// Follow counts one more follower of each topic and returns once the
+	// Relay has each topic's current state, or when ctx is done; the
+	// following holds either way and the state arrives when it can.
+	Follow(ctx context.Context, topics []Topic) error
+	// Unfollow counts one follower less of each topic; a topic nobody
+	// follows any more is dropped from the Relay.
+	Unfollow(topics []Topic)
+	// Members returns how many members channel has on all nodes and up to
+	// limit of their IDs in ascending order.
+	Members(ctx context.Context, channel string, limit int) (count int, members []string, err error)
+}
+
+// A Topic is one channel or one user (exactly one field is set) that a
+// Router delivers to its followers.
+type Topic struct {
+	Channel string
+	UID     string
 }
 
 // A Message is for the connections of one user (UID) or for the members of

@@ -82,7 +82,8 @@ func (e *memoryEngine) edgeLocked(ev memoryEvent) {
 
 func deliverEdge(r Relay, ev memoryEvent) {
 	if ev.channel == "" {
-		r.UserChanged(ev.uid, ev.on, true)
+		r.UserChanged(ev.uid, ev.on)
+		r.Produced(ev.uid, ev.on)
 	} else {
 		r.MemberChanged(ev.channel, ev.uid, ev.on)
 	}

@@ -110,6 +110,7 @@ var (
 // with New; all methods are safe for concurrent use.
 type Node struct {
 	engine      Engine
+	router      Router // engine, if it is a Router
 	log         *slog.Logger
 	grace       time.Duration
 	tick        time.Duration
@@ -192,6 +193,7 @@ func New(cfg Config) (*Node, error) {
 	if n.engine == nil {
 		n.engine = NewMemoryEngine()
 	}
+	n.router, _ = n.engine.(Router)
 	n.v.init(orDefault(cfg.MemberList, DefaultMemberList), orDefault(cfg.PresenceLists, DefaultPresenceLists))
 	n.v.notify.fn = cfg.OnPresence
 	if m, ok := n.engine.(*memoryEngine); ok {
@@ -277,10 +279,59 @@ func truncate(s string) string {
 	return s
 }
 
+// followWait bounds how long a join or watch waits for a Router to deliver
+// the current state; past it the state follows as diffs.
+const followWait = 5 * time.Second
+
+// follow makes a Router deliver topics before the caller subscribes to them.
+func (n *Node) follow(topics []Topic) {
+	if n.router == nil || len(topics) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), followWait)
+	defer cancel()
+	if err := n.router.Follow(ctx, topics); err != nil {
+		n.log.Warn("presence: following without a snapshot yet", "topics", len(topics), "err", err)
+	}
+}
+
+func (n *Node) unfollow(topics []Topic) {
+	if n.router != nil && len(topics) > 0 {
+		n.router.Unfollow(topics)
+	}
+}
+
+func channelTopics(channels []string) []Topic {
+	ts := make([]Topic, len(channels))
+	for i, ch := range channels {
+		ts[i] = Topic{Channel: ch}
+	}
+	return ts
+}
+
+func userTopics(uids []string) []Topic {
+	ts := make([]Topic, len(uids))
+	for i, uid := range uids {
+		ts[i] = Topic{UID: uid}
+	}
+	return ts
+}
+
 // Connect counts c as a live connection of uid and joins it to channels
 // (already checked with CheckChannels), sending c a joined snapshot for
 // each. The caller sends its own welcome first.
 func (n *Node) Connect(c Client, uid string, channels []string) error {
+	// The user's own topic carries messages and disconnects meant for it.
+	topics := append(userTopics([]string{uid}), channelTopics(channels)...)
+	n.follow(topics)
+	if err := n.connect(c, uid, channels); err != nil {
+		n.unfollow(topics)
+		return err
+	}
+	return nil
+}
+
+func (n *Node) connect(c Client, uid string, channels []string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closing {
@@ -312,8 +363,10 @@ func (n *Node) Disconnect(c Client) {
 	}
 	delete(n.conns, c)
 	n.conns = shrink.Map(n.conns, &n.connsPeak)
-	n.v.removeClient(c, cs.uid, cs.channels)
+	watched := n.v.removeClient(c, cs.uid, cs.channels)
+	topics := append(append(userTopics([]string{cs.uid}), channelTopics(cs.channels)...), userTopics(watched)...)
 	n.detachLocked(cs)
+	n.unfollow(topics)
 }
 
 // attachLocked counts cs for its user, creating the user if needed.
@@ -398,14 +451,22 @@ func (n *Node) Join(c Client, channel string) error {
 	if !ValidChannel(channel) {
 		return ErrInvalidChannel
 	}
+	topic := channelTopics([]string{channel})
+	n.follow(topic)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.conns[c]
 	if cs == nil {
+		n.unfollow(topic)
 		return ErrUnknownClient
 	}
-	if !slices.Contains(cs.channels, channel) && len(cs.channels) >= n.maxChannels {
+	joined := slices.Contains(cs.channels, channel)
+	if !joined && len(cs.channels) >= n.maxChannels {
+		n.unfollow(topic)
 		return ErrTooManyChannels
+	}
+	if joined {
+		n.unfollow(topic) // followed once per connection that joined
 	}
 	n.joinLocked(c, cs, n.users[cs.uid], channel)
 	return nil
@@ -426,6 +487,7 @@ func (n *Node) Leave(c Client, channel string) error {
 	if i := slices.Index(cs.channels, channel); i >= 0 {
 		cs.channels = slices.Delete(cs.channels, i, i+1)
 		n.leaveCountLocked(cs.uid, n.users[cs.uid], channel)
+		n.unfollow(channelTopics([]string{channel}))
 	}
 	n.v.unsubscribe(c, channel)
 	return nil
@@ -440,12 +502,14 @@ func (n *Node) Watch(c Client, uids []string) error {
 	if len(uids) > n.maxWatch {
 		return fmt.Errorf("%w: at most %d user IDs", ErrTooManyWatched, n.maxWatch)
 	}
+	n.follow(userTopics(uids))
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.conns[c] == nil {
+		n.unfollow(userTopics(uids))
 		return ErrUnknownClient
 	}
-	n.v.watch(c, uids)
+	n.unfollow(userTopics(n.v.watch(c, uids)))
 	return nil
 }
 
@@ -573,11 +637,14 @@ func (n *Node) Users(ctx context.Context, limit int) (int, []string, error) {
 	return n.engine.Users(ctx, limit)
 }
 
-// Members returns how many members channel has and up to limit of their IDs
-// in ascending order.
-func (n *Node) Members(channel string, limit int) (count int, members []string, err error) {
+// Members returns how many members channel has on every node and up to
+// limit of their IDs in ascending order.
+func (n *Node) Members(ctx context.Context, channel string, limit int) (count int, members []string, err error) {
 	if !ValidChannel(channel) {
 		return 0, nil, ErrInvalidChannel
+	}
+	if n.router != nil {
+		return n.router.Members(ctx, channel, limit)
 	}
 	count, members = n.v.members(channel, limit)
 	return count, members, nil

@@ -351,7 +351,7 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 		for _, s := range live {
 			apply(s)
 			for ch := range s.joined {
-				_, members, err := n.Members(ch, 1000)
+				_, members, err := n.Members(context.Background(), ch, 1000)
 				require.NoError(t, err)
 				var believed []string
 				for u := range s.view[ch] {

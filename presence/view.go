@@ -70,15 +70,19 @@ func (v *view) init(memberList, presenceLists int) {
 	v.watching = make(map[Client]*watchState)
 }
 
+// Produced passes an edge this node made on to OnPresence.
+func (v *view) Produced(uid string, online bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.notify.push(uid, online)
+}
+
 // UserChanged records an online or offline edge.
-func (v *view) UserChanged(uid string, online, here bool) {
+func (v *view) UserChanged(uid string, online bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, was := v.online[uid]; was == online {
 		return
-	}
-	if here {
-		v.notify.push(uid, online)
 	}
 	if online {
 		v.online[uid] = struct{}{}
@@ -95,6 +99,31 @@ func (v *view) UserChanged(uid string, online, here bool) {
 func (v *view) MemberChanged(channel, uid string, joined bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.memberChangedLocked(channel, uid, joined)
+}
+
+// SetMembers replaces channel's members with a snapshot, recording the
+// differences as edges.
+func (v *view) SetMembers(channel string, members []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := make(map[string]struct{}, len(members))
+	for _, uid := range members {
+		now[uid] = struct{}{}
+	}
+	if cv := v.channels[channel]; cv != nil {
+		for _, uid := range cv.members.First(cv.members.Len()) {
+			if _, stays := now[uid]; !stays {
+				v.memberChangedLocked(channel, uid, false)
+			}
+		}
+	}
+	for _, uid := range members {
+		v.memberChangedLocked(channel, uid, true)
+	}
+}
+
+func (v *view) memberChangedLocked(channel, uid string, joined bool) {
 	cv := v.channels[channel]
 	if cv == nil {
 		if !joined {
@@ -150,8 +179,8 @@ func (v *view) addClient(c Client, uid string) {
 }
 
 // removeClient forgets c: its subscriptions, its watch list and its place
-// among its user's clients.
-func (v *view) removeClient(c Client, uid string, channels []string) {
+// among its user's clients. It returns the users c watched.
+func (v *view) removeClient(c Client, uid string, channels []string) (watched []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cs := slices.DeleteFunc(v.byUser[uid], func(x Client) bool { return x == c })
@@ -167,11 +196,12 @@ func (v *view) removeClient(c Client, uid string, channels []string) {
 			v.dropIfUnused(cv)
 		}
 	}
-	v.unwatchLocked(c)
+	watched = v.unwatchLocked(c)
 	if _, ok := v.watching[c]; ok {
 		delete(v.watching, c)
 		v.watching = shrink.Map(v.watching, &v.watchingPeak)
 	}
+	return watched
 }
 
 // subscribe (re)subscribes c to channel and sends it the snapshot, in one
@@ -198,12 +228,12 @@ func (v *view) unsubscribe(c Client, channel string) {
 	c.Send(mustJSON(leftFrame{Type: "left", Channel: channel}))
 }
 
-// watch replaces c's watch list (sorted, without duplicates) and sends it
-// who of them is online.
-func (v *view) watch(c Client, uids []string) {
+// watch replaces c's watch list (sorted, without duplicates), sends it who
+// of them is online and returns the list it replaced.
+func (v *view) watch(c Client, uids []string) (old []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.unwatchLocked(c)
+	old = v.unwatchLocked(c)
 	ws := &watchState{c: c, uids: uids, base: len(v.userLog)}
 	v.watching[c] = ws
 	if ws.base > 0 {
@@ -222,12 +252,14 @@ func (v *view) watch(c Client, uids []string) {
 		}
 	}
 	c.Send(mustJSON(watchingFrame{Type: "watching", Online: online}))
+	return old
 }
 
-func (v *view) unwatchLocked(c Client) {
+// unwatchLocked empties c's watch list and returns what it held.
+func (v *view) unwatchLocked(c Client) []string {
 	ws := v.watching[c]
 	if ws == nil {
-		return
+		return nil
 	}
 	for _, uid := range ws.uids {
 		if w := v.watchers[uid]; w != nil {
@@ -238,7 +270,9 @@ func (v *view) unwatchLocked(c Client) {
 			}
 		}
 	}
+	old := ws.uids
 	ws.uids = nil
+	return old
 }
 
 // members returns channel's member count and its first limit members.

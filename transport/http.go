@@ -335,9 +335,15 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	count, members, err := h.node.Members(channel, limit)
+	if !presence.ValidChannel(channel) {
+		writeError(w, http.StatusBadRequest, presence.ErrInvalidChannel.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+	defer cancel()
+	count, members, err := h.node.Members(ctx, channel, limit)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {

@@ -412,7 +412,7 @@ func (h *Hub) Online(ctx context.Context, uid string) (conns int, err error) {
 // Members returns how many members channel has and the first limit of their
 // IDs in ascending order.
 func (h *Hub) Members(ctx context.Context, channel string, limit int) (count int, members []string, err error) {
-	return h.node.Members(channel, limit)
+	return h.node.Members(ctx, channel, limit)
 }
 
 // Shutdown closes every WebSocket with 1001, refuses new ones with 503,
