@@ -3,18 +3,27 @@
 // gorilla clients over loopback, and prints the figures as a markdown table.
 //
 //	go build -o /tmp/presenced ./cmd/presenced
-//	cd bench && go run ./underfire -bin /tmp/presenced
+//	cd bench && go run ./underfire -bin /tmp/presenced [-before /tmp/presenced-old]
 //
 // Every scenario starts its own presenced process(es) (and redis-server for
 // the cluster ones) on free loopback ports, prints one line of figures to
 // stdout as it ends, and stops what it started. Progress goes to stderr.
-// The table at the end has one row per case: the figure of an older release
-// ("before", quoted, not measured here), the figure measured now and how.
+// With -before, each scenario runs first on that binary, then on -bin, the
+// same way. The table at the end has one row per case: the figure measured
+// on -before, the figure measured on -bin, and how.
+//
+// A binary is started only with the flags its -h lists. A flag that tunes a
+// feature under test (optional, below) is left out on a binary without it,
+// which lacks the feature, and the cell says so; a scenario that needs any
+// other flag the binary lacks does not run on it, and its cell says "n/a"
+// and why, as for any scenario that cannot go on.
 // Load stays on 127.0.0.1 and is bounded in count and time.
 package main
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -41,7 +50,8 @@ import (
 )
 
 var (
-	bin      = flag.String("bin", "/tmp/presenced", "presenced binary to measure")
+	bin      = flag.String("bin", "/tmp/presenced", "presenced binary to measure (the after column)")
+	before   = flag.String("before", "", "an older presenced binary to measure the same way (the before column); empty: not measured")
 	redisBin = flag.String("redis-server", "redis-server", "redis-server binary, for the cluster cases")
 	only     = flag.String("only", "", "comma-separated scenarios to run (burst,flood,freeze,reconnect,cap,utf8,jwt,churn,list,cluster); empty: all")
 	logDir   = flag.String("logs", "", "directory for the servers' output; empty: a new temporary directory")
@@ -50,8 +60,9 @@ var (
 	onlineN  = flag.Int("online-users", 200_000, "users online in the /api/presence latency case")
 )
 
-// row is one line of the final table.
-type row struct{ name, before, after, how string }
+// row is what a scenario measured for one line of the final table, on the
+// binary srv.
+type row struct{ name, figure, how string }
 
 type scenario struct {
 	name string
@@ -63,12 +74,14 @@ func main() {
 	if *logDir == "" {
 		d, err := os.MkdirTemp("", "underfire.")
 		if err != nil {
-			fatalf("%v", err)
+			exitf("%v", err)
 		}
 		*logDir = d
 	}
-	if _, err := os.Stat(*bin); err != nil {
-		fatalf("presenced binary: %v (build it: go build -o %s ./cmd/presenced)", err, *bin)
+	afterBin := loadBinary("after", *bin)
+	var beforeBin *binary
+	if *before != "" {
+		beforeBin = loadBinary("before", *before)
 	}
 	scenarios := []scenario{
 		{"burst", burst},
@@ -89,37 +102,161 @@ func main() {
 		}
 	}
 	progress("logs in %s", *logDir)
-	var rows []row
+	type line struct{ name, before, after, how string }
+	var lines []line
 	for _, s := range scenarios {
 		if len(want) > 0 && !want[s.name] {
 			continue
 		}
-		start := time.Now()
-		progress("%s: start", s.name)
-		rs := s.run()
-		progress("%s: done in %v", s.name, time.Since(start).Round(100*time.Millisecond))
-		rows = append(rows, rs...)
+		var bs []row
+		var bErr string
+		if beforeBin != nil {
+			bs, bErr = runOn(beforeBin, s)
+		}
+		as, aErr := runOn(afterBin, s)
+		for i := range max(len(bs), len(as), 1) {
+			l := line{name: s.name}
+			if i < len(bs) {
+				l.name, l.before, l.how = bs[i].name, bs[i].figure, bs[i].how
+			}
+			if i < len(as) {
+				l.name, l.after, l.how = as[i].name, as[i].figure, as[i].how
+			}
+			switch {
+			case beforeBin == nil:
+				l.before = "not measured (no `-before`)"
+			case i >= len(bs):
+				l.before = "n/a: " + cmp.Or(bErr, "no such case")
+			}
+			if i >= len(as) {
+				l.after = "n/a: " + cmp.Or(aErr, "no such case")
+			}
+			lines = append(lines, l)
+		}
 	}
 	fmt.Println()
 	fmt.Println("| case | before | after | how measured |")
 	fmt.Println("|---|---|---|---|")
-	for _, r := range rows {
-		fmt.Printf("| %s | %s | %s | %s |\n", r.name, r.before, r.after, r.how)
+	for _, l := range lines {
+		fmt.Printf("| %s | %s | %s | %s |\n", l.name, l.before, l.after, l.how)
 	}
+}
+
+// runOn runs scenario s on b. A scenario that cannot go on (fatalf) returns
+// no rows and why; its deferred stops have run by then.
+func runOn(b *binary, s scenario) (rows []row, failed string) {
+	srv = b
+	clear(b.dropped)
+	start := time.Now()
+	progress("%s on %s: start", s.name, b.label)
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(failure)
+			if !ok {
+				panic(r)
+			}
+			progress("%s on %s: could not run: %s", s.name, b.label, f)
+			rows, failed = nil, string(f)
+		}
+	}()
+	rows = s.run()
+	progress("%s on %s: done in %v", s.name, b.label, time.Since(start).Round(100*time.Millisecond))
+	if len(b.dropped) > 0 {
+		var fs []string
+		for _, f := range slices.Sorted(maps.Keys(b.dropped)) {
+			fs = append(fs, "`-"+f+"`")
+		}
+		note := fmt.Sprintf(" (started without %s: not a flag of this binary)", strings.Join(fs, ", "))
+		for i := range rows {
+			rows[i].figure += note
+		}
+	}
+	return rows, ""
+}
+
+// binary is a presenced binary under measurement.
+type binary struct {
+	label   string // before or after
+	path    string
+	flags   map[string]bool // the flags its -h lists
+	dropped map[string]bool // flags the running scenario asked for that it lacks
+}
+
+// srv is the binary the running scenario measures.
+var srv *binary
+
+// loadBinary reads the flags of the presenced at path from its -h.
+func loadBinary(label, path string) *binary {
+	if _, err := os.Stat(path); err != nil {
+		exitf("%s binary: %v (build it: go build -o %s ./cmd/presenced)", label, err, path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, path, "-h").CombinedOutput() // -h exits 0 or 2
+	b := &binary{label: label, path: path, flags: map[string]bool{}, dropped: map[string]bool{}}
+	for l := range strings.SplitSeq(string(out), "\n") {
+		// The flag package lists each flag as "  -name" or "  -name type".
+		if rest, ok := strings.CutPrefix(l, "  -"); ok {
+			if name, _, _ := strings.Cut(rest, " "); name != "" {
+				b.flags[name] = true
+			}
+		}
+	}
+	if !b.flags["addr"] {
+		exitf("%s binary %s: no -addr in its -h output, so no way to keep it on loopback:\n%s", label, path, out)
+	}
+	progress("%s: %s (%d flags)", label, path, len(b.flags))
+	return b
+}
+
+// optional are the flags that tune the features under fire: a binary
+// without one lacks the feature, and runs without the flag.
+var optional = map[string]bool{
+	"queue-bytes": true, "frame-rate": true, "frame-burst": true, "byte-rate": true, "max-conns-per-user": true,
+}
+
+// known returns args, pairs of -name value, without the optional flags srv
+// does not know; it records those in srv.dropped. Any other flag srv does
+// not know ends the scenario.
+func known(args []string) []string {
+	if len(args)%2 != 0 {
+		panic(fmt.Sprintf("presenced args not in -name value pairs: %q", args))
+	}
+	var out []string
+	for i := 0; i < len(args); i += 2 {
+		name := strings.TrimLeft(args[i], "-")
+		switch {
+		case srv.flags[name]:
+			out = append(out, args[i], args[i+1])
+		case optional[name]:
+			srv.dropped[name] = true
+		default:
+			fatalf("no such flag: this binary has no `-%s`", name)
+		}
+	}
+	return out
 }
 
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "underfire %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
-func fatalf(format string, args ...any) {
+func exitf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "underfire: "+format+"\n", args...)
 	os.Exit(1)
 }
 
-// figures prints a scenario's one line of figures.
+// failure is why a scenario could not go on.
+type failure string
+
+// fatalf ends the running scenario: runOn recovers and reports it.
+func fatalf(format string, args ...any) {
+	panic(failure(fmt.Sprintf(format, args...)))
+}
+
+// figures prints a scenario's one line of figures, measured on srv.
 func figures(name, format string, args ...any) {
-	fmt.Printf("%s: %s\n", name, fmt.Sprintf(format, args...))
+	fmt.Printf("%s [%s]: %s\n", name, srv.label, fmt.Sprintf(format, args...))
 }
 
 // --- processes ---
@@ -145,7 +282,7 @@ func freePort() string {
 }
 
 func startProc(name string, path string, args []string) *proc {
-	logPath := filepath.Join(*logDir, fmt.Sprintf("%02d-%s.log", logSeq.Add(1), name))
+	logPath := filepath.Join(*logDir, fmt.Sprintf("%02d-%s-%s.log", logSeq.Add(1), srv.label, name))
 	f, err := os.Create(logPath)
 	if err != nil {
 		fatalf("%v", err)
@@ -166,11 +303,11 @@ func startProc(name string, path string, args []string) *proc {
 	return p
 }
 
-// startPresenced runs the binary on a free loopback port with args and waits
-// until /healthz answers.
+// startPresenced runs srv on a free loopback port with args (-name value
+// pairs, those srv knows) and waits until /healthz answers.
 func startPresenced(name string, args ...string) *proc {
 	addr := freePort()
-	p := startProc(name, *bin, append([]string{"-addr", addr}, args...))
+	p := startProc(name, srv.path, known(append([]string{"-addr", addr}, args...)))
 	p.addr = addr
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -626,7 +763,6 @@ func burst() []row {
 	}
 	return []row{{
 		"1. burst: 400 heartbeat users expire in one step, 20 readers watching them",
-		"18 of 20 closed with 1008",
 		after,
 		fmt.Sprintf("`-slots 11 -tick 200ms -max-message 16384`; 20 clients in `lobby` watching the 400 IDs; 400 POST /api/heartbeat?channels=lobby in %v; closes counted 1 s after every reader saw 400 offline", span.Round(time.Millisecond)),
 	}}
@@ -719,7 +855,6 @@ func flood() []row {
 		closedIn3s, how3s, closed, how, helloMin, readers, closesByReason(m))
 	return []row{{
 		"2. flood: one client writes chat without reading for 3 s, 12 others read",
-		"all 12 readers closed, 1008",
 		fmt.Sprintf("%d of 12 closed; %d of the flooder's %d chats delivered (to each reader); the flooder: close %s (write side: %s)",
 			closedIn3s, hi, written, endDetail(rerr), writeEnd),
 		"default flags (50 frames/s, bursts of 100); 13 clients in `lobby`; chats from the flooder counted at each reader; then every reader chats once and gets all 12",
@@ -790,7 +925,6 @@ func freezeCase() []row {
 		pinging, *freeze, closed, how, silentEnd, closesByReason(m), m["presenced_connections"])
 	return []row{{
 		"3. freeze: server SIGSTOPped 40 s (timeout 30 s), 50 clients pinging every 5 s",
-		"49 of 50 closed with 4408",
 		fmt.Sprintf("%d of 50 closed; the silent client: %s", closed, silentEnd),
 		"default `-slots 31 -tick 1s`; clients send `{\"type\":\"ping\"}` every 5 s and answer pings; SIGSTOP, 40 s, SIGCONT, 10 s; plus one client that never sends nor answers pings",
 	}}
@@ -880,8 +1014,8 @@ func reconnect() []row {
 		two, rounds, samples2, st2, no2)
 	how := "`-slots 11 -tick 200ms`; alice (watching alice) closes (close frame) and dials again at once, 30 times, each connection living 300 ms after its `watching`; status frames with alice offline counted on connections the harness had not closed"
 	return []row{
-		{"4a. reconnect races, one node", "1 in 30", fmt.Sprintf("%d in %d", one, rounds), how},
-		{"4b. reconnect races, two nodes on one Redis, alternating", "11 in 30", fmt.Sprintf("%d in %d", two, rounds), how + "; redis-server 7 on loopback, `-node n1`/`n2`"},
+		{"4a. reconnect races, one node", fmt.Sprintf("%d in %d", one, rounds), how},
+		{"4b. reconnect races, two nodes on one Redis, alternating", fmt.Sprintf("%d in %d", two, rounds), how + "; redis-server 7 on loopback, `-node n1`/`n2`"},
 	}
 }
 
@@ -912,11 +1046,10 @@ func connCap() []row {
 	for _, k := range slices.Sorted(maps.Keys(statuses)) {
 		parts = append(parts, fmt.Sprintf("%d× %s", statuses[k], k))
 	}
-	refused := strings.Join(parts, ", ")
+	refused := cmp.Or(strings.Join(parts, ", "), "none refused")
 	figures("cap", "%d dials of one user: %d upgraded, refused: %s", tries, len(ok), refused)
 	return []row{{
 		"5. one user opens 2,000 sockets",
-		"—",
 		fmt.Sprintf("%d upgraded, %s", len(ok), refused),
 		"2,000 sequential dials of `?uid=crowd`, all kept open until the end",
 	}}
@@ -934,11 +1067,22 @@ func invalidUTF8() []row {
 	defer ws.Close()
 	ws.WriteMessage(websocket.TextMessage, []byte("{\"type\":\"chat\",\"channel\":\"lobby\",\"text\":\"\xff\xfe\"}"))
 	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got []string // the types of the frames read since the dial
 	for err == nil {
-		_, _, err = ws.ReadMessage()
+		var data []byte
+		if _, data, err = ws.ReadMessage(); err == nil {
+			var f frame
+			json.Unmarshal(data, &f)
+			got = append(got, cmp.Or(f.Type, "?"))
+		}
 	}
-	figures("utf8", "a text frame with bytes ff fe: %s", endDetail(err))
-	return []row{{"6. text frame with invalid UTF-8", "—", endDetail(err), "a chat frame whose text holds bytes `ff fe`"}}
+	end := endDetail(err)
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		end = "not closed within 5 s"
+	}
+	end += fmt.Sprintf(" (frames read: %s)", cmp.Or(strings.Join(got, ", "), "none"))
+	figures("utf8", "a text frame with bytes ff fe: %s", end)
+	return []row{{"6. text frame with invalid UTF-8", end, "a chat frame whose text holds bytes `ff fe` sent right after the dial; frames read until the close, or for 5 s"}}
 }
 
 // --- 7. JWT with a Basic Authorization header ---
@@ -980,7 +1124,7 @@ func jwtBasic() []row {
 	bearer := try("", http.Header{"Authorization": {"Bearer " + tok}})
 	none := try("", basic)
 	figures("jwt", "Basic header + ?token=: %s; Bearer header alone: %s; Basic header alone: %s", both, bearer, none)
-	return []row{{"7. JWT mode: `Authorization: Basic ...` plus `?token=`", "—", both,
+	return []row{{"7. JWT mode: `Authorization: Basic ...` plus `?token=`", both,
 		"`-jwt-secret s`; HS256 token with `sub` and `exp`; controls: Bearer alone " + bearer + ", Basic alone " + none}}
 }
 
@@ -1044,7 +1188,6 @@ func churn() []row {
 		heapFigures(idle), heapFigures(peakHeap), heapFigures(settled), scrapes, heapFigures(after), rssMB(p.cmd.Process.Pid))
 	return []row{{
 		"8. live heap after 500,000 users came and went",
-		"130 MB",
 		fmt.Sprintf("heap inuse %.1f MB, alloc %.1f MB (idle server: %.1f / %.1f MB; %.0f MB inuse at the end of the churn)",
 			after["go_memstats_heap_inuse_bytes"]/1e6, after["go_memstats_heap_alloc_bytes"]/1e6,
 			idle["go_memstats_heap_inuse_bytes"]/1e6, idle["go_memstats_heap_alloc_bytes"]/1e6,
@@ -1090,7 +1233,6 @@ func listLatency() []row {
 		total, failed, count, gets, ms(lat[0]), ms(p50), ms(p99))
 	return []row{{
 		"9. GET /api/presence?limit=100 with 200,000 users online",
-		"62 ms per call",
 		fmt.Sprintf("median %s, p99 %s", ms(p50), ms(p99)),
 		fmt.Sprintf("`-slots 601 -tick 1s`; %d heartbeat users; 50 sequential GETs on a keep-alive connection, timed at the client (p99: nearest rank, the slowest of 50)", total),
 	}}
@@ -1166,7 +1308,7 @@ func lostNode(sigName string, sig syscall.Signal, held, clients, watched int) (c
 func cluster() []row {
 	k, kHow, kIn, kAll := lostNode("SIGKILL", syscall.SIGKILL, 2000, 1000, 1000)
 	t, tHow, tIn, tAll := lostNode("SIGTERM", syscall.SIGTERM, 400, 20, 400)
-	after := func(n, of int, how string, in time.Duration, all bool) string {
+	outcome := func(n, of int, how string, in time.Duration, all bool) string {
 		s := fmt.Sprintf("%d of %d closed", n, of)
 		if n > 0 {
 			s += " (" + how + ")"
@@ -1180,7 +1322,7 @@ func cluster() []row {
 	}
 	how := "two nodes (`-slots 11 -tick 400ms`, a 4 s timeout) on one redis-server; heartbeats posted to n1 every second until the signal; the watchers on n2 read at network speed and answer pings"
 	return []row{
-		{"10a. cluster: node with 2,000 heartbeat users SIGKILLed, 1,000 clients on the other node watch 1,000 of them", "999 of 1,000 closed", after(k, 1000, kHow, kIn, kAll), how},
-		{"10b. cluster: node with 400 heartbeat users SIGTERMed, 20 clients on the other node watch them", "20 of 20 closed", after(t, 20, tHow, tIn, tAll), how},
+		{"10a. cluster: node with 2,000 heartbeat users SIGKILLed, 1,000 clients on the other node watch 1,000 of them", outcome(k, 1000, kHow, kIn, kAll), how},
+		{"10b. cluster: node with 400 heartbeat users SIGTERMed, 20 clients on the other node watch them", outcome(t, 20, tHow, tIn, tAll), how},
 	}
 }
