@@ -90,8 +90,13 @@ type Engine struct {
 	pendingUsers   map[string]int // uid -> connections on this node
 	pendingMembers map[membership]bool
 	inflight       int
-	closed         bool
-	wake           chan struct{}
+	// What this node holds now, written or not: a live node's own users are
+	// online, and members of the channels they joined, whatever Redis says
+	// before its writes land.
+	localUsers   map[string]int
+	localMembers map[string]map[string]struct{} // channel -> uids
+	closed       bool
+	wake         chan struct{}
 
 	// Owned by the writer goroutine: what Redis holds for this node.
 	heldUsers   map[string]int
@@ -105,7 +110,8 @@ type Engine struct {
 	// The router: topics this node follows, their Pub/Sub subscriptions.
 	fmu    sync.Mutex
 	topics map[string]*topicState // by Pub/Sub channel name
-	subs   []*redis.PubSub        // by shard, while Run runs
+	run    *runState              // while Run runs
+	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one
 	resnap chan int               // shards with topics to snapshot again
 
 	stateMu    sync.Mutex
@@ -190,6 +196,8 @@ func New(cfg Config) (*Engine, error) {
 		retry:          min(max(cfg.RenewEvery/4, 10*time.Millisecond), time.Second),
 		pendingUsers:   make(map[string]int),
 		pendingMembers: make(map[membership]bool),
+		localUsers:     make(map[string]int),
+		localMembers:   make(map[string]map[string]struct{}),
 		wake:           make(chan struct{}, 1),
 		heldUsers:      make(map[string]int),
 		heldMembers:    make(map[membership]struct{}),
@@ -225,7 +233,15 @@ func (e *Engine) SetUser(uid string, n int) {
 		return
 	}
 	e.pendingUsers[uid] = max(n, 0)
+	if n > 0 {
+		e.localUsers[uid] = n
+	} else {
+		delete(e.localUsers, uid)
+	}
 	e.changedLocked()
+	if n > 0 {
+		e.relayOwn(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true) })
+	}
 }
 
 // SetMember records that n of this node's connections of uid joined channel.
@@ -236,7 +252,47 @@ func (e *Engine) SetMember(channel, uid string, n int) {
 		return
 	}
 	e.pendingMembers[membership{channel, uid}] = n > 0
+	if n > 0 {
+		if e.localMembers[channel] == nil {
+			e.localMembers[channel] = make(map[string]struct{})
+		}
+		e.localMembers[channel][uid] = struct{}{}
+	} else if m := e.localMembers[channel]; m != nil {
+		delete(m, uid)
+		if len(m) == 0 {
+			delete(e.localMembers, channel)
+		}
+	}
 	e.changedLocked()
+	if n > 0 {
+		e.relayOwn(presence.Topic{Channel: channel}, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
+	}
+}
+
+// relayOwn tells the Relay at once of this node's own user or membership
+// arriving, if it follows the topic: the edge from Redis follows, a
+// duplicate the Relay ignores.
+func (e *Engine) relayOwn(t presence.Topic, tell func(presence.Relay)) {
+	r := e.relay.Load()
+	if r == nil {
+		return
+	}
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	if ts := e.topics[e.topicName(t)]; ts != nil && ts.loaded {
+		tell(r)
+	}
+}
+
+// holds reports whether this node holds uid, or uid's membership of channel.
+func (e *Engine) holds(channel, uid string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if channel == "" {
+		return e.localUsers[uid] > 0
+	}
+	_, ok := e.localMembers[channel][uid]
+	return ok
 }
 
 // changedLocked wakes the writer and unlocks e.mu.

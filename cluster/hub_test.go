@@ -183,3 +183,117 @@ func TestOnPresenceOncePerEdgeAcrossNodes(t *testing.T) {
 	assert.Equal(t, []string{"alice true", "alice false"}, heard["a"])
 	assert.Equal(t, []string{"bob true"}, heard["b"], "b heard only its own bob")
 }
+
+// chFrame is a channel frame: joined, presence, publish or message.
+type chFrame struct {
+	Type    string          `json:"type"`
+	Channel string          `json:"channel"`
+	Count   int             `json:"count"`
+	Members []string        `json:"members"`
+	Joins   []string        `json:"joins"`
+	Leaves  []string        `json:"leaves"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func nextCh(t *testing.T, ws *websocket.Conn, what string, match func(chFrame) bool) chFrame {
+	t.Helper()
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(testWait)))
+	for {
+		_, data, err := ws.ReadMessage()
+		require.NoError(t, err, "waiting for %s", what)
+		var f chFrame
+		require.NoError(t, json.Unmarshal(data, &f), "frame %s", data)
+		if match(f) {
+			return f
+		}
+	}
+}
+
+// Protocol v2 across nodes: snapshots count the members of every node, diffs
+// from other nodes arrive, chat, Publish, Send and Disconnect reach clients
+// on the other node, and /api/channels answers cluster-wide.
+func TestChannelsAcrossNodes(t *testing.T) {
+	srv := startRedis(t)
+	var hubs []*transport.Hub
+	start := func(name string) *httptest.Server {
+		e, err := New(testConfig(srv.client(t), name))
+		require.NoError(t, err)
+		h, err := transport.New(transport.Config{Slots: 31, Tick: 100 * time.Millisecond, Engine: e})
+		require.NoError(t, err)
+		hubs = append(hubs, h)
+		hs := httptest.NewServer(h)
+		t.Cleanup(func() {
+			hs.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = h.Shutdown(ctx)
+			_ = e.Close(ctx)
+		})
+		return hs
+	}
+	hsA, hsB := start("a"), start("b")
+	ctx := context.Background()
+
+	bob := dial(t, hsB, "bob")
+	got := nextCh(t, bob, "bob's lobby", func(f chFrame) bool { return f.Type == "joined" })
+	assert.Equal(t, 1, got.Count)
+	assert.Equal(t, []string{"bob"}, got.Members)
+
+	alice := dial(t, hsA, "alice")
+	got = nextCh(t, alice, "alice's lobby", func(f chFrame) bool { return f.Type == "joined" })
+	assert.Equal(t, 2, got.Count, "the snapshot counts both nodes")
+	assert.Equal(t, []string{"alice", "bob"}, got.Members)
+	got = nextCh(t, bob, "alice joins, on b", func(f chFrame) bool { return f.Type == "presence" })
+	assert.Equal(t, []string{"alice"}, got.Joins)
+	assert.Empty(t, got.Leaves)
+	assert.Equal(t, 2, got.Count)
+
+	resp, err := http.Get(hsA.URL + "/api/channels/lobby")
+	require.NoError(t, err)
+	var listing struct {
+		Channel string   `json:"channel"`
+		Count   int      `json:"count"`
+		Members []string `json:"members"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&listing))
+	resp.Body.Close()
+	assert.Equal(t, 2, listing.Count)
+	assert.Equal(t, []string{"alice", "bob"}, listing.Members)
+	count, members, err := hubs[1].Members(ctx, "lobby", 1)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	assert.Equal(t, []string{"alice"}, members)
+
+	// A channel only one node's client joined: the other node's Members
+	// still counts it.
+	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"join","channel":"side"}`)))
+	nextCh(t, bob, "bob in side", func(f chFrame) bool { return f.Type == "joined" && f.Channel == "side" })
+	count, _, err = hubs[0].Members(ctx, "side", 10)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+
+	require.NoError(t, hubs[0].Publish(ctx, "lobby", json.RawMessage(`{"n":1}`)))
+	got = nextCh(t, bob, "publish on b", func(f chFrame) bool { return f.Type == "publish" })
+	assert.JSONEq(t, `{"n":1}`, string(got.Data))
+	require.NoError(t, hubs[0].Send(ctx, "bob", json.RawMessage(`{"n":2}`)))
+	got = nextCh(t, bob, "message on b", func(f chFrame) bool { return f.Type == "message" })
+	assert.JSONEq(t, `{"n":2}`, string(got.Data))
+	conns, err := hubs[0].Online(ctx, "bob")
+	require.NoError(t, err)
+	assert.Equal(t, 1, conns)
+
+	require.NoError(t, hubs[0].Disconnect(ctx, "bob"))
+	require.NoError(t, bob.SetReadDeadline(time.Now().Add(testWait)))
+	for {
+		_, _, err := bob.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, 4403, ce.Code)
+			break
+		}
+	}
+	got = nextCh(t, alice, "bob leaves, on a", func(f chFrame) bool { return f.Type == "presence" })
+	assert.Equal(t, []string{"bob"}, got.Leaves)
+	assert.Equal(t, 1, got.Count)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,14 +64,9 @@ func (e *Engine) Follow(ctx context.Context, topics []presence.Topic) error {
 			wait = append(wait, ch)
 		}
 	}
-	subs := e.subs
 	e.fmu.Unlock()
-	if subs != nil {
-		for s, names := range fresh {
-			if err := subs[s].SSubscribe(ctx, names...); err != nil {
-				e.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
-			}
-		}
+	for s, names := range fresh {
+		e.subscribe(s, names)
 	}
 	if e.isDown() {
 		return errors.New("cluster: redis unreachable: the state follows when it returns")
@@ -121,9 +117,47 @@ func (e *Engine) sweep(ctx context.Context, r presence.Relay) {
 	subs := e.subs
 	e.fmu.Unlock()
 	for s, names := range gone {
-		if subs != nil {
+		if subs != nil && subs[s] != nil {
 			_ = subs[s].SUnsubscribe(ctx, names...)
 		}
+	}
+}
+
+// runState is what Run shares with subscribe: the shards' Pub/Subs start on
+// the first topic, so that a Redis Cluster client connects each one to the
+// master of its shard's slot.
+type runState struct {
+	ctx   context.Context
+	relay presence.Relay
+	wg    sync.WaitGroup
+}
+
+// subscribe subscribes shard's Pub/Sub to names, starting it and its reader
+// if it is the shard's first topic. Nothing happens before Run: Run
+// subscribes to every topic followed by then.
+func (e *Engine) subscribe(shard int, names []string) {
+	e.fmu.Lock()
+	run := e.run
+	if run == nil {
+		e.fmu.Unlock()
+		return
+	}
+	ps := e.subs[shard]
+	first := ps == nil
+	if first {
+		ps = e.rdb.SSubscribe(run.ctx) // connects with its first channels, below
+		e.subs[shard] = ps
+		run.wg.Add(1)
+	}
+	e.fmu.Unlock()
+	if err := ps.SSubscribe(run.ctx, names...); err != nil {
+		e.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
+	}
+	if first {
+		go func() {
+			defer run.wg.Done()
+			e.readShard(run.ctx, shard, ps, run.relay)
+		}()
 	}
 }
 
@@ -143,40 +177,31 @@ func (e *Engine) Run(ctx context.Context, r presence.Relay) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	subs := make([]*redis.PubSub, len(e.keys))
+	run := &runState{ctx: ctx, relay: r}
 	e.fmu.Lock()
 	names := map[int][]string{}
 	for name, ts := range e.topics {
 		names[ts.shard] = append(names[ts.shard], name)
 		ts.live, ts.loaded, ts.stale = false, false, false
 	}
-	for s := range subs {
-		subs[s] = e.rdb.SSubscribe(ctx)
-	}
-	e.subs = subs
+	e.run = run
+	e.subs = make([]*redis.PubSub, len(e.keys))
 	e.fmu.Unlock()
 	defer func() {
 		e.fmu.Lock()
-		e.subs = nil
+		subs := e.subs
+		e.run, e.subs = nil, nil
 		e.fmu.Unlock()
+		cancel()
 		for _, ps := range subs {
-			_ = ps.Close()
-		}
-	}()
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for s, ps := range subs {
-		if len(names[s]) > 0 {
-			if err := ps.SSubscribe(ctx, names[s]...); err != nil {
-				e.fail("subscribe", err)
+			if ps != nil {
+				_ = ps.Close()
 			}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.readShard(ctx, s, ps, r)
-		}()
+		run.wg.Wait()
+	}()
+	for s, ns := range names {
+		e.subscribe(s, ns)
 	}
 	e.readyOnce.Do(func() { close(e.ready) })
 
@@ -314,6 +339,13 @@ func (e *Engine) snapshot(ctx context.Context, shard int, r presence.Relay, want
 		for _, v := range vals[1:] {
 			members = append(members, v.(string))
 		}
+		e.mu.Lock()
+		for uid := range e.localMembers[ch] {
+			if !slices.Contains(members, uid) {
+				members = append(members, uid)
+			}
+		}
+		e.mu.Unlock()
 		if ts := e.topics[k.channelTopic(ch)]; ts != nil {
 			r.SetMembers(ch, members)
 			e.loaded(ts, vals[0].(int64))
@@ -323,7 +355,7 @@ func (e *Engine) snapshot(ctx context.Context, shard int, r presence.Relay, want
 		vals := userCmd.Val().([]any)
 		for i, uid := range users {
 			if ts := e.topics[k.userTopic(uid)]; ts != nil {
-				r.UserChanged(uid, flag(vals[i+1]))
+				r.UserChanged(uid, flag(vals[i+1]) || e.holds("", uid))
 				e.loaded(ts, vals[0].(int64))
 			}
 		}
@@ -373,9 +405,15 @@ func (e *Engine) received(name, payload string, r presence.Relay) {
 		ts.seq = ev.S
 	}
 	if t.Channel != "" {
+		if ev.Joined == 0 && e.holds(t.Channel, ev.UID) {
+			return // our own membership is on its way to Redis
+		}
 		e.m.relayed.WithLabelValues("member").Inc()
 		r.MemberChanged(t.Channel, ev.UID, ev.Joined == 1)
 		return
+	}
+	if ev.On == 0 && e.holds("", t.UID) {
+		return // our own connection is on its way to Redis
 	}
 	e.m.relayed.WithLabelValues("user").Inc()
 	r.UserChanged(t.UID, ev.On == 1)

@@ -176,8 +176,14 @@ func (r *recorder) Produced(uid string, on bool) {
 	r.poke()
 }
 
+// MemberChanged records an edge when it changes the channel's members, as
+// a Node's view does.
 func (r *recorder) MemberChanged(channel, uid string, joined bool) {
 	r.mu.Lock()
+	if slices.Contains(r.members[channel], uid) == joined {
+		r.mu.Unlock()
+		return
+	}
 	ms := slices.DeleteFunc(r.members[channel], func(m string) bool { return m == uid })
 	sign := "-"
 	if joined {
