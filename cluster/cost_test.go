@@ -15,14 +15,15 @@ import (
 )
 
 // TestMeasureRedisCost measures, with the default timings (30 s timeout),
-// what 100k online users spread over two nodes cost Redis in steady state,
-// then how long a crashed node's users take to go offline. It takes about
-// two minutes, so it runs only with PRESENCED_MEASURE=1.
+// what 100k online users, each a member of 5 channels, spread over two nodes
+// cost Redis in steady state; then a reconnect storm of 10k users; then how
+// long a crashed node's users take to go offline. It takes about three
+// minutes, so it runs only with PRESENCED_MEASURE=1.
 func TestMeasureRedisCost(t *testing.T) {
 	if os.Getenv("PRESENCED_MEASURE") == "" {
-		t.Skip("set PRESENCED_MEASURE=1 to measure the Redis cost (takes about two minutes)")
+		t.Skip("set PRESENCED_MEASURE=1 to measure the Redis cost (takes about three minutes)")
 	}
-	const users = 100_000
+	const users, perUser, channels, storm = 100_000, 5, 20_000, 10_000
 	window := 60 * time.Second
 	if s := os.Getenv("PRESENCED_MEASURE_WINDOW"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -38,70 +39,96 @@ func TestMeasureRedisCost(t *testing.T) {
 		return startNode(t, Config{Client: c, Node: name})
 	}
 	a, b := newEngine("a"), newEngine("b")
-	for i := range users {
+	// Each node follows a few rooms, as its clients would: the rest of the
+	// traffic never reaches it.
+	for i := range 20 {
+		a.follow(t, "#room"+strconv.Itoa(i))
+	}
+	join := func(n *node, i int, on bool) {
 		uid := "user" + strconv.Itoa(i)
-		if i%2 == 0 {
-			a.SetUser(uid, 1)
-		} else {
-			b.SetUser(uid, 1+i%3)
+		conns := 0
+		if on {
+			conns = 1 + i%3
+		}
+		n.SetUser(uid, conns)
+		for j := range perUser {
+			c := 0
+			if on {
+				c = 1
+			}
+			n.SetMember("room"+strconv.Itoa((i*perUser+j*7919)%channels), uid, c)
 		}
 	}
-	a.rec.waitFor(t, time.Minute, "100k online", func() bool { return len(a.rec.all()) == users })
-	count, _, err := a.Users(ctx, 0)
-	require.NoError(t, err)
-	require.Equal(t, users, count)
+	for i := range users {
+		join([]*node{a, b}[i%2], i, true)
+	}
+	a.rec.waitFor(t, 2*time.Minute, "100k online", func() bool {
+		count, _, err := a.Users(ctx, 0)
+		return err == nil && count == users
+	})
 	mem, err := admin.Info(ctx, "memory").Result()
 	require.NoError(t, err)
-	t.Logf("redis used_memory with %d users on 2 nodes: %s", users, infoField(mem, "used_memory_human"))
+	t.Logf("redis used_memory with %d users in %d channels each on 2 nodes: %s", users, perUser, infoField(mem, "used_memory_human"))
 
-	require.NoError(t, admin.ConfigResetStat(ctx).Err())
-	start := time.Now()
-	time.Sleep(window)
-	stats, err := admin.Info(ctx, "commandstats").Result()
-	require.NoError(t, err)
-	secs := time.Since(start).Seconds()
-	// Commands the scripts call count in commandstats too; keep them apart
-	// from what the nodes send.
-	inScript := map[string]bool{"time": true, "hget": true, "hset": true, "hdel": true, "hincrby": true,
-		"zadd": true, "zrem": true, "zrangebyscore": true, "xadd": true}
-	var lines []string
-	var calls, usec, sent float64
-	for _, line := range strings.Split(stats, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || name == "cmdstat_config|resetstat" {
-			continue
+	measure := func(what string, d time.Duration, during func()) {
+		t.Helper()
+		require.NoError(t, admin.ConfigResetStat(ctx).Err())
+		cpu0 := redisCPU(t, admin)
+		start := time.Now()
+		if during != nil {
+			during()
 		}
-		c := statField(rest, "calls")
-		u := statField(rest, "usec")
-		calls += c
-		usec += u
-		cmd := strings.TrimPrefix(name, "cmdstat_")
-		where := "sent by nodes"
-		if inScript[cmd] {
-			where = "inside scripts"
-		} else {
-			sent += c
+		time.Sleep(time.Until(start.Add(d)))
+		stats, err := admin.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		secs := time.Since(start).Seconds()
+		cpu := redisCPU(t, admin) - cpu0
+		var lines []string
+		var calls, usec float64
+		for _, line := range strings.Split(stats, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || name == "cmdstat_config|resetstat" {
+				continue
+			}
+			c, u := statField(rest, "calls"), statField(rest, "usec")
+			calls += c
+			usec += u
+			lines = append(lines, fmt.Sprintf("  %-16s %10.2f calls/s %10.0f usec/s", strings.TrimPrefix(name, "cmdstat_"), c/secs, u/secs))
 		}
-		lines = append(lines, fmt.Sprintf("  %-16s %8.2f calls/s %8.0f usec/s  (%s)", cmd, c/secs, u/secs, where))
+		sort.Strings(lines)
+		t.Logf("%s over %.0fs (%d users, %d memberships, 2 nodes, 16 shards, renew every 10s, claim every 5s):\n%s\n  all commands (scripts' own calls included): %.1f/s; command time %.2f ms/s; Redis process CPU %.3f s/s (%.2f%% of one core)",
+			what, secs, users, users*perUser, strings.Join(lines, "\n"), calls/secs, usec/secs/1000, cpu/secs, 100*cpu/secs)
 	}
-	sort.Strings(lines)
-	t.Logf("steady state over %.0fs, %d users, 2 nodes, 16 shards, renew every 10s, claim every 5s:\n%s\n  sent by the nodes: %.1f commands/s; counting calls inside scripts: %.1f/s; Redis CPU: %.2f ms per second (%.3f%% of one core)",
-		secs, users, strings.Join(lines, "\n"), sent/secs, calls/secs, usec/secs/1000, usec/secs/1e4)
+	measure("steady state", window, nil)
+	measure("reconnect storm of 10k users", 20*time.Second, func() {
+		for i := range storm {
+			join(a, 2*i, false)
+		}
+		for i := range storm {
+			join(a, 2*i, true)
+		}
+	})
 
 	crashed := time.Now()
 	b.crash()
 	b.stopRun()
-	a.rec.waitFor(t, 2*time.Minute, "b's users offline", func() bool { return len(a.rec.all()) == users+users/2 })
-	var first, last time.Duration
-	for _, e := range a.rec.all()[users:] {
-		d := e.at.Sub(crashed)
-		if first == 0 || d < first {
-			first = d
-		}
-		last = max(last, d)
-	}
-	t.Logf("crash to offline for %d users of the crashed node (timeout 30s): first %v, last %v", users/2, first, last)
+	a.rec.waitFor(t, 2*time.Minute, "b's users offline", func() bool {
+		count, _, err := a.Users(ctx, 0)
+		return err == nil && count == users/2
+	})
+	t.Logf("crash to offline for the %d users of the crashed node (timeout 30s): last %v after the crash", users/2, time.Since(crashed))
+	a.rec.mu.Lock()
+	t.Logf("relayed to node a, which follows 20 of %d channels: %d member edges", channels, len(a.rec.joins))
+	a.rec.mu.Unlock()
+}
+
+// redisCPU is the Redis process's CPU seconds so far (user + system).
+func redisCPU(t *testing.T, c redis.UniversalClient) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	require.NoError(t, err)
+	u, _ := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
+	s, _ := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
+	return u + s
 }
 
 func infoField(info, key string) string {
