@@ -21,11 +21,12 @@ import (
 
 // startHub serves a transport Hub on a cluster engine over loopback.
 func startHub(t *testing.T, srv *redisServer, name string) (*httptest.Server, *Engine) {
-	return startHubWith(t, srv, name, nil)
+	hs, e, _ := startHubWith(t, srv, name, nil)
+	return hs, e
 }
 
 // startHubWith is startHub with an OnPresence hook.
-func startHubWith(t *testing.T, srv *redisServer, name string, onPresence func(uid string, online bool)) (*httptest.Server, *Engine) {
+func startHubWith(t *testing.T, srv *redisServer, name string, onPresence func(uid string, online bool)) (*httptest.Server, *Engine, *transport.Hub) {
 	t.Helper()
 	e, err := New(testConfig(srv.client(t), name))
 	require.NoError(t, err)
@@ -44,7 +45,7 @@ func startHubWith(t *testing.T, srv *redisServer, name string, onPresence func(u
 		_ = h.Shutdown(ctx)
 		_ = e.Close(ctx)
 	})
-	return hs, e
+	return hs, e, h
 }
 
 type frame struct {
@@ -69,11 +70,17 @@ func dial(t *testing.T, hs *httptest.Server, uid string) *websocket.Conn {
 // next reads frames until one matches, failing after a deadline.
 func next(t *testing.T, ws *websocket.Conn, what string, match func(frame) bool) frame {
 	t.Helper()
+	return nextAs(t, ws, what, match)
+}
+
+// nextAs is next for frames read into F.
+func nextAs[F any](t *testing.T, ws *websocket.Conn, what string, match func(F) bool) F {
+	t.Helper()
 	require.NoError(t, ws.SetReadDeadline(time.Now().Add(testWait)))
 	for {
 		_, data, err := ws.ReadMessage()
 		require.NoError(t, err, "waiting for %s", what)
-		var f frame
+		var f F
 		require.NoError(t, json.Unmarshal(data, &f), "frame %s", data)
 		if match(f) {
 			return f
@@ -163,8 +170,8 @@ func TestOnPresenceOncePerEdgeAcrossNodes(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	hsA, _ := startHubWith(t, srv, "a", hook("a"))
-	hsB, _ := startHubWith(t, srv, "b", hook("b"))
+	hsA, _, _ := startHubWith(t, srv, "a", hook("a"))
+	hsB, _, _ := startHubWith(t, srv, "b", hook("b"))
 	bob := dial(t, hsB, "bob")
 	next(t, bob, "bob's lobby", func(f frame) bool { return f.Type == "joined" })
 	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"watch","uids":["alice"]}`)))
@@ -197,16 +204,7 @@ type chFrame struct {
 
 func nextCh(t *testing.T, ws *websocket.Conn, what string, match func(chFrame) bool) chFrame {
 	t.Helper()
-	require.NoError(t, ws.SetReadDeadline(time.Now().Add(testWait)))
-	for {
-		_, data, err := ws.ReadMessage()
-		require.NoError(t, err, "waiting for %s", what)
-		var f chFrame
-		require.NoError(t, json.Unmarshal(data, &f), "frame %s", data)
-		if match(f) {
-			return f
-		}
-	}
+	return nextAs(t, ws, what, match)
 }
 
 // Protocol v2 across nodes: snapshots count the members of every node, diffs
@@ -214,24 +212,9 @@ func nextCh(t *testing.T, ws *websocket.Conn, what string, match func(chFrame) b
 // on the other node, and /api/channels answers cluster-wide.
 func TestChannelsAcrossNodes(t *testing.T) {
 	srv := startRedis(t)
-	var hubs []*transport.Hub
-	start := func(name string) *httptest.Server {
-		e, err := New(testConfig(srv.client(t), name))
-		require.NoError(t, err)
-		h, err := transport.New(transport.Config{Slots: 31, Tick: 100 * time.Millisecond, Engine: e})
-		require.NoError(t, err)
-		hubs = append(hubs, h)
-		hs := httptest.NewServer(h)
-		t.Cleanup(func() {
-			hs.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = h.Shutdown(ctx)
-			_ = e.Close(ctx)
-		})
-		return hs
-	}
-	hsA, hsB := start("a"), start("b")
+	hsA, _, hubA := startHubWith(t, srv, "a", nil)
+	hsB, _, hubB := startHubWith(t, srv, "b", nil)
+	hubs := []*transport.Hub{hubA, hubB}
 	ctx := context.Background()
 
 	bob := dial(t, hsB, "bob")
