@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -62,10 +63,12 @@ func TestMeasureRedisCost(t *testing.T) {
 	for i := range users {
 		join([]*node{a, b}[i%2], i, true)
 	}
-	a.rec.waitFor(t, 2*time.Minute, "100k online", func() bool {
+	a.rec.waitFor(t, 2*time.Minute, "100k online, every membership written", func() bool {
 		count, _, err := a.Users(ctx, 0)
-		return err == nil && count == users
+		return err == nil && count == users && testutil.ToFloat64(a.m.pending) == 0 && testutil.ToFloat64(b.m.pending) == 0
 	})
+	// The last batches may still be in flight: let them land.
+	time.Sleep(2 * time.Second)
 	mem, err := admin.Info(ctx, "memory").Result()
 	require.NoError(t, err)
 	t.Logf("redis used_memory with %d users in %d channels each on 2 nodes: %s", users, perUser, infoField(mem, "used_memory_human"))
