@@ -377,8 +377,11 @@ type wireMessage struct {
 
 // Publish sends m to the followers of its channel or user, on every node,
 // at most once. An error means it was not delivered: a call whose answer
-// was lost is cancelled by its ID before Publish gives up, and if the
-// cancellation finds it already published, Publish reports success.
+// was lost (Redis stalled, the connection broke) is cancelled by its ID
+// before Publish gives up, and if the cancellation finds it already
+// published, Publish reports success. The cancellation is retried until
+// Redis answers it, for at most the ID's lifetime, so Publish may outlast
+// ctx while Redis is stalled.
 func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 	w := wireMessage{Frame: m.Frame}
 	topic := presence.Topic{UID: m.UID}
@@ -405,7 +408,7 @@ func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 	e.fail("publish", err)
 	// The call may still run, or have run: take its ID first, so it
 	// publishes nothing if it has not, and learn which it was.
-	cctx, cancel := context.WithTimeout(context.Background(), e.opTimeout())
+	cctx, cancel := context.WithTimeout(context.Background(), 2*e.cfg.Timeout)
 	defer cancel()
 	for {
 		taken, cerr := e.rdb.SetNX(cctx, idKey, "0", 2*e.cfg.Timeout).Result()
@@ -417,7 +420,7 @@ func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 		}
 		select {
 		case <-cctx.Done():
-			return fmt.Errorf("cluster: publish: %w (and its cancellation: %w)", err, cerr)
+			return fmt.Errorf("cluster: publish: not confirmed: %w (cancelling it: %w)", err, cerr)
 		case <-time.After(e.retry):
 		}
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -268,9 +269,19 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 		}
 	}
 	t.Logf("crash to offline: worst %v (timeout %v, renew every %v, claim every %v)", worst, testTimeout, testRenew, testClaim)
+	produced := func(uid string) int {
+		return obs[0].rec.producedCount(uid, false) + obs[1].rec.producedCount(uid, false)
+	}
+	obs[0].rec.waitFor(t, testWait, "every offline produced", func() bool {
+		for _, uid := range uids[1:] {
+			if produced(uid) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, uid := range uids[1:] {
-		assert.Equal(t, 1, obs[0].rec.producedCount(uid, false)+obs[1].rec.producedCount(uid, false),
-			"offline of %s produced once across the claimers", uid)
+		assert.Equal(t, 1, produced(uid), "offline of %s produced once across the claimers", uid)
 	}
 	count, _, err := obs[0].Users(context.Background(), 0)
 	require.NoError(t, err)
@@ -497,7 +508,101 @@ func TestEngineOnRedisCluster(t *testing.T) {
 	})
 	assert.Equal(t, 0, b.rec.count("c00", false), "c00 has a connection on b")
 	assert.Equal(t, []string{"c00"}, b.rec.membersOf("hall"))
+	// The claim's reply reaches b's writer a moment after its edges reach b's
+	// reader.
+	b.rec.waitFor(t, testWait, "b reaped each of a's users", func() bool {
+		for _, uid := range uids[1:] {
+			if b.rec.producedCount(uid, false) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, uid := range uids[1:] {
 		assert.Equal(t, 1, b.rec.producedCount(uid, false), "b reaped %s once", uid)
 	}
+}
+
+// A publish sent while Redis stalls is delivered at most once, and reported
+// failed only if it was not delivered.
+func TestPublishDuringRedisStall(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	b.follow(t, "#lobby")
+	const chat, marker = `{"type":"chat"}`, `{"type":"marker"}`
+	count := func(frame string) int {
+		b.rec.mu.Lock()
+		defer b.rec.mu.Unlock()
+		return countIn(b.rec.chats, frame)
+	}
+	for round := range 3 {
+		before := count(chat)
+		srv.freeze(true)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			done <- a.Publish(ctx, presence.Message{Channel: "lobby", Frame: []byte(chat)})
+		}()
+		time.Sleep(time.Second) // past the publish's deadline
+		srv.freeze(false)
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(testWait):
+			t.Fatal("Publish did not return after Redis resumed")
+		}
+		// A marker published after it, in order on the same topic: once it
+		// arrives, the stalled one has arrived too, if it ever will.
+		require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: []byte(marker)}))
+		b.rec.waitFor(t, testWait, "the marker", func() bool { return count(marker) == round+1 })
+		delivered := count(chat) - before
+		t.Logf("round %d: Publish returned %v; delivered %d times", round, err, delivered)
+		if err == nil {
+			assert.Equal(t, 1, delivered, "reported delivered: delivered once")
+		} else {
+			assert.Equal(t, 0, delivered, "reported failed: not delivered")
+		}
+	}
+}
+
+func countIn(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// A node cut off from Redis when its client follows a channel learns the
+// channel's members, and the others learn of its member, once it is back.
+func TestFollowWhileRedisIsUnreachable(t *testing.T) {
+	srv := startRedis(t)
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	b.follow(t, "#room")
+	b.SetUser("bob", 1)
+	b.SetMember("room", "bob", 1)
+	b.rec.waitFor(t, testWait, "bob in the room", func() bool { return len(b.rec.membersOf("room")) == 1 })
+	p := startProxy(t, srv.addr())
+	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
+	t.Cleanup(func() { _ = ca.Close() })
+	a := startNode(t, testConfig(ca, "a"))
+
+	p.cut(true)
+	require.Error(t, a.Health(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	assert.Error(t, a.Follow(ctx, []presence.Topic{{Channel: "room"}}), "no state while Redis is away")
+	cancel()
+	a.SetUser("alice", 1)
+	a.SetMember("room", "alice", 1)
+	p.cut(false)
+	a.rec.waitFor(t, testWait, "a learns of bob", func() bool {
+		return slices.Equal(a.rec.membersOf("room"), []string{"alice", "bob"})
+	})
+	b.rec.waitFor(t, testWait, "b learns of alice", func() bool {
+		return slices.Equal(b.rec.membersOf("room"), []string{"alice", "bob"})
+	})
 }

@@ -280,3 +280,43 @@ func TestChannelsAcrossNodes(t *testing.T) {
 	assert.Equal(t, []string{"bob"}, got.Leaves)
 	assert.Equal(t, 1, got.Count)
 }
+
+// A user who closes and at once reconnects to another node, again and again,
+// is never told by its new connection that it is offline, nor left out of
+// its channel.
+func TestReconnectAcrossNodesNeverSeesItselfOffline(t *testing.T) {
+	srv := startRedis(t)
+	hsA, _, _ := startHubWith(t, srv, "a", nil)
+	hsB, _, _ := startHubWith(t, srv, "b", nil)
+	hubs := []*httptest.Server{hsA, hsB}
+	type anyFrame struct {
+		chFrame
+		Online  []string `json:"online"`
+		Offline []string `json:"offline"`
+	}
+	var prev *websocket.Conn
+	for round := range 20 {
+		if prev != nil {
+			require.NoError(t, prev.Close()) // and at once a new one, on the other node
+		}
+		ws := dial(t, hubs[round%2], "alice")
+		got := nextAs(t, ws, "joined", func(f anyFrame) bool { return f.Type == "joined" })
+		assert.Contains(t, got.Members, "alice", "round %d: the snapshot lists alice", round)
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"watch","uids":["alice"]}`)))
+		got = nextAs(t, ws, "watching", func(f anyFrame) bool { return f.Type == "watching" })
+		assert.Equal(t, []string{"alice"}, got.Online, "round %d: watching", round)
+		prev = ws
+		// Several ticks of the new connection's frames: nothing says alice left.
+		require.NoError(t, ws.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				break
+			}
+			var f anyFrame
+			require.NoError(t, json.Unmarshal(data, &f))
+			assert.NotContains(t, f.Offline, "alice", "round %d: %s", round, data)
+			assert.NotContains(t, f.Leaves, "alice", "round %d: %s", round, data)
+		}
+	}
+}

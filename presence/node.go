@@ -291,7 +291,7 @@ func (n *Node) follow(topics []Topic) {
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
 	defer cancel()
 	if err := n.router.Follow(ctx, topics); err != nil {
-		n.log.Warn("presence: following without a snapshot yet", "topics", len(topics), "err", err)
+		n.log.Debug("presence: following without a snapshot yet", "topics", len(topics), "err", err)
 	}
 }
 
