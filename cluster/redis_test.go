@@ -45,14 +45,19 @@ func startRedis(t *testing.T, extra ...string) *redisServer {
 		}
 		t.Skip("redis-server not found; install it (apt-get install redis-server) to run the cluster tests")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	s := &redisServer{t: t, bin: bin, port: port, dir: t.TempDir(), extra: extra}
+	s := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), extra: extra}
 	s.start()
 	t.Cleanup(s.kill)
 	return s
+}
+
+// freePort returns a loopback port nobody listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
