@@ -13,6 +13,7 @@ type metrics struct {
 	claimed     prometheus.Counter
 	edges       *prometheus.CounterVec
 	relayed     *prometheus.CounterVec
+	received    prometheus.Counter
 	renew       prometheus.Histogram
 }
 
@@ -35,6 +36,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "User presence edges this node's scripts emitted, by edge (online, offline)."}, []string{"edge"}),
 		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "relayed_total",
 			Help: "Events relayed to this node from the topics it follows, by kind (user, member, message)."}, []string{"kind"}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "received_total",
+			Help: "Messages Redis delivered to this node on the topics it follows."}),
 		renew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "renew_seconds",
 			Help: "Time to renew this node's liveness in every shard.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
 	}
@@ -43,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.redisUp, m.redisErrors, m.leases, m.pending, m.reasserted,
-		m.claimed, m.edges, m.relayed, m.renew} {
+		m.claimed, m.edges, m.relayed, m.received, m.renew} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -381,6 +381,7 @@ func toAny(ss []string) []any {
 
 // received relays one event of a followed topic.
 func (e *Engine) received(name, payload string, r presence.Relay) {
+	e.m.received.Inc()
 	var ev wireEvent
 	if err := json.Unmarshal([]byte(payload), &ev); err != nil {
 		e.log.Warn("cluster: a message on a topic is not ours", "topic", name, "err", err)

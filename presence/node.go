@@ -6,9 +6,10 @@
 // least one of its connections, or an HTTP-heartbeat lease, is live, and a
 // member of a channel while one of them has joined it. A grace period may
 // hold a user's presence for a while after its last connection went, so a
-// page reload does not flap. The counts go to an Engine, which tells every
-// node's Relay about the edges: in memory for one node, through Redis for
-// several.
+// page reload does not flap. The counts go to an Engine, which tells the
+// nodes' Relays about the edges: in memory for one node; through Redis for
+// several, where an Engine that is a Router tells each node only of the
+// channels and users its connections follow.
 //
 // Clients hear only what they asked for: a connection that joined a channel
 // gets a snapshot, then at most one diff per tick with the channel's joins
