@@ -241,3 +241,31 @@ func metricValue(body, name string) float64 {
 	}
 	return 0
 }
+
+// Real presenced processes on a real 3-master Redis Cluster, through a
+// redis+cluster:// URL: a watched user on one node is seen online from the
+// other, and offline once its node is SIGKILLed.
+func TestPresencedOnRedisCluster(t *testing.T) {
+	rc := startRedisCluster(t)
+	addrs := rc.addrs()
+	url := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
+	const slots, tick = 11, 400 * time.Millisecond
+	timeout := (slots - 1) * tick
+	bin := presencedtest.Build(t)
+	start := func(node string) *presencedtest.Process {
+		return presencedtest.Start(t, bin, "-redis", url, "-node", node, "-slots", strconv.Itoa(slots), "-tick", tick.String())
+	}
+	n1, n2 := start("n1"), start("n2")
+	bob := connect(t, n2.Addr, "bob", timeout/4, "carol")
+	bob.await(t, processWait, "bob's watch list", func(f frame) bool { return f.Type == "watching" })
+	connect(t, n1.Addr, "carol", timeout/4)
+	bob.await(t, processWait, "carol online", status("carol", true))
+	connections(t, n2.Addr, "carol", 1)
+
+	require.NoError(t, n1.Signal(syscall.SIGKILL))
+	n1.Wait()
+	killed := time.Now()
+	bob.await(t, processWait, "carol offline", status("carol", false))
+	t.Logf("SIGKILL to offline on the other node, on a Redis Cluster: %v (timeout %v)", time.Since(killed), timeout)
+	assert.Contains(t, scrape(t, n2.Addr), "presenced_cluster_redis_up 1")
+}
