@@ -121,6 +121,21 @@ func (e *Engine) sweep(ctx context.Context, r presence.Relay) {
 			_ = subs[s].SUnsubscribe(ctx, names...)
 		}
 	}
+	// A topic followed again meanwhile may have had its subscription
+	// overtaken by the unsubscription: subscribe it again.
+	again := map[int][]string{}
+	e.fmu.Lock()
+	for s, names := range gone {
+		for _, name := range names {
+			if e.topics[name] != nil {
+				again[s] = append(again[s], name)
+			}
+		}
+	}
+	e.fmu.Unlock()
+	for s, names := range again {
+		e.subscribe(s, names)
+	}
 }
 
 // runState is what Run shares with subscribe: the shards' Pub/Subs start on
