@@ -374,7 +374,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	_, users, err := a.Users(ctx, 10)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"arrives", "stays-a", "stays-b"}, users)
-	assert.Positive(t, testutil.ToFloat64(a.m.reasserted))
+	assert.Positive(t, testutil.ToFloat64(a.m.rewritten))
 	// Wait past the reconciliation, then check that nobody flickered.
 	time.Sleep(testRenew + testTimeout)
 	for _, n := range []*node{a, b} {

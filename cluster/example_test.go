@@ -29,7 +29,7 @@ func Example() {
 	srv := &http.Server{Addr: ":8080", Handler: hub, ReadHeaderTimeout: 5 * time.Second}
 	go srv.ListenAndServe()
 
-	// On shutdown: close the clients (1001), then drop this node's leases so
+	// On shutdown: close the clients (1001), then drop this node's records so
 	// its users go offline on the other nodes at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

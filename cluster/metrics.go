@@ -7,10 +7,10 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	redisUp     prometheus.Gauge
 	redisErrors *prometheus.CounterVec
-	leases      prometheus.Gauge
+	usersHeld   prometheus.Gauge
 	pending     prometheus.Gauge
-	reasserted  prometheus.Counter
-	claimed     prometheus.Counter
+	rewritten   prometheus.Counter
+	reaped      prometheus.Counter
 	edges       *prometheus.CounterVec
 	relayed     *prometheus.CounterVec
 	received    prometheus.Counter
@@ -24,13 +24,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 while the last Redis operation of this node succeeded, 0 while Redis is unreachable."}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
 			Help: "Failed Redis operations by operation."}, []string{"op"}),
-		leases: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leases",
+		usersHeld: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "users_held",
 			Help: "Users this node holds connections of, as written to Redis."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_changes",
 			Help: "Local presence changes not yet written to Redis (grows while Redis is unreachable)."}),
-		reasserted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leases_reasserted_total",
+		rewritten: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "records_rewritten_total",
 			Help: "Records this node wrote again because Redis had lost them or taken the node for dead."}),
-		claimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leases_claimed_total",
+		reaped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "reaped_offline_total",
 			Help: "Offline edges this node emitted by reaping the records of dead nodes."}),
 		edges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "edges_emitted_total",
 			Help: "User presence edges this node's scripts emitted, by edge (online, offline)."}, []string{"edge"}),
@@ -45,8 +45,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.redisUp, m.redisErrors, m.leases, m.pending, m.reasserted,
-		m.claimed, m.edges, m.relayed, m.received, m.renew} {
+	for _, c := range []prometheus.Collector{m.redisUp, m.redisErrors, m.usersHeld, m.pending, m.rewritten,
+		m.reaped, m.edges, m.relayed, m.received, m.renew} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

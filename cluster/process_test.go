@@ -194,7 +194,7 @@ func TestSIGKILLedPresencedNode(t *testing.T) {
 	for _, n := range []*presencedtest.Process{n2, n3} {
 		body := scrape(t, n.Addr)
 		assert.Contains(t, body, "presenced_cluster_redis_up 1")
-		claimed += metricValue(body, "presenced_cluster_leases_claimed_total")
+		claimed += metricValue(body, "presenced_cluster_reaped_offline_total")
 	}
 	assert.Equal(t, 1.0, claimed, "offline edges emitted by reaping n1")
 

@@ -145,7 +145,7 @@ func (e *Engine) reassert(ctx context.Context, shards map[int]bool) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	e.m.reasserted.Add(float64(len(recs)))
+	e.m.rewritten.Add(float64(len(recs)))
 	e.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
 	return e.write(ctx, recs, true)
 }
@@ -211,7 +211,7 @@ func (e *Engine) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 			e.hold(r)
 		}
 	}
-	e.m.leases.Set(float64(len(e.heldUsers)))
+	e.m.usersHeld.Set(float64(len(e.heldUsers)))
 	if firstErr != nil {
 		e.fail("write", firstErr)
 		return firstErr
@@ -289,7 +289,7 @@ func (e *Engine) claim(ctx context.Context) error {
 				back[shards[i]] = true
 			}
 			if edges := res[3:]; len(edges) > 0 {
-				e.m.claimed.Add(float64(len(edges) / 2))
+				e.m.reaped.Add(float64(len(edges) / 2))
 				e.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/2)
 				e.produced(edges)
 			}
