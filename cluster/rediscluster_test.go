@@ -116,9 +116,6 @@ func (r *redisCluster) newClient() *redis.ClusterClient {
 		PoolSize: 40, DialTimeout: 200 * time.Millisecond})
 }
 
-// kill SIGKILLs master i and waits for it to exit.
-func (r *redisCluster) kill(i int) { r.nodes[i].kill() }
-
 // waitReady polls until every node says cluster_state:ok and a cluster
 // client can write and read a key on each master: state ok alone does not
 // mean a fresh client's view of the slots is complete.
@@ -163,7 +160,7 @@ func (r *redisCluster) readyCheckState(ctx context.Context, plain []*redis.Clien
 			return nil, fmt.Errorf("%s: cluster_state not ok", r.nodes[i].addr())
 		}
 	}
-	slots, err := plain[0].ClusterSlots(ctx).Result()
+	shards, err := plain[0].ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -174,9 +171,14 @@ func (r *redisCluster) readyCheckState(ctx context.Context, plain []*redis.Clien
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 && keys[s.Nodes[0].Addr] == "" {
-				keys[s.Nodes[0].Addr] = key
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End && len(sh.Nodes) > 0 {
+					addr := sh.Nodes[0].IP + ":" + strconv.FormatInt(sh.Nodes[0].Port, 10)
+					if keys[addr] == "" {
+						keys[addr] = key
+					}
+				}
 			}
 		}
 	}
