@@ -324,3 +324,28 @@ func TestReconnectAcrossNodesNeverSeesItselfOffline(t *testing.T) {
 		}
 	}
 }
+
+// While Redis is away a node is live but not ready, and keeps serving its
+// own clients; when Redis is back it is ready again.
+func TestReadinessFollowsRedis(t *testing.T) {
+	srv := startRedis(t)
+	hs, _ := startHub(t, srv, "a")
+	get := func(path string) int {
+		resp, err := http.Get(hs.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, get("/readyz"))
+	alice := dial(t, hs, "alice")
+	next(t, alice, "alice's lobby", func(f frame) bool { return f.Type == "joined" })
+
+	srv.kill()
+	require.Eventually(t, func() bool { return get("/readyz") == http.StatusServiceUnavailable }, testWait, 20*time.Millisecond)
+	assert.Equal(t, http.StatusOK, get("/healthz"))
+	require.NoError(t, alice.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping"}`)))
+	next(t, alice, "a pong while Redis is away", func(f frame) bool { return f.Type == "pong" })
+
+	srv.start()
+	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, testWait, 20*time.Millisecond)
+}
