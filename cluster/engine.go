@@ -112,7 +112,6 @@ type Engine struct {
 	topics map[string]*topicState // by Pub/Sub channel name
 	run    *runState              // while Run runs
 	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one
-	resnap chan int               // shards with topics to snapshot again
 
 	stateMu    sync.Mutex
 	down       bool
@@ -203,7 +202,6 @@ func New(cfg Config) (*Engine, error) {
 		heldMembers:    make(map[membership]struct{}),
 		writerDone:     make(chan struct{}),
 		topics:         make(map[string]*topicState),
-		resnap:         make(chan int, cfg.Shards),
 		ready:          make(chan struct{}),
 	}
 	for i := range cfg.Shards {
