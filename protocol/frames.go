@@ -1,0 +1,230 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// A Frame is one frame of the protocol, either direction. Type is its
+// "type"; its other fields are the struct's JSON fields.
+type Frame interface {
+	Type() string
+}
+
+// Frame types a client sends.
+type (
+	// Ping asks for a Pong; like every frame, it is also a keepalive.
+	Ping struct{}
+	// Join joins a channel; the answer is Joined, or Error.
+	Join struct {
+		Channel string `json:"channel"`
+	}
+	// Leave leaves a channel; the answer is Left.
+	Leave struct {
+		Channel string `json:"channel"`
+	}
+	// Watch replaces the connection's watch list; the answer is Watching.
+	Watch struct {
+		UIDs []string `json:"uids"`
+	}
+	// Refresh extends the connection's session with a newer token.
+	Refresh struct {
+		Token string `json:"token"`
+	}
+	// Silence (demo mode only) stops the connection's control frames from
+	// counting as keepalives until its next data frame.
+	Silence struct{}
+	// Custom is a client frame of a type the protocol does not define: the
+	// application's, passed on whole.
+	Custom struct {
+		Kind string          `json:"-"`
+		Raw  json.RawMessage `json:"-"`
+	}
+)
+
+// Frame types the server sends.
+type (
+	// Welcome is the first frame on every connection.
+	Welcome struct {
+		UID       string `json:"uid"`
+		TimeoutMS int64  `json:"timeout_ms"`
+	}
+	// Pong answers Ping.
+	Pong struct{}
+	// Error refuses a frame; Channel names the channel it was about, if any.
+	Error struct {
+		Error   string `json:"error"`
+		Channel string `json:"channel,omitempty"`
+	}
+	// Joined is a channel's snapshot: Count is exact, Members sorted and
+	// possibly cut short.
+	Joined struct {
+		Channel string   `json:"channel"`
+		Count   int      `json:"count"`
+		Members []string `json:"members"`
+	}
+	// Left confirms a Leave.
+	Left struct {
+		Channel string `json:"channel"`
+	}
+	// Presence is a channel's diff over one tick. CountOnly marks a big
+	// channel's diff, which carries no lists.
+	Presence struct {
+		Channel   string
+		Count     int
+		Joins     []string
+		Leaves    []string
+		CountOnly bool
+	}
+	// Watching answers Watch: the watched users online now.
+	Watching struct {
+		Online []string `json:"online"`
+	}
+	// Status reports watched users' edges over one tick.
+	Status struct {
+		Online  []string `json:"online"`
+		Offline []string `json:"offline"`
+	}
+	// Publish carries a message the server side published to a channel.
+	Publish struct {
+		Channel string          `json:"channel"`
+		Data    json.RawMessage `json:"data"`
+	}
+	// Message carries a message the server side sent to one user.
+	Message struct {
+		Data json.RawMessage `json:"data"`
+	}
+)
+
+// Chat is a chat line, both ways: a client sends it without From, and the
+// server fans it out with From set to the sender.
+type Chat struct {
+	Channel string `json:"channel"`
+	From    string `json:"from,omitempty"`
+	Text    string `json:"text"`
+}
+
+func (Ping) Type() string     { return "ping" }
+func (Join) Type() string     { return "join" }
+func (Leave) Type() string    { return "leave" }
+func (Watch) Type() string    { return "watch" }
+func (Refresh) Type() string  { return "refresh" }
+func (Silence) Type() string  { return "silence" }
+func (c Custom) Type() string { return c.Kind }
+func (Welcome) Type() string  { return "welcome" }
+func (Pong) Type() string     { return "pong" }
+func (Error) Type() string    { return "error" }
+func (Joined) Type() string   { return "joined" }
+func (Left) Type() string     { return "left" }
+func (Presence) Type() string { return "presence" }
+func (Watching) Type() string { return "watching" }
+func (Status) Type() string   { return "status" }
+func (Publish) Type() string  { return "publish" }
+func (Message) Type() string  { return "message" }
+func (Chat) Type() string     { return "chat" }
+
+// presenceJSON is Presence on the wire: both lists, or neither.
+type presenceJSON struct {
+	Channel string    `json:"channel"`
+	Count   int       `json:"count"`
+	Joins   *[]string `json:"joins,omitempty"`
+	Leaves  *[]string `json:"leaves,omitempty"`
+}
+
+// MarshalJSON writes the lists as arrays, empty ones included, unless the
+// diff is count-only.
+func (p Presence) MarshalJSON() ([]byte, error) {
+	w := presenceJSON{Channel: p.Channel, Count: p.Count}
+	if !p.CountOnly {
+		joins, leaves := orEmpty(p.Joins), orEmpty(p.Leaves)
+		w.Joins, w.Leaves = &joins, &leaves
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a diff without lists as count-only.
+func (p *Presence) UnmarshalJSON(data []byte) error {
+	var w presenceJSON
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*p = Presence{Channel: w.Channel, Count: w.Count, CountOnly: w.Joins == nil && w.Leaves == nil}
+	if w.Joins != nil {
+		p.Joins = *w.Joins
+	}
+	if w.Leaves != nil {
+		p.Leaves = *w.Leaves
+	}
+	return nil
+}
+
+// MarshalJSON writes the lists as arrays, empty ones included.
+func (s Status) MarshalJSON() ([]byte, error) {
+	type plain Status
+	return json.Marshal(plain{Online: orEmpty(s.Online), Offline: orEmpty(s.Offline)})
+}
+
+// MarshalJSON writes the list as an array, empty or not.
+func (w Watching) MarshalJSON() ([]byte, error) {
+	type plain Watching
+	return json.Marshal(plain{Online: orEmpty(w.Online)})
+}
+
+// MarshalJSON writes the list as an array, empty or not.
+func (j Joined) MarshalJSON() ([]byte, error) {
+	type plain Joined
+	j.Members = orEmpty(j.Members)
+	return json.Marshal(plain(j))
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Encoded is a frame encoded once, to be sent to any number of connections.
+type Encoded struct {
+	Type string // the frame's "type", for counting without reading Data
+	Data []byte // the JSON text
+}
+
+// Encode returns f's JSON text, "type" first. The frames of this package
+// hold strings, numbers and data already checked to be JSON, so Encode
+// fails only on a Custom frame or a Publish or Message whose Data is not
+// valid JSON.
+func Encode(f Frame) (Encoded, error) {
+	typ := f.Type()
+	if c, ok := f.(Custom); ok {
+		return Encoded{Type: typ, Data: c.Raw}, nil
+	}
+	body, err := json.Marshal(f)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("protocol: encode %s frame: %w", typ, err)
+	}
+	typeJSON, err := json.Marshal(typ)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("protocol: encode %s frame: %w", typ, err)
+	}
+	// body is an object: splice "type" in as its first member.
+	out := make([]byte, 0, len(`{"type":,`)+len(typeJSON)+len(body))
+	out = append(out, `{"type":`...)
+	out = append(out, typeJSON...)
+	if len(body) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, body[1:]...)
+	return Encoded{Type: typ, Data: out}, nil
+}
+
+// MustEncode is Encode for frames that cannot fail to encode: every frame
+// type of this package but Custom, Publish and Message, whose data the
+// caller checked.
+func MustEncode(f Frame) Encoded {
+	e, err := Encode(f)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}

@@ -1,0 +1,144 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// clientJSON is every field a client frame of this protocol may carry;
+// unknown fields are ignored so clients can add their own.
+type clientJSON struct {
+	Type    *string   `json:"type"`
+	Channel *string   `json:"channel"`
+	Text    *string   `json:"text"`
+	UIDs    *[]string `json:"uids"`
+	Token   *string   `json:"token"`
+}
+
+// ParseClient reads one text frame a client sent and checks that the fields
+// its type needs are there and valid. A type this protocol does not define
+// comes back as a Custom frame, its fields unread. The errors are meant for
+// the client's developer: they name the field and what it must be, never a
+// Go type.
+func ParseClient(data []byte) (Frame, error) {
+	var head struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, jsonError(err)
+	}
+	if head.Type == nil || *head.Type == "" {
+		return nil, errors.New(`missing "type"`)
+	}
+	switch *head.Type {
+	case "ping", "silence", "join", "leave", "chat", "watch", "refresh":
+	default:
+		return Custom{Kind: *head.Type, Raw: data}, nil
+	}
+	var w clientJSON
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, jsonError(err)
+	}
+	switch typ := *w.Type; typ {
+	case "ping":
+		return Ping{}, nil
+	case "silence":
+		return Silence{}, nil
+	case "join", "leave", "chat":
+		if w.Channel == nil || *w.Channel == "" {
+			return nil, fmt.Errorf(`%s needs a "channel"`, typ)
+		}
+		ch := *w.Channel
+		if !ValidChannel(ch) {
+			return nil, ErrInvalidChannel
+		}
+		switch typ {
+		case "join":
+			return Join{Channel: ch}, nil
+		case "leave":
+			return Leave{Channel: ch}, nil
+		}
+		if w.Text == nil || *w.Text == "" {
+			return nil, errors.New(`chat needs a non-empty "text"`)
+		}
+		return Chat{Channel: ch, Text: *w.Text}, nil
+	case "watch":
+		if w.UIDs == nil {
+			return nil, errors.New(`watch needs "uids", an array of user IDs`)
+		}
+		if len(*w.UIDs) > MaxWatch {
+			return nil, fmt.Errorf("watch list too long: at most %d user IDs", MaxWatch)
+		}
+		for _, uid := range *w.UIDs {
+			if !ValidUID(uid) {
+				return nil, fmt.Errorf("invalid user ID %q in \"uids\"", Truncate(uid))
+			}
+		}
+		return Watch{UIDs: *w.UIDs}, nil
+	default: // "refresh"
+		if w.Token == nil || *w.Token == "" {
+			return nil, errors.New(`refresh needs a "token"`)
+		}
+		return Refresh{Token: *w.Token}, nil
+	}
+}
+
+// JSONError says what was wrong with a JSON document a client sent, in the
+// protocol's words rather than Go's.
+func JSONError(err error) error { return jsonError(err) }
+
+func jsonError(err error) error {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings", "token": "a string"}
+		field, _, _ := strings.Cut(te.Field, ".") // "uids.0" is an element
+		if w, ok := want[field]; ok {
+			return fmt.Errorf("invalid frame: %q must be %s", field, w)
+		}
+		if field == "" {
+			return errors.New("invalid frame: a frame is a JSON object")
+		}
+		return fmt.Errorf("invalid frame: wrong kind of value for %q", field)
+	}
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Errorf("invalid JSON at byte %d: %s", se.Offset, se.Error())
+	}
+	return errors.New("invalid JSON: " + err.Error())
+}
+
+// serverFrames makes an empty frame of each type the server sends.
+var serverFrames = map[string]func() Frame{
+	"welcome":  func() Frame { return new(Welcome) },
+	"pong":     func() Frame { return new(Pong) },
+	"error":    func() Frame { return new(Error) },
+	"joined":   func() Frame { return new(Joined) },
+	"left":     func() Frame { return new(Left) },
+	"presence": func() Frame { return new(Presence) },
+	"watching": func() Frame { return new(Watching) },
+	"status":   func() Frame { return new(Status) },
+	"chat":     func() Frame { return new(Chat) },
+	"publish":  func() Frame { return new(Publish) },
+	"message":  func() Frame { return new(Message) },
+}
+
+// ParseServer reads one text frame the server sent, for clients and tests.
+// It returns a pointer to the frame's type, such as *Joined; a type the
+// protocol does not define is an error.
+func ParseServer(data []byte) (Frame, error) {
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("protocol: server frame: %w", err)
+	}
+	mk, ok := serverFrames[head.Type]
+	if !ok {
+		return nil, fmt.Errorf("protocol: server frame of unknown type %q", Truncate(head.Type))
+	}
+	f := mk()
+	if err := json.Unmarshal(data, f); err != nil {
+		return nil, fmt.Errorf("protocol: %s frame: %w", head.Type, err)
+	}
+	return f, nil
+}
