@@ -2,7 +2,6 @@ package presence
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/presenced/presenced/internal/shrink"
@@ -11,38 +10,37 @@ import (
 
 // NewMemoryEngine returns an Engine that keeps presence in this process
 // only: the default, and the right choice for one node. It delivers every
-// edge and message to the Relay at once, on the caller's goroutine, so
-// what a client did is visible to the next tick.
+// edge and message to the Relay at once, on the caller's goroutine, so what
+// a client did is visible to the next tick.
 func NewMemoryEngine() Engine {
-	return &memoryEngine{users: make(map[string]int), members: make(map[membership]struct{})}
-}
-
-type membership struct{ channel, uid string }
-
-// memoryEvent is an edge that happened before Run gave the engine a Relay.
-type memoryEvent struct {
-	channel, uid string
-	on           bool
+	return &memoryEngine{users: make(map[string]int), channels: make(map[string]*sortedset.Set)}
 }
 
 type memoryEngine struct {
-	// mu orders edges: the Relay sees them in the order they happened. It is
-	// held while calling the Relay, which never calls back.
-	mu          sync.Mutex
-	users       map[string]int // uid -> connections; absent means offline
-	online      sortedset.Set  // the keys of users, in order for listings
-	members     map[membership]struct{}
-	usersPeak   int
-	membersPeak int
-	relay       Relay
-	early       []memoryEvent // edges before Run, delivered when it starts
-	running     bool
+	relay Relay // set once by Attach, before any other call
+
+	// mu guards the state below. It is never held while calling the Relay:
+	// the Node makes one SetUser or SetMember call at a time, so edges
+	// reach the Relay in the order they happened without it.
+	mu           sync.Mutex
+	users        map[string]int // uid -> connections; absent means offline
+	online       sortedset.Set  // the keys of users, in order for listings
+	channels     map[string]*sortedset.Set
+	usersPeak    int
+	channelsPeak int
+}
+
+func (e *memoryEngine) Attach(r Relay) { e.relay = r }
+
+// Run has nothing to do: everything happens on the callers' goroutines.
+func (e *memoryEngine) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 func (e *memoryEngine) SetUser(uid string, n int) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	was := e.users[uid]
+	_, was := e.users[uid]
 	if n <= 0 {
 		delete(e.users, uid)
 		e.users = shrink.Map(e.users, &e.usersPeak)
@@ -51,43 +49,40 @@ func (e *memoryEngine) SetUser(uid string, n int) {
 		e.users[uid] = n
 		e.online.Add(uid)
 	}
-	if (was > 0) != (n > 0) {
-		e.edgeLocked(memoryEvent{uid: uid, on: n > 0})
+	e.mu.Unlock()
+	if was != (n > 0) {
+		e.relay.UserChanged(uid, n > 0)
+		e.relay.Produced(uid, n > 0)
 	}
 }
 
 func (e *memoryEngine) SetMember(channel, uid string, n int) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	k := membership{channel, uid}
-	_, was := e.members[k]
-	if n <= 0 {
-		delete(e.members, k)
-		e.members = shrink.Map(e.members, &e.membersPeak)
-	} else {
-		e.members[k] = struct{}{}
+	members := e.channels[channel]
+	var changed bool
+	switch {
+	case n > 0:
+		if members == nil {
+			members = new(sortedset.Set)
+			e.channels[channel] = members
+		}
+		changed = members.Add(uid)
+	case members != nil:
+		changed = members.Remove(uid)
+		if members.Len() == 0 {
+			delete(e.channels, channel)
+			e.channels = shrink.Map(e.channels, &e.channelsPeak)
+		}
 	}
-	if was != (n > 0) {
-		e.edgeLocked(memoryEvent{channel: channel, uid: uid, on: n > 0})
+	e.mu.Unlock()
+	if changed {
+		e.relay.MemberChanged(channel, uid, n > 0)
 	}
 }
 
-func (e *memoryEngine) edgeLocked(ev memoryEvent) {
-	if e.relay == nil {
-		e.early = append(e.early, ev)
-		return
-	}
-	deliverEdge(e.relay, ev)
-}
-
-func deliverEdge(r Relay, ev memoryEvent) {
-	if ev.channel == "" {
-		r.UserChanged(ev.uid, ev.on)
-		r.Produced(ev.uid, ev.on)
-	} else {
-		r.MemberChanged(ev.channel, ev.uid, ev.on)
-	}
-}
+// Follow and Unfollow have nothing to do: this engine delivers everything.
+func (e *memoryEngine) Follow(ctx context.Context, topics []Topic) error { return nil }
+func (e *memoryEngine) Unfollow(topics []Topic)                           {}
 
 func (e *memoryEngine) User(ctx context.Context, uid string) (int, error) {
 	e.mu.Lock()
@@ -102,51 +97,23 @@ func (e *memoryEngine) Users(ctx context.Context, limit int) (int, []string, err
 	return len(e.users), e.online.First(limit), nil
 }
 
-// Publish hands m to the Relay on the caller's goroutine. Messages published
-// before Run are dropped: nobody is connected yet.
+func (e *memoryEngine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	members := e.channels[channel]
+	if members == nil {
+		return 0, []string{}, nil
+	}
+	return members.Len(), members.First(limit), nil
+}
+
+// Publish hands m to the Relay on the caller's goroutine.
 func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	r := e.relay
-	e.mu.Unlock()
-	if r != nil {
-		r.Deliver(m)
-	}
+	e.relay.Deliver(m)
 	return nil
-}
-
-var errEngineRunning = errors.New("presence: memory engine: Run called twice")
-
-// attach gives the engine its Relay ahead of Run, so a Node in this process
-// sees every edge from its first connection on.
-func (e *memoryEngine) attach(r Relay) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.relay = r
-	for _, ev := range e.early {
-		deliverEdge(r, ev)
-	}
-	e.early = nil
-}
-
-// Run delivers to r until ctx is done; the memory engine has nothing to
-// wait for, as everything happens on its callers' goroutines.
-func (e *memoryEngine) Run(ctx context.Context, r Relay) error {
-	e.mu.Lock()
-	if e.running {
-		e.mu.Unlock()
-		return errEngineRunning
-	}
-	e.running = true
-	e.mu.Unlock()
-	e.attach(r)
-	<-ctx.Done()
-	e.mu.Lock()
-	e.running = false
-	e.mu.Unlock()
-	return ctx.Err()
 }
 
 func (e *memoryEngine) Health(ctx context.Context) error { return nil }

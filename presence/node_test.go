@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // client records the frames a Node sends it.
@@ -19,13 +21,24 @@ type client struct {
 	name   string
 	mu     sync.Mutex
 	frames []string
+	closes []string
 }
 
-func (c *client) Disconnect() { c.Send([]byte("disconnect")) }
-
-func (c *client) Send(frame []byte) {
+// Close records the close; a test client stays connected until the test
+// disconnects it.
+func (c *client) Close(code int, reason string) {
 	c.mu.Lock()
-	c.frames = append(c.frames, string(frame))
+	c.closes = append(c.closes, fmt.Sprintf("%d %s", code, reason))
+	c.mu.Unlock()
+}
+
+func (c *client) Probe() {}
+
+func (c *client) Send(f protocol.Encoded) { c.record(string(f.Data)) }
+
+func (c *client) record(s string) {
+	c.mu.Lock()
+	c.frames = append(c.frames, s)
 	c.mu.Unlock()
 }
 
@@ -38,7 +51,8 @@ func (c *client) take() []string {
 	return f
 }
 
-// newNode returns a running Node with a 3-slot ring: a lease lasts 2 ticks.
+// newNode returns a Node with a 3-slot ring (a lease lasts 2 ticks),
+// stepped by hand.
 func newNode(t *testing.T, cfg Config) *Node {
 	t.Helper()
 	if cfg.Slots == 0 {
@@ -46,25 +60,14 @@ func newNode(t *testing.T, cfg Config) *Node {
 	}
 	n, err := New(cfg)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		n.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		n.Close()
-	})
-	// Run hands the engine its Relay; until then edges wait in the engine.
-	return n
+	t.Cleanup(n.Close)
+	return n // its clock steps only when a test calls Step
 }
 
 func connect(t *testing.T, n *Node, uid string, channels ...string) *client {
 	t.Helper()
 	c := &client{name: uid}
-	require.NoError(t, n.Connect(c, uid, channels))
+	require.NoError(t, n.Connect(context.Background(), c, uid, channels))
 	return c
 }
 
@@ -84,13 +87,13 @@ func TestSnapshotThenOneCoalescedDiffPerTick(t *testing.T) {
 	}, bob.take())
 	assert.Empty(t, obs.take(), "nothing before the tick")
 
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":4,"joins":["alice","bob","carol"],"leaves":[]}`}, obs.take())
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":4,"joins":["alice","bob"],"leaves":[]}`}, carol.take())
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":4,"joins":["bob"],"leaves":[]}`}, alice.take())
 	assert.Empty(t, bob.take(), "its snapshot said it all")
 
-	n.Tick()
+	n.Step()
 	assert.Empty(t, obs.take(), "no change, no frame")
 }
 
@@ -103,7 +106,7 @@ func TestJoinThenLeaveInsideATickCancels(t *testing.T) {
 	n.Disconnect(erin)
 	frank := connect(t, n, "frank", "lobby")
 	obs.take()
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["frank"],"leaves":[]}`}, obs.take())
 	assert.Equal(t, []string{
 		`{"type":"joined","channel":"lobby","count":2,"members":["dave","obs"]}`,
@@ -115,7 +118,7 @@ func TestJoinThenLeaveInsideATickCancels(t *testing.T) {
 	n.Disconnect(frank)
 	n.Disconnect(tab)
 	connect(t, n, "frank", "lobby")
-	n.Tick()
+	n.Step()
 	assert.Empty(t, obs.take())
 }
 
@@ -125,13 +128,13 @@ func TestTwoTabsOfOneUserInOneChannel(t *testing.T) {
 	obs.take()
 	tab1 := connect(t, n, "alice", "lobby")
 	tab2 := connect(t, n, "alice", "lobby")
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["alice"],"leaves":[]}`}, obs.take())
 	n.Disconnect(tab1)
-	n.Tick()
+	n.Step()
 	assert.Empty(t, obs.take(), "one tab is still in")
 	require.NoError(t, n.Leave(tab2, "lobby"))
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}`}, obs.take())
 	conns, err := n.User(context.Background(), "alice")
 	require.NoError(t, err)
@@ -148,14 +151,14 @@ func TestCountOnlyAboveThePresenceListLimit(t *testing.T) {
 	}
 	assert.Equal(t, []string{`{"type":"joined","channel":"big","count":4,"members":["obs","u0"]}`}, others[2].take(),
 		"snapshot lists are bounded, the count is exact")
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"big","count":4}`}, obs.take())
 	n.Disconnect(others[0])
 	connect(t, n, "u9", "big")
-	n.Tick()
+	n.Step()
 	assert.Empty(t, obs.take(), "count unchanged: no frame")
 	n.Disconnect(others[1])
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"big","count":3,"joins":[],"leaves":["u1"]}`}, obs.take(),
 		"back at the limit: lists again")
 }
@@ -164,36 +167,36 @@ func TestWatchListsGetCoalescedStatus(t *testing.T) {
 	n := newNode(t, Config{})
 	w := connect(t, n, "w")
 	bob := connect(t, n, "bob")
-	require.NoError(t, n.Watch(w, []string{"carol", "bob", "bob"}))
+	require.NoError(t, n.Watch(context.Background(), w, []string{"carol", "bob", "bob"}))
 	assert.Equal(t, []string{`{"type":"watching","online":["bob"]}`}, w.take())
 
 	connect(t, n, "carol")
 	n.Disconnect(bob)
 	connect(t, n, "dave") // not watched
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"status","online":["carol"],"offline":["bob"]}`}, w.take())
 
 	bob = connect(t, n, "bob")
 	n.Disconnect(bob)
-	n.Tick()
+	n.Step()
 	assert.Empty(t, w.take(), "back and gone within a tick")
 
 	// Watching from mid-tick: only what follows the watching frame.
 	late := connect(t, n, "late")
 	bob = connect(t, n, "bob")
-	require.NoError(t, n.Watch(late, []string{"bob"}))
+	require.NoError(t, n.Watch(context.Background(), late, []string{"bob"}))
 	assert.Equal(t, []string{`{"type":"watching","online":["bob"]}`}, late.take())
 	n.Disconnect(bob)
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["bob"]}`}, late.take())
 	assert.Empty(t, w.take(), "for w, bob was offline before and after")
 
-	require.ErrorIs(t, n.Watch(w, make([]string, 2000)), nil, "duplicates are dropped before the limit")
+	require.ErrorIs(t, n.Watch(context.Background(), w, make([]string, 2000)), nil, "duplicates are dropped before the limit")
 	many := make([]string, DefaultMaxWatch+1)
 	for i := range many {
 		many[i] = fmt.Sprint(i)
 	}
-	assert.ErrorIs(t, n.Watch(w, many), ErrTooManyWatched)
+	assert.ErrorIs(t, n.Watch(context.Background(), w, many), ErrTooManyWatched)
 }
 
 func TestHeartbeatLeaseAndChannels(t *testing.T) {
@@ -201,13 +204,13 @@ func TestHeartbeatLeaseAndChannels(t *testing.T) {
 	obs := connect(t, n, "obs", "lobby")
 	obs.take()
 	require.NoError(t, n.Heartbeat("hb", []string{"lobby"}))
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["hb"],"leaves":[]}`}, obs.take())
 	require.NoError(t, n.Heartbeat("hb", []string{"lobby"}))
-	n.Tick()
-	n.Tick()
+	n.Step()
+	n.Step()
 	assert.Empty(t, obs.take(), "renewed")
-	n.Tick()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["hb"]}`}, obs.take())
 	conns, err := n.User(context.Background(), "hb")
 	require.NoError(t, err)
@@ -218,23 +221,23 @@ func TestGracePeriodHoldsUserAndChannels(t *testing.T) {
 	n := newNode(t, Config{Slots: 11, Tick: time.Second, Grace: 2 * time.Second})
 	obs := connect(t, n, "obs", "lobby")
 	a := connect(t, n, "alice", "lobby")
-	require.NoError(t, n.Watch(obs, []string{"alice"}))
-	n.Tick()
+	require.NoError(t, n.Watch(context.Background(), obs, []string{"alice"}))
+	n.Step()
 	obs.take()
 
 	n.Disconnect(a)
-	n.Tick()
+	n.Step()
 	a = connect(t, n, "alice", "lobby") // a reload
-	n.Tick()
-	n.Tick()
-	n.Tick()
+	n.Step()
+	n.Step()
+	n.Step()
 	assert.Empty(t, obs.take(), "no flap across a reload within the grace period")
 
 	n.Disconnect(a)
-	n.Tick()
-	n.Tick()
+	n.Step()
+	n.Step()
 	assert.Empty(t, obs.take(), "held for the grace period")
-	n.Tick()
+	n.Step()
 	assert.ElementsMatch(t, []string{
 		`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}`,
 		`{"type":"status","online":[],"offline":["alice"]}`,
@@ -259,24 +262,10 @@ func TestDeliverGoesOnlyToWhoAsked(t *testing.T) {
 		`{"type":"message","data":"psst"}`,
 	}, a.take())
 	assert.Equal(t, []string{`{"type":"publish","channel":"room","data":{"n":1}}`}, b.take())
-	n.Tick()
+	n.Step()
 	assert.Empty(t, quiet.take())
 }
 
-func TestValidChannel(t *testing.T) {
-	for name, ok := range map[string]bool{
-		"lobby": true, "a": true, "room-1_x.y:z@w/v#u": true, string(make([]byte, 128)): false,
-		"": false, "a b": false, "é": false, "a,b": false, "x?": false,
-	} {
-		assert.Equal(t, ok, ValidChannel(name), "%q", name)
-	}
-	long := make([]byte, 129)
-	for i := range long {
-		long[i] = 'x'
-	}
-	assert.False(t, ValidChannel(string(long)))
-	assert.True(t, ValidChannel(string(long[:128])))
-}
 
 // A model check: random joins, leaves, connects and disconnects of many
 // clients over many ticks. Every subscriber's picture, its snapshot plus the
@@ -328,7 +317,7 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 				uid := fmt.Sprintf("u%d", rng.IntN(12))
 				s := &sim{c: &client{name: uid}, joined: map[string]bool{}, view: map[string]map[string]bool{}}
 				ch := channels[rng.IntN(3)]
-				require.NoError(t, n.Connect(s.c, uid, []string{ch}))
+				require.NoError(t, n.Connect(context.Background(), s.c, uid, []string{ch}))
 				s.joined[ch] = true
 				live = append(live, s)
 			case op < 5:
@@ -338,7 +327,7 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 			case op < 8:
 				s := live[rng.IntN(len(live))]
 				ch := channels[rng.IntN(3)]
-				require.NoError(t, n.Join(s.c, ch))
+				require.NoError(t, n.Join(context.Background(), s.c, ch))
 				s.joined[ch] = true
 			default:
 				s := live[rng.IntN(len(live))]
@@ -347,7 +336,7 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 				delete(s.joined, ch)
 			}
 		}
-		n.Tick()
+		n.Step()
 		for _, s := range live {
 			apply(s)
 			for ch := range s.joined {
@@ -368,23 +357,31 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 // more ticks, once, for the heartbeats and reconnections that waited.
 func TestLeasesAndGracesOutliveAStall(t *testing.T) {
 	var stalled time.Time
-	n := newNode(t, Config{Slots: 3, Tick: time.Second, Grace: time.Second, Stalled: func() time.Time { return stalled }})
+	n := newNode(t, Config{Slots: 3, Tick: time.Second, Grace: time.Second})
+	n.stalled = func() time.Time { return stalled }
 	obs := connect(t, n, "obs")
-	require.NoError(t, n.Watch(obs, []string{"hb", "gone"}))
+	require.NoError(t, n.Watch(context.Background(), obs, []string{"hb", "gone"}))
 	require.NoError(t, n.Heartbeat("hb", nil))
 	n.Disconnect(connect(t, n, "gone"))
-	n.Tick()
+	n.Step()
 	obs.take()
 	stalled = time.Now()
-	n.Tick()
-	n.Tick() // both would end here
+	n.Step()
+	n.Step() // both would end here
 	assert.Empty(t, obs.take())
 	require.NoError(t, n.Heartbeat("hb", nil)) // the heartbeat that waited
-	n.Tick()
-	n.Tick()
-	n.Tick() // the grace period, put off once, ends
+	n.Step()
+	n.Step()
+	n.Step() // the grace period, put off once, ends
 	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["gone"]}`}, obs.take())
-	n.Tick()
-	n.Tick()
+	n.Step()
+	n.Step()
 	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["hb"]}`}, obs.take(), "the renewed lease ends, no second reprieve")
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

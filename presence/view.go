@@ -6,6 +6,7 @@ import (
 
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/internal/sortedset"
+	"github.com/presenced/presenced/protocol"
 )
 
 // view is what this node knows of presence, built from the Engine's edges:
@@ -151,24 +152,30 @@ func (v *view) dropIfUnused(cv *channelView) {
 	}
 }
 
-// Deliver sends m's frame to the clients it is for.
+// Deliver sends m's frame to the clients it is for, or closes them.
 func (v *view) Deliver(m Message) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if m.Channel != "" {
 		if cv := v.channels[m.Channel]; cv != nil {
 			for c := range cv.subs {
 				c.Send(m.Frame)
 			}
 		}
+		v.mu.Unlock()
 		return
 	}
-	for _, c := range v.byUser[m.UID] {
-		if m.Disconnect {
-			c.Disconnect()
-		} else {
+	if !m.Disconnect {
+		for _, c := range v.byUser[m.UID] {
 			c.Send(m.Frame)
 		}
+		v.mu.Unlock()
+		return
+	}
+	// Closing a client disconnects it from the Node: not under v.mu.
+	kick := slices.Clone(v.byUser[m.UID])
+	v.mu.Unlock()
+	for _, c := range kick {
+		c.Close(protocol.CloseDisconnected, protocol.ReasonDisconnected)
 	}
 }
 
@@ -215,7 +222,7 @@ func (v *view) subscribe(c Client, channel string) {
 		v.channels[channel] = cv
 	}
 	cv.subs[c] = &sub{base: len(cv.log), seen: cv.members.Len()}
-	c.Send(mustJSON(joinedFrame{Type: "joined", Channel: channel, Count: cv.members.Len(), Members: cv.members.First(v.memberList)}))
+	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: cv.members.First(v.memberList)}))
 }
 
 func (v *view) unsubscribe(c Client, channel string) {
@@ -225,7 +232,7 @@ func (v *view) unsubscribe(c Client, channel string) {
 		delete(cv.subs, c)
 		v.dropIfUnused(cv)
 	}
-	c.Send(mustJSON(leftFrame{Type: "left", Channel: channel}))
+	c.Send(protocol.MustEncode(protocol.Left{Channel: channel}))
 }
 
 // watch replaces c's watch list (sorted, without duplicates), sends it who
@@ -251,7 +258,7 @@ func (v *view) watch(c Client, uids []string) (old []string) {
 			online = append(online, uid)
 		}
 	}
-	c.Send(mustJSON(watchingFrame{Type: "watching", Online: online}))
+	c.Send(protocol.MustEncode(protocol.Watching{Online: online}))
 	return old
 }
 
@@ -273,17 +280,6 @@ func (v *view) unwatchLocked(c Client) []string {
 	old := ws.uids
 	ws.uids = nil
 	return old
-}
-
-// members returns channel's member count and its first limit members.
-func (v *view) members(channel string, limit int) (int, []string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	cv := v.channels[channel]
-	if cv == nil {
-		return 0, []string{}
-	}
-	return cv.members.Len(), cv.members.First(limit)
 }
 
 // flush sends the tick's netted changes: per channel at most one diff to
@@ -311,7 +307,7 @@ func (v *view) flush() {
 func (v *view) flushChannel(cv *channelView) {
 	count := cv.members.Len()
 	lists := count <= v.presenceLists
-	frames := make(map[int][]byte) // by base with lists, by count seen without
+	frames := make(map[int]*protocol.Encoded) // by base with lists, by count seen without
 	for c, s := range cv.subs {
 		key := s.seen
 		if lists {
@@ -323,7 +319,7 @@ func (v *view) flushChannel(cv *channelView) {
 			frames[key] = frame
 		}
 		if frame != nil {
-			c.Send(frame)
+			c.Send(*frame)
 		}
 		s.base, s.seen = 0, count
 	}
@@ -332,20 +328,22 @@ func (v *view) flushChannel(cv *channelView) {
 	v.dropIfUnused(cv)
 }
 
-// diff is the frame for a subscriber at s, nil if it has nothing to learn.
-func (v *view) diff(cv *channelView, s *sub, count int, lists bool) []byte {
+// diff is the frame for a subscriber at s, encoded once for every
+// subscriber at the same place; nil if it has nothing to learn.
+func (v *view) diff(cv *channelView, s *sub, count int, lists bool) *protocol.Encoded {
 	if !lists {
 		if s.seen == count {
 			return nil
 		}
-		return mustJSON(diffFrame{Type: "presence", Channel: cv.name, Count: count})
+		f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, CountOnly: true})
+		return &f
 	}
 	joins, leaves := netEdges(cv.log[min(s.base, len(cv.log)):], cv.members.Has)
 	if len(joins) == 0 && len(leaves) == 0 {
 		return nil
 	}
-	joins, leaves = orEmpty(joins), orEmpty(leaves)
-	return mustJSON(diffFrame{Type: "presence", Channel: cv.name, Count: count, Joins: &joins, Leaves: &leaves})
+	f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, Joins: joins, Leaves: leaves})
+	return &f
 }
 
 // netEdges nets log: a user whose first edge in it is a join was out before
@@ -417,6 +415,6 @@ func (v *view) flushStatus() {
 		}
 	}
 	for c, st := range out {
-		c.Send(mustJSON(statusFrame{Type: "status", Online: st.online, Offline: st.offline}))
+		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline}))
 	}
 }

@@ -149,6 +149,9 @@ func (t *Tracker[K]) Timeout() time.Duration {
 	return time.Duration(t.slots-1) * t.tick
 }
 
+// Tick returns how far the cursor steps at a time.
+func (t *Tracker[K]) Tick() time.Duration { return t.tick }
+
 // Touch records a keepalive of key: it is reported offline by the Slots-th
 // step from now unless touched again. It returns true if key was not tracked,
 // in which case OnOnline is called. Touching a key twice between two steps is

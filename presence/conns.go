@@ -1,0 +1,336 @@
+package presence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/presenced/presenced/internal/shrink"
+	"github.com/presenced/presenced/protocol"
+)
+
+// connState is a live connection: a Client, or a user's lease.
+type connState struct {
+	uid       string
+	channels  []string
+	reprieved int64 // the stall (UnixNano) after which its timeout was put off
+}
+
+// userState counts one user's live connections on this node. During a grace
+// period conns is 0 and held lists the channels the last one had joined;
+// engine counts include the grace period as one connection.
+type userState struct {
+	conns     int            // live Clients, plus one for a lease
+	chans     map[string]int // channel -> live connections that joined it
+	lease     *connState
+	inGrace   bool
+	held      []string
+	reprieved int64 // the stall (UnixNano) after which its lease or grace was put off
+}
+
+func (u *userState) count() int {
+	if u.inGrace {
+		return u.conns + 1
+	}
+	return u.conns
+}
+
+func (u *userState) memberCount(channel string) int {
+	n := u.chans[channel]
+	if u.inGrace && slices.Contains(u.held, channel) {
+		n++
+	}
+	return n
+}
+
+// CheckChannels validates a list of channel names for one connection and
+// returns it without duplicates, in order.
+func (n *Node) CheckChannels(channels []string) ([]string, error) {
+	var out []string
+	for _, ch := range channels {
+		if !protocol.ValidChannel(ch) {
+			return nil, fmt.Errorf("%w: %q", protocol.ErrInvalidChannel, protocol.Truncate(ch))
+		}
+		if !slices.Contains(out, ch) {
+			out = append(out, ch)
+		}
+	}
+	if len(out) > n.maxChannels {
+		return nil, ErrTooManyChannels
+	}
+	return out, nil
+}
+
+// Connect counts c as a live connection of uid, starts timing its
+// keepalives and joins it to channels (already checked with CheckChannels),
+// sending c a joined snapshot for each. The caller sends its own welcome
+// first. ctx bounds the wait for a networked Engine to deliver the state of
+// the channels; past it the state follows as diffs.
+func (n *Node) Connect(ctx context.Context, c Client, uid string, channels []string) error {
+	// The user's own topic carries messages and disconnects meant for it.
+	topics := append(userTopics([]string{uid}), channelTopics(channels)...)
+	n.follow(ctx, topics)
+	n.mu.Lock()
+	if n.closing {
+		n.mu.Unlock()
+		n.unfollow(topics)
+		return ErrClosing
+	}
+	if _, dup := n.conns[c]; dup {
+		n.mu.Unlock()
+		n.unfollow(topics)
+		return errors.New("presence: Connect: client already connected")
+	}
+	cs := &connState{uid: uid}
+	n.conns[c] = cs
+	u := n.attachLocked(cs)
+	for _, ch := range channels {
+		n.joinCountLocked(cs, u, ch)
+	}
+	n.endGraceLocked(cs.uid, u)
+	n.mu.Unlock()
+	n.ring.Touch(c)
+	n.sendOps()
+
+	// The view learns of c once the engine has its edges, so each snapshot
+	// counts it; a Disconnect meanwhile leaves c out.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conns[c] == cs {
+		n.v.addClient(c, uid)
+		for _, ch := range cs.channels {
+			n.v.subscribe(c, ch)
+		}
+	}
+	return nil
+}
+
+// Disconnect stops counting c: it leaves the ring, its channels lose it
+// and, if it was its user's last connection, the user goes offline (after
+// the grace period). Idempotent.
+func (n *Node) Disconnect(c Client) {
+	n.ring.Remove(c)
+	n.expiry.Remove(c)
+	n.mu.Lock()
+	cs := n.conns[c]
+	if cs == nil {
+		n.mu.Unlock()
+		return
+	}
+	delete(n.conns, c)
+	n.conns = shrink.Map(n.conns, &n.connsPeak)
+	watched := n.v.removeClient(c, cs.uid, cs.channels)
+	topics := append(append(userTopics([]string{cs.uid}), channelTopics(cs.channels)...), userTopics(watched)...)
+	n.detachLocked(cs)
+	n.mu.Unlock()
+	n.sendOps()
+	n.unfollow(topics)
+}
+
+// attachLocked counts cs for its user, creating the user if needed.
+func (n *Node) attachLocked(cs *connState) *userState {
+	u := n.users[cs.uid]
+	if u == nil {
+		u = &userState{chans: make(map[string]int)}
+		n.users[cs.uid] = u
+	}
+	u.conns++
+	n.setUserLocked(cs.uid, u.count())
+	return u
+}
+
+// detachLocked stops counting cs. The last connection of a user starts its
+// grace period, which holds the user and cs's channels; without one the
+// user leaves them and goes offline now.
+func (n *Node) detachLocked(cs *connState) {
+	u := n.users[cs.uid]
+	u.conns--
+	hold := u.conns == 0 && n.grace > 0 && !n.closing
+	if hold {
+		u.inGrace = true
+		u.held = append(u.held, cs.channels...)
+		n.graces.TouchFor(cs.uid, n.grace)
+	}
+	for _, ch := range cs.channels {
+		n.leaveCountLocked(cs.uid, u, ch)
+	}
+	cs.channels = nil
+	if !hold {
+		n.setUserLocked(cs.uid, u.count())
+		n.forgetLocked(cs.uid, u)
+	}
+}
+
+func (n *Node) forgetLocked(uid string, u *userState) {
+	if u.count() == 0 {
+		delete(n.users, uid)
+		n.users = shrink.Map(n.users, &n.usersPeak)
+	}
+}
+
+// endGraceLocked ends u's grace period, if any: the channels it held that
+// no live connection has joined are left, and with no connection left the
+// user goes offline.
+func (n *Node) endGraceLocked(uid string, u *userState) {
+	if !u.inGrace {
+		return
+	}
+	n.graces.Remove(uid)
+	u.inGrace = false
+	held := u.held
+	u.held = nil
+	for _, ch := range held {
+		n.setMemberLocked(ch, uid, u.memberCount(ch))
+	}
+	n.setUserLocked(uid, u.count())
+}
+
+// joinCountLocked counts cs in channel, if it had not joined it.
+func (n *Node) joinCountLocked(cs *connState, u *userState, channel string) {
+	if !slices.Contains(cs.channels, channel) {
+		cs.channels = append(cs.channels, channel)
+		u.chans[channel]++
+		n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
+	}
+}
+
+func (n *Node) leaveCountLocked(uid string, u *userState, channel string) {
+	if u.chans[channel]--; u.chans[channel] <= 0 {
+		delete(u.chans, channel)
+	}
+	n.setMemberLocked(channel, uid, u.memberCount(channel))
+}
+
+// Join joins c to channel and sends c a joined snapshot; joining again sends
+// the snapshot again. ctx bounds the wait for the channel's state, as in
+// Connect.
+func (n *Node) Join(ctx context.Context, c Client, channel string) error {
+	if !protocol.ValidChannel(channel) {
+		return protocol.ErrInvalidChannel
+	}
+	topic := channelTopics([]string{channel})
+	n.follow(ctx, topic) // once per connection that joined
+	n.mu.Lock()
+	cs := n.conns[c]
+	already := cs != nil && slices.Contains(cs.channels, channel)
+	var err error
+	switch {
+	case cs == nil:
+		err = ErrUnknownClient
+	case !already && len(cs.channels) >= n.maxChannels:
+		err = ErrTooManyChannels
+	case !already:
+		n.joinCountLocked(cs, n.users[cs.uid], channel)
+	}
+	n.mu.Unlock()
+	if err != nil || already {
+		n.unfollow(topic)
+	}
+	if err != nil {
+		return err
+	}
+	n.sendOps()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conns[c] == cs {
+		n.v.subscribe(c, channel)
+	}
+	return nil
+}
+
+// Leave takes c out of channel and sends it a left frame, also if c had not
+// joined it.
+func (n *Node) Leave(c Client, channel string) error {
+	if !protocol.ValidChannel(channel) {
+		return protocol.ErrInvalidChannel
+	}
+	n.mu.Lock()
+	cs := n.conns[c]
+	if cs == nil {
+		n.mu.Unlock()
+		return ErrUnknownClient
+	}
+	i := slices.Index(cs.channels, channel)
+	if i >= 0 {
+		cs.channels = slices.Delete(cs.channels, i, i+1)
+		n.leaveCountLocked(cs.uid, n.users[cs.uid], channel)
+	}
+	n.mu.Unlock()
+	n.sendOps()
+	n.mu.Lock()
+	if n.conns[c] == cs {
+		n.v.unsubscribe(c, channel)
+	}
+	n.mu.Unlock()
+	if i >= 0 {
+		n.unfollow(channelTopics([]string{channel}))
+	}
+	return nil
+}
+
+// Watch replaces c's watch list with uids and sends c a watching frame with
+// those of them online now; status frames for them follow at ticks. ctx
+// bounds the wait for the users' state, as in Connect.
+func (n *Node) Watch(ctx context.Context, c Client, uids []string) error {
+	uids = slices.Clone(uids)
+	slices.Sort(uids)
+	uids = slices.Compact(uids)
+	if len(uids) > n.maxWatch {
+		return fmt.Errorf("%w: at most %d user IDs", ErrTooManyWatched, n.maxWatch)
+	}
+	n.follow(ctx, userTopics(uids))
+	n.mu.Lock()
+	if n.conns[c] == nil {
+		n.mu.Unlock()
+		n.unfollow(userTopics(uids))
+		return ErrUnknownClient
+	}
+	old := n.v.watch(c, uids)
+	n.mu.Unlock()
+	n.unfollow(userTopics(old))
+	return nil
+}
+
+// Chat sends text from c's user to every member connection of channel, on
+// every node, c included; c must have joined channel.
+func (n *Node) Chat(ctx context.Context, c Client, channel, text string) error {
+	n.mu.Lock()
+	cs := n.conns[c]
+	joined := cs != nil && slices.Contains(cs.channels, channel)
+	n.mu.Unlock()
+	if !joined {
+		return ErrNotJoined
+	}
+	frame := protocol.MustEncode(protocol.Chat{Channel: channel, From: cs.uid, Text: text})
+	return n.engine.Publish(ctx, Message{Channel: channel, Frame: frame})
+}
+
+// Publish sends data, valid JSON, in a publish frame to every connection
+// that joined channel, on every node.
+func (n *Node) Publish(ctx context.Context, channel string, data json.RawMessage) error {
+	if !protocol.ValidChannel(channel) {
+		return protocol.ErrInvalidChannel
+	}
+	frame, err := protocol.Encode(protocol.Publish{Channel: channel, Data: data})
+	if err != nil || !json.Valid(data) {
+		return errors.New("presence: Publish: data is not valid JSON")
+	}
+	return n.engine.Publish(ctx, Message{Channel: channel, Frame: frame})
+}
+
+// Send sends data, valid JSON, in a message frame to every connection of
+// uid, on every node.
+func (n *Node) Send(ctx context.Context, uid string, data json.RawMessage) error {
+	frame, err := protocol.Encode(protocol.Message{Data: data})
+	if err != nil || !json.Valid(data) {
+		return errors.New("presence: Send: data is not valid JSON")
+	}
+	return n.engine.Publish(ctx, Message{UID: uid, Frame: frame})
+}
+
+// DisconnectUser ends every connection of uid, on every node.
+func (n *Node) DisconnectUser(ctx context.Context, uid string) error {
+	return n.engine.Publish(ctx, Message{UID: uid, Disconnect: true})
+}

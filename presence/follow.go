@@ -1,0 +1,191 @@
+package presence
+
+import (
+	"context"
+	"sync"
+)
+
+// topicRef counts one topic's followers on this node: its connections that
+// joined the channel, hold the user or watch it. The Engine hears of a
+// topic only when the count goes 0->1 (Follow) and 1->0 (Unfollow).
+type topicRef struct {
+	n int
+	// done is closed when the Engine call for the topic's last 0<->1 change
+	// returned: a call waits for the one before it, so the calls for one
+	// topic never overlap and come in the order the counts changed.
+	done chan struct{}
+}
+
+func channelTopics(channels []string) []Topic {
+	ts := make([]Topic, len(channels))
+	for i, ch := range channels {
+		ts[i] = Topic{Channel: ch}
+	}
+	return ts
+}
+
+func userTopics(uids []string) []Topic {
+	ts := make([]Topic, len(uids))
+	for i, uid := range uids {
+		ts[i] = Topic{UID: uid}
+	}
+	return ts
+}
+
+// follow counts one more follower of each topic and returns once the Relay
+// has each topic's state, or when ctx is done: past it the state follows as
+// edges.
+func (n *Node) follow(ctx context.Context, topics []Topic) {
+	if len(topics) == 0 {
+		return
+	}
+	var first []Topic
+	var before, wait []chan struct{}
+	mine := make(chan struct{})
+	n.mu.Lock()
+	for _, t := range topics {
+		r := n.refs[t]
+		if r == nil {
+			r = &topicRef{}
+			n.refs[t] = r
+		}
+		if r.n++; r.n == 1 {
+			if r.done != nil {
+				before = append(before, r.done)
+			}
+			r.done = mine
+			first = append(first, t)
+		} else if r.done != nil {
+			wait = append(wait, r.done) // the first follower's Follow may still wait for the state
+		}
+	}
+	n.mu.Unlock()
+	if len(first) > 0 {
+		for _, ch := range before {
+			<-ch // an Unfollow, which does not block
+		}
+		if err := n.engine.Follow(ctx, first); err != nil {
+			n.log.Debug("presence: following without the state yet", "topics", len(first), "err", err)
+		}
+		close(mine)
+	}
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// unfollow counts one follower less of each topic, and tells the Engine of
+// those nobody follows any more once their Follow returned.
+func (n *Node) unfollow(topics []Topic) {
+	if len(topics) == 0 {
+		return
+	}
+	var last []Topic
+	var before []chan struct{}
+	mine := make(chan struct{})
+	n.mu.Lock()
+	for _, t := range topics {
+		r := n.refs[t]
+		if r == nil || r.n == 0 {
+			continue
+		}
+		if r.n--; r.n == 0 {
+			if r.done != nil {
+				before = append(before, r.done)
+			}
+			r.done = mine
+			last = append(last, t)
+		}
+	}
+	n.mu.Unlock()
+	if len(last) == 0 {
+		return
+	}
+	call := func() {
+		for _, ch := range before {
+			<-ch
+		}
+		n.engine.Unfollow(last)
+		close(mine)
+		n.mu.Lock()
+		for _, t := range last {
+			if r := n.refs[t]; r != nil && r.n == 0 && r.done == mine {
+				delete(n.refs, t)
+			}
+		}
+		n.mu.Unlock()
+	}
+	for _, ch := range before {
+		select {
+		case <-ch:
+		default:
+			// A Follow still waits for its state: unfollow after it, without
+			// holding up the caller.
+			go call()
+			return
+		}
+	}
+	call()
+}
+
+// engineOp is one SetUser (channel "") or SetMember call, queued under
+// Node.mu and made after it.
+type engineOp struct {
+	channel, uid string
+	n            int
+}
+
+// outbox holds the Engine calls the Node's changes made, in order, so the
+// Node calls the Engine without holding its lock. Guarded by Node.mu.
+type outbox struct {
+	ops      []engineOp
+	queued   uint64    // ops ever queued
+	sent     uint64    // ops ever handed to the Engine
+	draining bool      // some goroutine is handing ops over
+	done     sync.Cond // on Node.mu: sent moved or draining ended
+}
+
+func (n *Node) setUserLocked(uid string, count int) {
+	n.out.ops = append(n.out.ops, engineOp{uid: uid, n: count})
+	n.out.queued++
+}
+
+func (n *Node) setMemberLocked(channel, uid string, count int) {
+	n.out.ops = append(n.out.ops, engineOp{channel: channel, uid: uid, n: count})
+	n.out.queued++
+}
+
+// sendOps hands the queued Engine calls over, one goroutine at a time and in
+// order, and returns once those queued before it was called are made: what
+// the caller changed is then in the Engine and, for the in-memory one, in
+// the view.
+func (n *Node) sendOps() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	target := n.out.queued
+	for n.out.sent < target {
+		if n.out.draining {
+			n.out.done.Wait()
+			continue
+		}
+		n.out.draining = true
+		batch := n.out.ops
+		n.out.ops = nil
+		n.mu.Unlock()
+		for _, op := range batch {
+			if op.channel == "" {
+				n.engine.SetUser(op.uid, op.n)
+			} else {
+				n.engine.SetMember(op.channel, op.uid, op.n)
+			}
+		}
+		n.mu.Lock()
+		n.out.sent += uint64(len(batch))
+		n.out.draining = false
+		n.out.done.Broadcast()
+	}
+}
