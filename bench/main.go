@@ -128,7 +128,9 @@ func writeReport(out io.Writer, o options, results []result, took time.Duration)
 	writeTargets(w, results)
 }
 
-// writeTargets checks the tracker against the targets of the issue.
+// writeTargets checks the tracker against its targets: Touch within 1.25x of
+// the floor, at least 2.5x faster than a map of time.AfterFunc timers (one
+// mutex or 64 shards), 0 allocations per Touch and at most 64 bytes per key.
 func writeTargets(w io.Writer, results []result) {
 	find := func(prefix string) *result {
 		for i := range results {

@@ -82,7 +82,7 @@ func (e *memoryEngine) SetMember(channel, uid string, n int) {
 
 // Follow and Unfollow have nothing to do: this engine delivers everything.
 func (e *memoryEngine) Follow(ctx context.Context, topics []Topic) error { return nil }
-func (e *memoryEngine) Unfollow(topics []Topic)                           {}
+func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 
 func (e *memoryEngine) User(ctx context.Context, uid string) (int, error) {
 	e.mu.Lock()

@@ -266,7 +266,6 @@ func TestDeliverGoesOnlyToWhoAsked(t *testing.T) {
 	assert.Empty(t, quiet.take())
 }
 
-
 // A model check: random joins, leaves, connects and disconnects of many
 // clients over many ticks. Every subscriber's picture, its snapshot plus the
 // diffs after it, matches the channel's members at every tick.

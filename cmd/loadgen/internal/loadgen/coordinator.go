@@ -93,177 +93,227 @@ type Coordinator struct {
 	Log      *slog.Logger
 }
 
-type workerState struct {
-	last  report
-	final *report
-}
-
 // Run executes cfg and returns its Summary. The error is about running the
 // load (bad config, a worker that could not start), not about its outcome:
 // check Summary.OK.
 func (co *Coordinator) Run(ctx context.Context, cfg Config) (Summary, error) {
-	log := co.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	cfg, err := cfg.withDefaults(ctx)
 	if err != nil {
 		return Summary{}, fmt.Errorf("loadgen config: %w", err)
 	}
 	start := time.Now().Add(startDelay)
 	specs := plan(cfg, start)
-
-	var (
-		mu      sync.Mutex
-		states  = make([]workerState, len(specs))
-		ramped  = make(chan int, len(specs))
-		werrs   []string
-		readers sync.WaitGroup
-		waits   []func() error
-	)
-	for i, spec := range specs {
-		rc, wait, err := co.Launch(ctx, spec, len(specs))
-		if err != nil {
-			for _, w := range waits {
-				_ = w()
-			}
-			return Summary{}, fmt.Errorf("start worker %d: %w", i, err)
-		}
-		waits = append(waits, wait)
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			defer rc.Close()
-			sc := bufio.NewScanner(rc)
-			sc.Buffer(make([]byte, 64<<10), 64<<20)
-			for sc.Scan() {
-				var r report
-				if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-					mu.Lock()
-					werrs = append(werrs, fmt.Sprintf("worker %d: bad report: %v", i, err))
-					mu.Unlock()
-					continue
-				}
-				mu.Lock()
-				states[i].last = r
-				if r.Kind == kindFinal {
-					states[i].final = &r
-				}
-				mu.Unlock()
-				if r.Kind == kindRamped {
-					ramped <- i
-				}
-			}
-			if err := sc.Err(); err != nil {
-				mu.Lock()
-				werrs = append(werrs, fmt.Sprintf("worker %d: read reports: %v", i, err))
-				mu.Unlock()
-			}
-		}()
+	f, err := co.launch(ctx, specs)
+	if err != nil {
+		return Summary{}, err
 	}
 
-	sum := func() counters {
-		mu.Lock()
-		defer mu.Unlock()
-		var t counters
-		for _, s := range states {
-			t = t.add(s.last.counters)
-		}
-		return t
-	}
-
-	deadline := start.Add(cfg.Duration)
 	progressDone := make(chan struct{})
 	stopProgress := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		co.progress(start, sum, stopProgress)
+		co.progress(start, f.sum, stopProgress)
 	}()
 
-	// The hold starts when every worker has finished dialing.
-	var holdStart time.Time
-	var holdKA int64
-	var before procSample
-	var haveBefore bool
-	waitRamp := time.NewTimer(time.Until(deadline))
-	for n := 0; n < len(specs); {
-		select {
-		case <-ramped:
-			n++
-			continue
-		case <-waitRamp.C:
-		case <-ctx.Done():
-		}
-		break
+	h := co.hold(ctx, f, cfg.ServerPID, start.Add(cfg.Duration))
+	f.wait()
+	close(stopProgress)
+	<-progressDone
+	return f.summarize(cfg, h), nil
+}
+
+// logger is co.Log, or a logger that drops everything.
+func (co *Coordinator) logger() *slog.Logger {
+	if co.Log == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	waitRamp.Stop()
-	if time.Now().Before(deadline) && ctx.Err() == nil {
-		holdStart = time.Now()
-		holdKA = sum().Keepalives
-		if cfg.ServerPID > 0 {
-			if before, err = sampleProc(cfg.ServerPID); err != nil {
+	return co.Log
+}
+
+// workerState is what one worker has reported so far.
+type workerState struct {
+	last  report
+	final *report
+}
+
+// fleet is the workers of one run and what they have reported.
+type fleet struct {
+	ramped  chan int // the index of each worker that has finished dialing
+	readers sync.WaitGroup
+	waits   []func() error
+
+	mu     sync.Mutex
+	states []workerState
+	errs   []string
+}
+
+// launch starts a worker for each of specs and reads its reports in the
+// background. If one cannot start, it waits for those already started, so
+// that none outlives the run.
+func (co *Coordinator) launch(ctx context.Context, specs []Spec) (*fleet, error) {
+	f := &fleet{ramped: make(chan int, len(specs)), states: make([]workerState, len(specs))}
+	for i, spec := range specs {
+		rc, wait, err := co.Launch(ctx, spec, len(specs))
+		if err != nil {
+			for _, w := range f.waits {
+				_ = w()
+			}
+			return nil, fmt.Errorf("start worker %d: %w", i, err)
+		}
+		f.waits = append(f.waits, wait)
+		f.readers.Go(func() { f.read(i, rc) })
+	}
+	return f, nil
+}
+
+// read records the reports of worker i from rc until rc ends.
+func (f *fleet) read(i int, rc io.ReadCloser) {
+	defer rc.Close()
+	sc := bufio.NewScanner(rc)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var r report
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			f.addErrf("worker %d: bad report: %v", i, err)
+			continue
+		}
+		f.mu.Lock()
+		f.states[i].last = r
+		if r.Kind == kindFinal {
+			f.states[i].final = &r
+		}
+		f.mu.Unlock()
+		if r.Kind == kindRamped {
+			f.ramped <- i
+		}
+	}
+	if err := sc.Err(); err != nil {
+		f.addErrf("worker %d: read reports: %v", i, err)
+	}
+}
+
+// addErrf records a problem with a worker for Summary.WorkerErrors.
+func (f *fleet) addErrf(format string, args ...any) {
+	f.mu.Lock()
+	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+// sum adds up the latest counters of every worker.
+func (f *fleet) sum() counters {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var t counters
+	for _, s := range f.states {
+		t = t.add(s.last.counters)
+	}
+	return t
+}
+
+// wait returns once every worker has ended and all its reports are read.
+func (f *fleet) wait() {
+	f.readers.Wait()
+	for i, w := range f.waits {
+		if err := w(); err != nil {
+			f.addErrf("worker %d: %v", i, err)
+		}
+	}
+}
+
+// hold is what was measured from the end of the ramp to the deadline.
+type hold struct {
+	start, end    time.Time // start is zero if the ramp did not end in time
+	keepalives    int64     // keepalives sent before the start
+	before, after procSample
+	sampled       bool // before and after are both of the server
+}
+
+// hold waits for every worker to finish dialing, then for the deadline, and
+// measures the time in between: the steady state, without the dials' cost.
+func (co *Coordinator) hold(ctx context.Context, f *fleet, serverPID int, deadline time.Time) hold {
+	log := co.logger()
+	var h hold
+	haveBefore := false
+	if waitRamp(ctx, f.ramped, len(f.states), deadline) {
+		h.start = time.Now()
+		h.keepalives = f.sum().Keepalives
+		if serverPID > 0 {
+			var err error
+			if h.before, err = sampleProc(serverPID); err != nil {
 				log.Warn("sample server", "err", err)
 			} else {
 				haveBefore = true
 			}
 		}
 	}
-
-	var after procSample
-	var haveAfter bool
 	select {
 	case <-time.After(time.Until(deadline)):
 	case <-ctx.Done():
 	}
-	holdEnd := time.Now()
+	h.end = time.Now()
 	if haveBefore {
-		if after, err = sampleProc(cfg.ServerPID); err != nil {
+		var err error
+		if h.after, err = sampleProc(serverPID); err != nil {
 			log.Warn("sample server", "err", err)
 		} else {
-			haveAfter = true
+			h.sampled = true
 		}
 	}
+	return h
+}
 
-	readers.Wait()
-	for i, w := range waits {
-		if err := w(); err != nil {
-			werrs = append(werrs, fmt.Sprintf("worker %d: %v", i, err))
+// waitRamp waits until n workers have reported on ramped, and reports
+// whether that happened before the deadline with ctx still live.
+func waitRamp(ctx context.Context, ramped <-chan int, n int, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for range n {
+		select {
+		case <-ramped:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
 		}
 	}
-	close(stopProgress)
-	<-progressDone
+	return time.Now().Before(deadline) && ctx.Err() == nil
+}
 
+// summarize adds up the final reports of the workers, which have all ended,
+// and the hold h.
+func (f *fleet) summarize(cfg Config, h hold) Summary {
 	s := Summary{
-		Conns: cfg.Conns, Workers: len(specs), Sources: cfg.Sources,
+		Conns: cfg.Conns, Workers: len(f.states), Sources: cfg.Sources,
 		CloseCodes: map[string]int{}, FrameTypes: map[string]int64{},
 	}
+	errs := slices.Clone(f.errs)
 	var detect []float64
 	var perClient []int64
 	var total counters
-	for i, st := range states {
+	for i, st := range f.states {
 		if st.final == nil {
-			werrs = append(werrs, fmt.Sprintf("worker %d: no final report", i))
+			errs = append(errs, fmt.Sprintf("worker %d: no final report", i))
 			total = total.add(st.last.counters)
 			continue
 		}
-		f := st.final
-		if f.Err != "" {
-			werrs = append(werrs, fmt.Sprintf("worker %d: %s", i, f.Err))
+		r := st.final
+		if r.Err != "" {
+			errs = append(errs, fmt.Sprintf("worker %d: %s", i, r.Err))
 		}
-		total = total.add(f.counters)
-		s.TimeoutMS = max(s.TimeoutMS, f.TimeoutMS)
-		s.Silent += f.Silent
-		s.SilentClosed += f.SilentClosed
-		s.SilentClosedOther += f.SilentOther
-		s.FalseClosed += f.FalseClosed
-		detect = append(detect, f.DetectMS...)
-		for k, v := range f.CloseCodes {
+		total = total.add(r.counters)
+		s.TimeoutMS = max(s.TimeoutMS, r.TimeoutMS)
+		s.Silent += r.Silent
+		s.SilentClosed += r.SilentClosed
+		s.SilentClosedOther += r.SilentOther
+		s.FalseClosed += r.FalseClosed
+		detect = append(detect, r.DetectMS...)
+		for k, v := range r.CloseCodes {
 			s.CloseCodes[k] += v
 		}
-		for k, v := range f.FrameTypes {
+		for k, v := range r.FrameTypes {
 			s.FrameTypes[k] += v
 		}
-		perClient = append(perClient, f.PerClient...)
+		perClient = append(perClient, r.PerClient...)
 	}
 	s.Connected = total.Connected
 	s.FailedDials = total.FailedDials
@@ -273,17 +323,17 @@ func (co *Coordinator) Run(ctx context.Context, cfg Config) (Summary, error) {
 	s.FramesPerClient = frameStats(perClient)
 	s.SilentUnclosed = s.Silent - s.SilentClosed - s.SilentClosedOther
 	s.DetectP50MS, s.DetectP99MS, s.DetectMaxMS = percentile(detect, 50), percentile(detect, 99), percentile(detect, 100)
-	if !holdStart.IsZero() {
-		s.HoldMS = holdEnd.Sub(holdStart).Milliseconds()
-		s.HoldKeepalives = total.Keepalives - holdKA
+	if !h.start.IsZero() {
+		s.HoldMS = h.end.Sub(h.start).Milliseconds()
+		s.HoldKeepalives = total.Keepalives - h.keepalives
 	}
-	if haveBefore && haveAfter {
-		s.ServerCPUHoldS = (after.CPU - before.CPU).Seconds()
-		s.ServerRSSHoldKB = []int64{before.RSSKB, after.RSSKB}
+	if h.sampled {
+		s.ServerCPUHoldS = (h.after.CPU - h.before.CPU).Seconds()
+		s.ServerRSSHoldKB = []int64{h.before.RSSKB, h.after.RSSKB}
 	}
-	sort.Strings(werrs)
-	s.WorkerErrors = werrs
-	return s, nil
+	sort.Strings(errs)
+	s.WorkerErrors = errs
+	return s
 }
 
 func (a counters) add(b counters) counters {
