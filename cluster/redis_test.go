@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/presence"
@@ -298,6 +299,15 @@ func (r *recorder) waitFor(t *testing.T, within time.Duration, what string, cond
 			t.Fatalf("timed out after %v waiting for %s", within, what)
 		}
 	}
+}
+
+// eventually waits until every assertion of check holds at once. Use it for
+// what a test asserts, not for a different signal it expects to come first:
+// an edge reaches a node over Pub/Sub before the node that made it has
+// handled its script's reply, and one node's write may land before another's.
+func eventually(t *testing.T, what string, check func(c *assert.CollectT)) {
+	t.Helper()
+	require.EventuallyWithT(t, check, testWait, 10*time.Millisecond, what)
 }
 
 // node is an Engine running against a test Redis with its recorder.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -64,18 +65,20 @@ func listen(t *testing.T, c redis.UniversalClient, channels ...string) *topicEve
 	return te
 }
 
-func (te *topicEvents) wait(t *testing.T, channel string, n int) []wireEvent {
+// all returns every event published on channel so far. It publishes a
+// marker there and waits for it: Pub/Sub delivers a channel's messages to a
+// subscriber in the order they were published.
+func (te *topicEvents) all(t *testing.T, c redis.UniversalClient, channel string) []wireEvent {
 	t.Helper()
-	deadline := time.Now().Add(testWait)
-	for {
+	require.NoError(t, c.SPublish(context.Background(), channel, `{"s":-1}`).Err())
+	var got []wireEvent
+	require.Eventually(t, func() bool {
 		te.mu.Lock()
-		got := append([]wireEvent(nil), te.got[channel]...)
+		got = slices.Clone(te.got[channel])
 		te.mu.Unlock()
-		if len(got) >= n || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(got) > 0 && got[len(got)-1].S == -1
+	}, testWait, 5*time.Millisecond, "the marker on %s", channel)
+	return got[:len(got)-1]
 }
 
 func TestSetScriptEdgesAndCounts(t *testing.T) {
@@ -121,13 +124,13 @@ func TestSetScriptEdgesAndCounts(t *testing.T) {
 	assert.Equal(t, []string{"v"}, members)
 
 	var on []int
-	for _, e := range ev.wait(t, k.userTopic("u"), 3) {
+	for _, e := range ev.all(t, c, k.userTopic("u")) {
 		on = append(on, e.On)
 	}
 	assert.Equal(t, []int{1, 0, 1}, on)
 	var joins []string
 	var seqs []int64
-	for _, e := range ev.wait(t, k.channelTopic("lobby"), 3) {
+	for _, e := range ev.all(t, c, k.channelTopic("lobby")) {
 		joins = append(joins, fmt.Sprintf("%s%d", e.UID, e.Joined))
 		seqs = append(seqs, e.S)
 	}
@@ -217,7 +220,7 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 			wantMembers = append(wantMembers, uid)
 		}
 		last := 0
-		for i, e := range ev.wait(t, k.userTopic(uid), 0) {
+		for i, e := range ev.all(t, c, k.userTopic(uid)) {
 			require.NotEqual(t, last, e.On, "edge %d of %s repeats", i, uid)
 			last = e.On
 		}
@@ -290,7 +293,7 @@ func TestClaimRaceExactlyOnce(t *testing.T) {
 		require.Equal(t, 1, n, "offline edges of %s", uid)
 	}
 	leaves := map[string]int{}
-	for _, e := range ev.wait(t, k.channelTopic("lobby"), 2*users-1) {
+	for _, e := range ev.all(t, c, k.channelTopic("lobby")) {
 		if e.Joined == 0 {
 			leaves[e.UID]++
 		}
