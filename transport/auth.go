@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-)
 
-// MaxUIDLen is the longest user ID accepted.
-const MaxUIDLen = 64
+	"github.com/presenced/presenced/protocol"
+)
 
 // Errors an Authenticator returns; the Hub answers ErrInvalidUID with HTTP 400
 // and every other error with 401, before any WebSocket upgrade.
@@ -22,7 +21,7 @@ var (
 
 // Authenticator tells who sent a request. Embedders plug in their own
 // (sessions, API keys, another token format); the Hub validates the user ID it
-// returns with ValidUID in any case.
+// returns with protocol.ValidUID in any case.
 type Authenticator interface {
 	// Authenticate returns the user ID of r, or an error wrapping
 	// ErrInvalidUID (HTTP 400) or anything else (HTTP 401).
@@ -34,23 +33,6 @@ type AuthenticatorFunc func(r *http.Request) (string, error)
 
 // Authenticate calls f(r).
 func (f AuthenticatorFunc) Authenticate(r *http.Request) (string, error) { return f(r) }
-
-// ValidUID reports whether uid is 1 to 64 ASCII letters, digits and "_.-@".
-func ValidUID(uid string) bool {
-	if len(uid) == 0 || len(uid) > MaxUIDLen {
-		return false
-	}
-	for i := 0; i < len(uid); i++ {
-		c := uid[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '_', c == '.', c == '-', c == '@':
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // A Session is what a SessionAuthenticator knows of a client beyond its
 // user ID: until when the identity holds, and which channels it may join.
@@ -97,7 +79,7 @@ type demoAuth struct{}
 
 func (demoAuth) Authenticate(r *http.Request) (string, error) {
 	uid := r.URL.Query().Get("uid")
-	if !ValidUID(uid) {
+	if !protocol.ValidUID(uid) {
 		return "", fmt.Errorf("%w: %q", ErrInvalidUID, uid)
 	}
 	return uid, nil
@@ -148,7 +130,7 @@ func (a *jwtAuth) Refresh(raw string) (Session, error) {
 	if claims.Subject == "" {
 		return Session{}, fmt.Errorf("%w: token has no sub claim", ErrUnauthenticated)
 	}
-	if !ValidUID(claims.Subject) {
+	if !protocol.ValidUID(claims.Subject) {
 		return Session{}, fmt.Errorf("%w: token subject %q", ErrInvalidUID, claims.Subject)
 	}
 	s := Session{UID: claims.Subject, Expires: claims.ExpiresAt.Time}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // FuzzAuthenticate: whatever token or uid a request carries, the built-in
@@ -20,10 +22,10 @@ func FuzzAuthenticate(f *testing.F) {
 		r := httptest.NewRequest("GET", "/ws?uid="+url.QueryEscape(s)+"&token="+url.QueryEscape(s), nil)
 		r.Header.Set("Authorization", "Bearer "+s)
 		if uid, err := DemoAuth().Authenticate(r); err == nil {
-			require.True(t, ValidUID(uid))
+			require.True(t, protocol.ValidUID(uid))
 			require.Equal(t, s, uid)
 		} else {
-			require.False(t, ValidUID(s))
+			require.False(t, protocol.ValidUID(s))
 		}
 		_, err := jwtAuth.Authenticate(r)
 		require.Error(t, err)

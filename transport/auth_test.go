@@ -3,7 +3,6 @@ package transport_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -102,29 +101,6 @@ func TestCustomAuthenticator(t *testing.T) {
 	assert.Equal(t, "svc-1", readFrame(t, ws)["uid"])
 	assert.Equal(t, http.StatusBadRequest, s.dialStatus(t, "", http.Header{"X-Api-Key": {"bad-id"}}))
 	assert.Equal(t, http.StatusUnauthorized, s.dialStatus(t, "", http.Header{"X-Api-Key": {"nope"}}))
-}
-
-func TestValidUID(t *testing.T) {
-	for _, tc := range []struct {
-		uid string
-		ok  bool
-	}{
-		{"a", true},
-		{"alice", true},
-		{"A_b.c-d@e", true},
-		{"0123456789", true},
-		{strings.Repeat("z", 64), true},
-		{"", false},
-		{strings.Repeat("z", 65), false},
-		{"a b", false},
-		{"a/b", false},
-		{"a+b", false},
-		{"é", false},
-		{"a\x00", false},
-		{"<script>", false},
-	} {
-		assert.Equal(t, tc.ok, transport.ValidUID(tc.uid), "%q", tc.uid)
-	}
 }
 
 // Refusals happen before the upgrade: a plain HTTP request sees the status

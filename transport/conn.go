@@ -13,103 +13,109 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 )
 
-// conn is one WebSocket: a key in the ring and a presence.Client.
+// conn is one WebSocket: a presence.Client.
 //
-// Write path: one goroutine writes at a time (gorilla's rule). It is started
-// when the queue becomes non-empty and exits when it is empty again, so an
-// idle connection parks only its reader goroutine. The queue is bounded in
-// bytes by Hub.queueBytes; a client that falls that far behind is closed.
+// Concurrency follows gorilla's rule, one reader and one writer. The reader
+// is the goroutine started by ServeWS; it owns session and rate. The writer
+// is started when the queue becomes non-empty and exits when it is empty
+// again, so an idle connection parks only its reader. The queue is bounded
+// in bytes by Hub.queueBytes; a client that falls that far behind is
+// closed.
 type conn struct {
 	hub *Hub
 	uid string
 	ws  *websocket.Conn
+	// ctx ends when the connection closes; calls made for it use it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	session Session   // owned by the reader goroutine after the upgrade
 	rate    rateState // owned by the reader goroutine
 
-	silenced  atomic.Bool  // control frames are not keepalives (demo aid)
-	reprieved atomic.Int64 // the stall (UnixNano) after which its timeout was put off
-	stopped   atomic.Bool  // mirrors closing, for the reader's lock-free checks
+	silenced atomic.Bool // control frames are not keepalives (demo aid)
+	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
 
 	mu       sync.Mutex
-	queue    [][]byte // outbound text frames; a nil item is a ping
-	queued   int      // bytes in queue
-	welcomed bool     // the welcome is queued; until then the writer waits
-	writing  bool     // a writer goroutine owns the socket's write side
-	closing  bool     // a close frame is due or sent: no more data frames
-	closeMsg []byte   // the close frame to send, once
+	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping
+	queued   int                // bytes in queue
+	welcomed bool               // the welcome is queued; until then the writer waits
+	writing  bool               // a writer goroutine owns the socket's write side
+	closing  bool               // a close frame is due or sent: no more data frames
+	closeMsg []byte             // the close frame to send, once
 }
 
 // Send queues a frame from the presence node. A connection whose queue is
 // full is closed as a slow consumer, on a goroutine of its own: the node
 // calls Send under its locks.
-func (c *conn) Send(frame []byte) {
-	if !c.push(frame) {
+func (c *conn) Send(f protocol.Encoded) {
+	if !c.push(f) {
 		go c.closeSlow()
 	}
 }
 
+// Probe pings a connection silent for half the timeout: browsers answer a
+// ping even from a background tab whose timers are throttled.
+func (c *conn) Probe() { c.enqueue(protocol.Encoded{}) }
+
+// Close closes c with code at the node's request: a timeout, an expired
+// token or a disconnect.
+func (c *conn) Close(code int, reason string) {
+	metric := reasonClient
+	switch code {
+	case protocol.CloseIdleTimeout:
+		metric = reasonIdle
+	case protocol.CloseTokenExpired:
+		metric = reasonExpired
+	case protocol.CloseDisconnected:
+		metric = reasonKicked
+	}
+	c.closeWith(code, reason, metric)
+}
+
 // reply queues a frame answering one of the client's own.
-func (c *conn) reply(frame []byte) {
-	if !c.push(frame) {
+func (c *conn) reply(f protocol.Frame) {
+	if !c.push(protocol.MustEncode(f)) {
 		c.closeSlow()
 	}
 }
 
-// push counts and queues frame, and reports false if the queue is full.
-func (c *conn) push(frame []byte) bool {
-	c.hub.m.sent(frame)
-	if c.enqueue(frame) {
+// replyError answers a frame with an error frame.
+func (c *conn) replyError(msg, channel string) {
+	c.reply(protocol.Error{Error: msg, Channel: channel})
+}
+
+// push counts and queues f, and reports false if the queue is full.
+func (c *conn) push(f protocol.Encoded) bool {
+	c.hub.m.sent(f.Type)
+	if c.enqueue(f) {
 		return true
 	}
 	c.hub.m.dropped.Inc()
 	return false
 }
 
-func (c *conn) closeSlow() { c.closeWith(CloseSlowConsumer, "slow consumer", reasonSlow) }
-
-// Disconnect closes c with 4403 at the server's request, on a goroutine of
-// its own: the node calls it under its locks.
-func (c *conn) Disconnect() {
-	go c.closeWith(CloseDisconnected, "disconnected", reasonKicked)
+func (c *conn) closeSlow() {
+	c.closeWith(protocol.ClosePolicyViolation, protocol.ReasonSlowConsumer, reasonSlow)
 }
 
-// allows reports whether c may join channel: its token's channels claim and
-// the embedder's Authorize must both say yes.
-func (c *conn) allows(channel string) bool {
-	return c.session.Allows(channel) && (c.hub.authorize == nil || c.hub.authorize(c.uid, channel))
-}
-
-// expireAt arms the close of c when its session expires; a zero time never.
-func (c *conn) expireAt(t time.Time) {
-	if t.IsZero() {
-		c.hub.expiry.Remove(c)
-		return
-	}
-	c.hub.expiry.TouchFor(c, time.Until(t))
-}
-
-// errNotAllowed answers a join the token or the embedder refused.
-const errNotAllowed = "not allowed to join this channel"
-
-// enqueue queues msg (nil: a ping) for the writer. It reports false if the
-// queue is full; the caller then closes c as a slow consumer. Frames for a
-// closing connection are dropped.
-func (c *conn) enqueue(msg []byte) bool {
+// enqueue queues f (nil Data: a ping) for the writer. It reports false if
+// the queue is full; the caller then closes c as a slow consumer. Frames for
+// a closing connection are dropped.
+func (c *conn) enqueue(f protocol.Encoded) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return true
 	}
-	if c.queued+len(msg) > c.hub.queueBytes {
+	if c.queued+len(f.Data) > c.hub.queueBytes {
 		return false
 	}
-	c.queue = append(c.queue, msg)
-	c.queued += len(msg)
+	c.queue = append(c.queue, f)
+	c.queued += len(f.Data)
 	c.startWriterLocked()
 	return true
 }
@@ -123,15 +129,30 @@ func (c *conn) startWriterLocked() {
 
 // sendWelcome puts the welcome first in the queue, ahead of broadcasts that
 // arrived while it was being built, and lets the writer start.
-func (c *conn) sendWelcome(msg []byte) {
+func (c *conn) sendWelcome(f protocol.Encoded) {
+	c.hub.m.sent(f.Type)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.closing {
-		c.queue = append([][]byte{msg}, c.queue...)
-		c.queued += len(msg)
+		c.queue = append([]protocol.Encoded{f}, c.queue...)
+		c.queued += len(f.Data)
 	}
 	c.welcomed = true
 	c.startWriterLocked()
+}
+
+// markClosingLocked stops c from taking frames and drops its queue. The
+// first call counts reason in presenced_closes_total, before a close frame
+// or a dropped socket can reach the client, and reports true.
+func (c *conn) markClosingLocked(reason string) bool {
+	if c.closing {
+		return false
+	}
+	c.closing = true
+	c.stopped.Store(true)
+	c.queue, c.queued = nil, 0
+	c.hub.m.closes.WithLabelValues(reason).Inc()
+	return true
 }
 
 // closeWith starts closing c with a close frame, sent by the writer after the
@@ -139,23 +160,18 @@ func (c *conn) sendWelcome(msg []byte) {
 // once. Idempotent.
 func (c *conn) closeWith(code int, reason, metric string) {
 	c.mu.Lock()
-	if c.closing {
+	if !c.markClosingLocked(metric) {
 		c.mu.Unlock()
 		return
 	}
-	c.closing = true
-	c.stopped.Store(true)
-	c.queue, c.queued = nil, 0
 	c.closeMsg = websocket.FormatCloseMessage(code, reason)
 	c.welcomed = true // a close needs no welcome before it
-	// Counted before the close frame can reach the client.
-	c.hub.m.closes.WithLabelValues(metric).Inc()
 	if !c.writing {
 		c.writing = true
 		go c.writeLoop()
 	}
 	c.mu.Unlock()
-	c.hub.detach(c)
+	c.hub.node.Disconnect(c)
 }
 
 func (c *conn) writeLoop() {
@@ -177,40 +193,38 @@ func (c *conn) writeLoop() {
 			continue // closing: nothing more is queued, the loop ends
 		}
 		c.mu.Unlock()
-		for _, msg := range batch {
+		for _, f := range batch {
 			if c.stopped.Load() {
 				break
 			}
 			var err error
-			if msg == nil {
+			if f.Data == nil {
 				err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
 			} else {
 				c.ws.SetWriteDeadline(time.Now().Add(wt))
-				err = c.ws.WriteMessage(websocket.TextMessage, msg)
+				err = c.ws.WriteMessage(websocket.TextMessage, f.Data)
 			}
 			if err != nil {
-				// A client that cannot take one frame within the deadline is
-				// too slow, else it is gone: either way drop the socket, the
-				// reader finishes the rest.
-				c.hub.log.Debug("transport: write failed", "uid", c.uid, "err", err)
-				c.mu.Lock()
-				wasClosing := c.closing
-				c.closing = true
-				c.stopped.Store(true)
-				c.queue, c.queued, c.closeMsg = nil, 0, nil
-				c.mu.Unlock()
-				if !wasClosing { // counted before the reader can see the socket gone
-					reason := reasonClient
-					if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-						reason = reasonSlow
-					}
-					c.hub.m.closes.WithLabelValues(reason).Inc()
-				}
-				c.ws.NetConn().Close()
+				c.writeFailed(err)
 				break
 			}
 		}
 	}
+}
+
+// writeFailed drops the socket of a client that could not take one frame
+// within the deadline (too slow) or is gone; the reader finishes the rest.
+func (c *conn) writeFailed(err error) {
+	c.hub.log.Debug("transport: write failed", "uid", c.uid, "err", err)
+	reason := reasonClient
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		reason = reasonSlow
+	}
+	c.mu.Lock()
+	c.markClosingLocked(reason)
+	c.closeMsg = nil
+	c.mu.Unlock()
+	c.ws.NetConn().Close()
 }
 
 // writeClose sends a close frame and bounds how long the reader waits for
@@ -225,12 +239,11 @@ func (c *conn) writeClose(msg []byte) {
 // touch counts an inbound frame as a keepalive.
 func (c *conn) touch() {
 	if !c.stopped.Load() {
-		c.hub.tracker.Touch(c)
+		c.hub.node.Touch(c)
 	}
 }
 
-// readLoop reads frames until the socket fails or closes, on the goroutine
-// of the HTTP handler that upgraded it.
+// readLoop reads frames until the socket fails or closes.
 func (c *conn) readLoop() {
 	h := c.hub
 	var err error
@@ -267,7 +280,7 @@ func (c *conn) readLoop() {
 			continue
 		}
 		if !utf8.Valid(data) {
-			c.closeWith(websocket.CloseInvalidFramePayloadData, "invalid UTF-8", reasonInvalid)
+			c.closeWith(protocol.CloseInvalidPayload, protocol.ReasonInvalidUTF8, reasonInvalid)
 			continue
 		}
 		c.handle(data)
@@ -283,73 +296,79 @@ func (c *conn) admit(size int) bool {
 	case accept:
 		return true
 	case cutOff:
-		c.closeWith(websocket.ClosePolicyViolation, "rate limit exceeded", reasonFlood)
+		c.closeWith(protocol.ClosePolicyViolation, protocol.ReasonRateLimit, reasonFlood)
 	default:
 		if c.rate.refused == 1 {
-			c.reply(errorMsg("too many messages: slow down, this one was dropped", ""))
+			c.replyError("too many messages: slow down, this one was dropped", "")
 		}
 	}
 	return false
 }
 
+// followWait bounds how long a join or watch waits for the state of what it
+// follows; past it the state follows as diffs.
+const followWait = 5 * time.Second
+
 // handle acts on one text frame. Whatever the client sent, the answer is a
 // frame; a bad one gets an error frame and the connection stays open.
 func (c *conn) handle(data []byte) {
 	h := c.hub
-	in, err := parseFrame(data)
+	in, err := protocol.ParseClient(data)
 	if err != nil {
-		c.reply(errorMsg(err.Error(), ""))
+		c.replyError(err.Error(), "")
 		return
 	}
-	switch in.Type {
-	case "ping":
-		c.reply(pongMsg)
-	case "silence":
+	switch f := in.(type) {
+	case protocol.Ping:
+		c.reply(protocol.Pong{})
+	case protocol.Silence:
 		if !h.demo {
-			c.reply(errorMsg(`"silence" is a demo aid, accepted only in demo mode`, ""))
+			c.replyError(`"silence" is a demo aid, accepted only in demo mode`, "")
 			return
 		}
 		c.silenced.Store(true)
-	case "join":
-		if !c.allows(in.Channel) {
-			c.reply(errorMsg(errNotAllowed, in.Channel))
-		} else if err := h.node.Join(c, in.Channel); err != nil {
-			c.reply(errorMsg(err.Error(), in.Channel))
-		}
-	case "leave":
-		if err := h.node.Leave(c, in.Channel); err != nil {
-			c.reply(errorMsg(err.Error(), in.Channel))
-		}
-	case "watch":
-		if err := h.node.Watch(c, in.UIDs); err != nil {
-			c.reply(errorMsg(err.Error(), ""))
-		}
-	case "refresh":
-		if err := c.refresh(in.Token); err != nil {
-			c.reply(errorMsg(err.Error(), ""))
-		}
-	case "chat":
-		h.m.chats.Inc()
-		ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
-		err := h.node.Chat(ctx, c, in.Channel, in.Text)
-		cancel()
-		switch {
-		case errors.Is(err, presence.ErrNotJoined):
-			c.reply(errorMsg(err.Error(), in.Channel))
-		case err != nil:
-			h.log.Warn("transport: publish chat", "uid", c.uid, "err", err)
-			c.reply(errorMsg("chat not delivered: "+err.Error(), in.Channel))
-		}
-	default: // a type of the application's
-		if h.onMessage == nil {
-			c.reply(errorMsg(fmt.Sprintf("unknown type %q", truncate(in.Type)), ""))
+	case protocol.Join:
+		if !h.mayJoin(c.session, f.Channel) {
+			c.replyError(errNotAllowed, f.Channel)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
-		err := h.onMessage(ctx, c.uid, in.Type, data)
-		cancel()
-		if err != nil {
-			c.reply(errorMsg(err.Error(), ""))
+		ctx, cancel := context.WithTimeout(c.ctx, followWait)
+		defer cancel()
+		if err := h.node.Join(ctx, c, f.Channel); err != nil {
+			c.replyError(err.Error(), f.Channel)
+		}
+	case protocol.Leave:
+		if err := h.node.Leave(c, f.Channel); err != nil {
+			c.replyError(err.Error(), f.Channel)
+		}
+	case protocol.Watch:
+		ctx, cancel := context.WithTimeout(c.ctx, followWait)
+		defer cancel()
+		if err := h.node.Watch(ctx, c, f.UIDs); err != nil {
+			c.replyError(err.Error(), "")
+		}
+	case protocol.Refresh:
+		if err := c.refresh(f.Token); err != nil {
+			c.replyError(err.Error(), "")
+		}
+	case protocol.Chat:
+		h.m.chats.Inc()
+		ctx, cancel := context.WithTimeout(c.ctx, h.writeTimeout)
+		defer cancel()
+		switch err := h.node.Chat(ctx, c, f.Channel, f.Text); {
+		case errors.Is(err, presence.ErrNotJoined):
+			c.replyError(err.Error(), f.Channel)
+		case err != nil:
+			h.log.Warn("transport: publish chat", "uid", c.uid, "err", err)
+			c.replyError("chat not delivered: "+err.Error(), f.Channel)
+		}
+	case protocol.Custom:
+		if h.onMessage == nil {
+			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")
+			return
+		}
+		if err := h.onMessage(c.ctx, c.uid, f.Kind, f.Raw); err != nil {
+			c.replyError(err.Error(), "")
 		}
 	}
 }
@@ -368,31 +387,24 @@ func (c *conn) refresh(token string) error {
 		return errors.New("refresh refused: the token is for another user")
 	}
 	c.session = s
-	c.expireAt(s.Expires)
+	c.hub.node.SetExpiry(c, s.Expires)
 	return nil
 }
 
-// finish runs when the reader stops: c no longer counts, leaves the ring and
-// its socket is closed.
+// finish runs when the reader stops: c no longer counts, its context ends
+// and its socket is closed.
 func (c *conn) finish(err error) {
 	h := c.hub
-	c.mu.Lock()
-	wasClosing := c.closing
-	c.closing = true
-	c.stopped.Store(true)
-	c.queue, c.queued = nil, 0
-	c.mu.Unlock()
 	tooBig := errors.Is(err, websocket.ErrReadLimit)
-	if !wasClosing {
-		reason := reasonClient
-		if tooBig {
-			reason = reasonTooBig
-		}
-		h.m.closes.WithLabelValues(reason).Inc()
+	reason := reasonClient
+	if tooBig {
+		reason = reasonTooBig
 	}
-	h.detach(c)
-	h.tracker.Remove(c)
-	h.expiry.Remove(c)
+	c.mu.Lock()
+	c.markClosingLocked(reason)
+	c.mu.Unlock()
+	c.cancel()
+	h.node.Disconnect(c)
 	nc := c.ws.NetConn()
 	if tooBig {
 		// gorilla has sent 1009, but the rest of the frame is unread; closing
@@ -402,19 +414,9 @@ func (c *conn) finish(err error) {
 		io.Copy(io.Discard, nc)
 	}
 	nc.Close()
-	h.mu.Lock()
-	delete(h.live, c)
-	h.live = shrink.Map(h.live, &h.livePeak)
-	h.releaseLocked(c.uid)
-	h.mu.Unlock()
+	h.forget(c)
 	h.m.connections.Dec()
 	h.readers.Done()
-}
-
-// detach stops counting c for presence: its user and channels lose it, and
-// it hears of nothing more. Idempotent.
-func (h *Hub) detach(c *conn) {
-	h.node.Disconnect(c)
 }
 
 // controlKeepalive counts a ping or pong frame, unless the client asked for
@@ -424,7 +426,7 @@ func (c *conn) controlKeepalive(ping bool) {
 		return
 	}
 	c.touch()
-	// Counted after the touch: tests read the counter to know it happened.
+	// Counted after the touch, so a reader of the counter knows it happened.
 	if ping {
 		c.hub.m.kaPing.Inc()
 	} else {

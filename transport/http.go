@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/presenced/presenced/internal/shrink"
-	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 )
 
 // apiTimeout bounds an engine query made for one HTTP request.
@@ -22,31 +22,63 @@ const apiTimeout = 5 * time.Second
 // maxAPIBody bounds the JSON body of POST /api/publish and /api/send.
 const maxAPIBody = 64 << 10
 
+// routes builds the Hub's muxes: one per group of endpoints, and one with
+// them all.
 func (h *Hub) routes() {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws", h.ServeWS)
-	mux.HandleFunc("POST /api/heartbeat", h.serveHeartbeat)
-	mux.HandleFunc("GET /api/ring", h.serveRing)
-	mux.HandleFunc("GET /healthz", h.serveHealth)
-	mux.HandleFunc("GET /readyz", h.serveReady)
-	// The server API: presence is not public when users sign in.
-	mux.HandleFunc("GET /api/presence", h.serverAPI(h.servePresence))
-	mux.HandleFunc("GET /api/presence/{uid}", h.serverAPI(h.serveUser))
-	mux.HandleFunc("GET /api/channels/{channel}", h.serverAPI(h.serveChannel))
-	mux.HandleFunc("POST /api/publish", h.serverAPI(h.servePublish))
-	mux.HandleFunc("POST /api/send", h.serverAPI(h.serveSend))
-	h.mux = mux
+	api := map[string]http.HandlerFunc{
+		"POST /api/heartbeat": h.serveHeartbeat,
+		"GET /api/ring":       h.serveRing,
+		// The server API: presence is not public when users sign in.
+		"GET /api/presence":           h.serverAPI(h.servePresence),
+		"GET /api/presence/{uid}":     h.serverAPI(h.serveUser),
+		"GET /api/channels/{channel}": h.serverAPI(h.serveChannel),
+		"POST /api/publish":           h.serverAPI(h.servePublish),
+		"POST /api/send":              h.serverAPI(h.serveSend),
+	}
+	health := map[string]http.HandlerFunc{
+		"GET /healthz": h.serveHealth,
+		"GET /readyz":  h.serveReady,
+	}
+	h.mux, h.api, h.health = http.NewServeMux(), http.NewServeMux(), http.NewServeMux()
+	h.mux.HandleFunc("GET /ws", h.ServeWS)
+	for pattern, f := range api {
+		h.mux.HandleFunc(pattern, f)
+		h.api.HandleFunc(pattern, f)
+	}
+	for pattern, f := range health {
+		h.mux.HandleFunc(pattern, f)
+		h.health.HandleFunc(pattern, f)
+	}
 }
 
 // ServeHTTP serves GET /ws, the HTTP API under /api/, GET /healthz and
 // GET /readyz. Mount it for "/ws", "/api/", "/healthz" and "/readyz" in a
-// larger mux. Unknown paths and methods get 404 and 405 with a JSON body,
-// like every other refusal.
+// larger mux, or mount ServeWS, APIHandler and HealthHandler one by one.
+// Unknown paths and methods get 404 and 405 with a JSON body, like every
+// other refusal.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	handler, pattern := h.mux.Handler(r)
+	serveJSONMux(h.mux, w, r)
+}
+
+// APIHandler serves the HTTP API alone: POST /api/heartbeat, GET /api/ring
+// and the server API (GET /api/presence, /api/presence/{uid},
+// /api/channels/{channel}, POST /api/publish, /api/send). Mount it for
+// "/api/".
+func (h *Hub) APIHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.api, w, r) })
+}
+
+// HealthHandler serves the health checks alone: GET /healthz (liveness) and
+// GET /readyz (readiness). Mount it for "/healthz" and "/readyz".
+func (h *Hub) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.health, w, r) })
+}
+
+// serveJSONMux serves r from mux, answering its own refusals (404, or 405
+// with Allow) in JSON with the same status and headers.
+func serveJSONMux(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	handler, pattern := mux.Handler(r)
 	if pattern == "" {
-		// The mux's own refusal (404, or 405 with Allow): keep its status
-		// and headers, answer in JSON.
 		rec := &statusRecorder{header: http.Header{}}
 		handler.ServeHTTP(rec, r)
 		if allow := rec.header.Get("Allow"); allow != "" {
@@ -55,7 +87,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rec.status, strings.ToLower(http.StatusText(rec.status)))
 		return
 	}
-	h.mux.ServeHTTP(w, r)
+	mux.ServeHTTP(w, r)
 }
 
 // statusRecorder keeps the status and headers of a response, not its body.
@@ -101,7 +133,7 @@ func readMessage(w http.ResponseWriter, r *http.Request) (apiMessage, bool) {
 	var m apiMessage
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
 	if err := dec.Decode(&m); err != nil {
-		writeError(w, http.StatusBadRequest, "the body must be a JSON object of at most 64 KiB: "+jsonError(err).Error())
+		writeError(w, http.StatusBadRequest, "the body must be a JSON object of at most 64 KiB: "+protocol.JSONError(err).Error())
 		return m, false
 	}
 	if len(m.Data) == 0 || string(m.Data) == "null" {
@@ -116,8 +148,8 @@ func (h *Hub) servePublish(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !presence.ValidChannel(m.Channel) {
-		writeError(w, http.StatusBadRequest, presence.ErrInvalidChannel.Error())
+	if !protocol.ValidChannel(m.Channel) {
+		writeError(w, http.StatusBadRequest, protocol.ErrInvalidChannel.Error())
 		return
 	}
 	h.answer(w, h.Publish(r.Context(), m.Channel, m.Data))
@@ -128,7 +160,7 @@ func (h *Hub) serveSend(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !ValidUID(m.UID) {
+	if !protocol.ValidUID(m.UID) {
 		writeError(w, http.StatusBadRequest, `"uid" must be a user ID: 1 to 64 letters, digits or _.-@`)
 		return
 	}
@@ -153,7 +185,7 @@ func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (Session, []strin
 		return Session{}, nil, false
 	}
 	sess, err := session(h.auth, r)
-	if err == nil && !ValidUID(sess.UID) {
+	if err == nil && !protocol.ValidUID(sess.UID) {
 		err = ErrInvalidUID
 	}
 	if err != nil {
@@ -205,6 +237,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c := &conn{hub: h, uid: uid, ws: ws, session: sess}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ws.SetPingHandler(c.pingHandler)
 	ws.SetPongHandler(c.pongHandler)
 
@@ -212,6 +245,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if h.closing {
 		h.releaseLocked(uid)
 		h.mu.Unlock()
+		c.cancel()
 		goingAway(ws, h.writeTimeout)
 		return
 	}
@@ -219,29 +253,29 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	h.readers.Add(1)
 	h.mu.Unlock()
 	h.m.connections.Inc()
-	c.touch()
-	c.expireAt(sess.Expires)
 
 	var refused []string
 	channels = slices.DeleteFunc(channels, func(ch string) bool {
-		if !c.allows(ch) {
+		if !h.mayJoin(sess, ch) {
 			refused = append(refused, ch)
 			return true
 		}
 		return false
 	})
-	if err := h.node.Connect(c, uid, channels); err != nil {
-		c.closeWith(websocket.CloseGoingAway, "server shutdown", reasonShutdown)
+	ctx, cancel := context.WithTimeout(c.ctx, followWait)
+	err = h.node.Connect(ctx, c, uid, channels)
+	cancel()
+	if err != nil {
+		c.closeWith(protocol.CloseGoingAway, protocol.ReasonShutdown, reasonShutdown)
 	}
+	h.node.SetExpiry(c, sess.Expires)
 	for _, ch := range refused {
-		c.reply(errorMsg(errNotAllowed, ch))
+		c.replyError(errNotAllowed, ch)
 	}
 	// The welcome goes out only now, first in the queue, ahead of the
 	// snapshots: a client that has its welcome is online, and counted in
 	// its channels.
-	welcome := mustJSON(welcomeFrame{Type: "welcome", UID: uid, TimeoutMS: h.Timeout().Milliseconds()})
-	h.m.sent(welcome)
-	c.sendWelcome(welcome)
+	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds()}))
 	// A goroutine of its own, so the handler returns and net/http's request,
 	// response and buffers are freed: an idle connection keeps only its
 	// reader's small stack.
@@ -267,10 +301,28 @@ func (h *Hub) releaseLocked(uid string) {
 	}
 }
 
+// forget drops a finished connection from the Hub's bookkeeping.
+func (h *Hub) forget(c *conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.live, c)
+	h.live = shrink.Map(h.live, &h.livePeak)
+	h.releaseLocked(c.uid)
+}
+
 func goingAway(ws *websocket.Conn, timeout time.Duration) {
-	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutdown"), time.Now().Add(timeout))
+	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(protocol.CloseGoingAway, protocol.ReasonShutdown), time.Now().Add(timeout))
 	ws.Close()
 }
+
+// mayJoin reports whether the user of s may join channel: its token's
+// channels claim and the embedder's Authorize must both say yes.
+func (h *Hub) mayJoin(s Session, channel string) bool {
+	return s.Allows(channel) && (h.authorize == nil || h.authorize(s.UID, channel))
+}
+
+// errNotAllowed answers a join the token or the embedder refused.
+const errNotAllowed = "not allowed to join this channel"
 
 // queryLimit reads ?limit= of a listing: DefaultPresenceLimit when absent,
 // at most MaxPresenceLimit. It answers 400 itself when limit is malformed.
@@ -310,7 +362,7 @@ func (h *Hub) servePresence(w http.ResponseWriter, r *http.Request) {
 
 func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 	uid := r.PathValue("uid")
-	if !ValidUID(uid) {
+	if !protocol.ValidUID(uid) {
 		writeError(w, http.StatusBadRequest, "invalid user id")
 		return
 	}
@@ -335,8 +387,8 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !presence.ValidChannel(channel) {
-		writeError(w, http.StatusBadRequest, presence.ErrInvalidChannel.Error())
+	if !protocol.ValidChannel(channel) {
+		writeError(w, http.StatusBadRequest, protocol.ErrInvalidChannel.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
@@ -359,20 +411,21 @@ func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, ch := range channels {
-		if !sess.Allows(ch) || (h.authorize != nil && !h.authorize(sess.UID, ch)) {
+		if !h.mayJoin(sess, ch) {
 			writeError(w, http.StatusForbidden, errNotAllowed+": "+ch)
 			return
 		}
 	}
-	if err := h.heartbeat(sess.UID, channels); err != nil {
+	if err := h.node.Heartbeat(sess.UID, channels); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
+	h.m.kaHeartbeat.Inc()
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (h *Hub) serveRing(w http.ResponseWriter, r *http.Request) {
-	ring := h.tracker.Ring()
+	ring := h.node.Ring()
 	writeJSON(w, http.StatusOK, struct {
 		Slots  int   `json:"slots"`
 		TickMS int64 `json:"tick_ms"`

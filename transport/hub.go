@@ -1,21 +1,18 @@
 // Package transport serves presence over WebSocket and HTTP, on top of a
-// presence.Node: every frame a client sends is a keepalive in a tracker ring
-// that holds this process's sockets, and a socket silent for the timeout is
-// closed. Clients join channels and watch users, and hear only of those: a
-// snapshot on join, then at most one coalesced diff per channel and one
-// status frame per tick.
+// presence.Node: it maps sockets and requests onto the node, which keeps
+// the clock. Every frame a client sends is a keepalive (a Touch); the node
+// probes a silent socket with a ping and closes it at the timeout. Clients
+// join channels and watch users, and hear only of those: a snapshot on join,
+// then at most one coalesced diff per channel and one status frame per tick.
 //
-// A Hub is an http.Handler for GET /ws, the HTTP API (GET /api/presence,
-// /api/presence/{uid}, /api/channels/{channel} and /api/ring, POST
-// /api/heartbeat, /api/publish and /api/send), GET /healthz (liveness) and
-// GET /readyz (readiness), so it can be mounted in an existing
-// http.ServeMux; see the package example. Its Go API (Publish, Send,
-// Disconnect, Online, Members) and hooks (Config.Authorize, OnMessage,
-// OnPresence) let a chat backend drive it. Presence is kept by a
-// presence.Engine: in memory by default, or shared between nodes.
+// A Hub is a component: an http.Handler for GET /ws, the HTTP API
+// (APIHandler) and the health checks (HealthHandler), each of which can also
+// be mounted alone. Its Go API (Publish, Send, Disconnect, Online, Members)
+// and hooks (Config.Authorize, OnMessage, OnPresence) let a chat backend
+// drive it; Config.Node lets it share a presence.Node the embedder made.
 //
-// Close codes the Hub sends: 4408 "idle timeout" (silent past the timeout),
-// 4401 "token expired", 4403 "disconnected" (Hub.Disconnect), 1001 on
+// Close codes the Hub sends are those of package protocol: 4408 idle
+// timeout, 4401 token expired, 4403 disconnected (Hub.Disconnect), 1001 on
 // Shutdown, 1009 for a frame over Config.MaxMessage, 1007 for a text frame
 // that is not UTF-8, and 1008 to a client that does not read fast enough
 // ("slow consumer") or sends too fast ("rate limit exceeded").
@@ -36,23 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presenced/presenced/presence"
-	"github.com/presenced/presenced/tracker"
-)
-
-// Close codes sent by the Hub, besides the standard 1001 and 1009.
-const (
-	// CloseIdleTimeout closes a connection silent past the timeout, with
-	// reason "idle timeout".
-	CloseIdleTimeout = 4408
-	// CloseTokenExpired closes a connection whose token expired, with reason
-	// "token expired".
-	CloseTokenExpired = 4401
-	// CloseDisconnected closes the connections Hub.Disconnect ends, with
-	// reason "disconnected".
-	CloseDisconnected = 4403
-	// CloseSlowConsumer closes a connection whose send queue is full, with
-	// reason "slow consumer" (1008, policy violation).
-	CloseSlowConsumer = websocket.ClosePolicyViolation
+	"github.com/presenced/presenced/protocol"
 )
 
 // Defaults used when a Config field is zero.
@@ -77,8 +58,31 @@ const readBufferSize = 1024
 // Config configures a Hub. The zero value is a 31-slot ring stepping once a
 // second (a 30 s timeout), in-memory presence and demo authentication.
 type Config struct {
+	// Node, if set, is the presence.Node the Hub serves: the embedder made
+	// it, runs its clock (Node.Run) and closes it, and may use it beside the
+	// Hub. The presence fields below (Slots through MaxChannels, OnPresence)
+	// are then ignored. nil: the Hub makes one from those fields and runs it
+	// until Shutdown.
+	Node *presence.Node
+
 	Slots int           // ring size; 0 means 31
 	Tick  time.Duration // ring step; 0 means 1 s. The timeout is (Slots-1)*Tick.
+	// Grace delays a user's offline, and its leaving the channels its last
+	// connection had joined, after that connection is gone, so a page reload
+	// does not flap presence. It is rounded up to whole ticks.
+	Grace time.Duration
+	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
+	// runs it until Shutdown; releasing a networked engine after that is
+	// the caller's job.
+	Engine        presence.Engine
+	MemberList    int // most member IDs in a joined snapshot; 0 means 100
+	PresenceLists int // above this many members a channel's diffs carry the count only; 0 means 1,000
+	MaxWatch      int // most user IDs in one watch list; 0 means 1,000
+	MaxChannels   int // most channels one connection may join; 0 means 100
+	// OnPresence is told of each user's online and offline edges, once per
+	// edge across all nodes, on the node whose change produced it. It runs
+	// on a goroutine of its own, one call at a time, in order.
+	OnPresence func(uid string, online bool)
 
 	// Auth identifies clients of /ws and /api/heartbeat. nil means DemoAuth,
 	// which trusts ?uid=; New logs a warning then. With a
@@ -96,30 +100,14 @@ type Config struct {
 	Authorize func(uid, channel string) bool
 	// OnMessage receives client frames of types the Hub does not handle,
 	// on the connection's reader goroutine (so in order, one at a time per
-	// connection); an error it returns goes back to the client as an error
-	// frame. nil: such frames get an "unknown type" error frame.
+	// connection), with a context that ends when the connection closes; an
+	// error it returns goes back to the client as an error frame. nil: such
+	// frames get an "unknown type" error frame.
 	OnMessage func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
-	// OnPresence is told of each user's online and offline edges, once per
-	// edge across all nodes, on the node whose change produced it. It runs
-	// on a goroutine of its own, one call at a time, in order.
-	OnPresence func(uid string, online bool)
 	// Origins lists browser origins allowed besides the request's own host:
 	// "*", full origins ("https://app.example.com") or hosts
 	// ("app.example.com:8443"). Other origins get HTTP 403.
 	Origins []string
-
-	// Grace delays a user's offline, and its leaving the channels its last
-	// connection had joined, after that connection is gone, so a page reload
-	// does not flap presence. It is rounded up to whole ticks.
-	Grace time.Duration
-
-	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
-	// calls its Run until Shutdown; releasing a networked engine after that
-	// is the caller's job.
-	Engine presence.Engine
-
-	MemberList    int // most member IDs in a joined snapshot; 0 means 100
-	PresenceLists int // above this many members a channel's diffs carry the count only; 0 means 1,000
 
 	MaxMessage int64 // largest inbound frame in bytes, larger closes with 1009; 0 means 4096
 	// QueueBytes bounds the frames queued for one connection: a client that
@@ -159,9 +147,8 @@ type Config struct {
 // Hub serves WebSocket connections and the HTTP API. Create one with New and
 // stop it with Shutdown.
 type Hub struct {
-	tracker *tracker.Tracker[*conn]
-	expiry  *tracker.Tracker[*conn] // sessions, due when their token expires
 	node    *presence.Node
+	ownNode bool // made by New: the Hub runs and closes it
 	auth    Authenticator
 	demo    bool
 	apiKey  string
@@ -172,17 +159,20 @@ type Hub struct {
 	upgrader  websocket.Upgrader
 	log       *slog.Logger
 	m         *metrics
-	mux       *http.ServeMux
+	mux       *http.ServeMux // every route
+	api       *http.ServeMux // the HTTP API alone
+	health    *http.ServeMux // the health checks alone
 
 	maxMessage   int64
 	queueBytes   int
-	tick         time.Duration
 	limits       limits
 	maxPerUser   int
 	writeTimeout time.Duration
 	closeTimeout time.Duration
 	socketBuffer int
 
+	// mu guards the sockets' bookkeeping. Lock order: mu before a conn's
+	// mu; neither is held while calling the Node.
 	mu       sync.Mutex
 	live     map[*conn]struct{} // upgraded WebSockets not yet finished
 	livePeak int
@@ -197,12 +187,12 @@ type Hub struct {
 	shutDone chan struct{}
 }
 
-// New returns a running Hub for cfg: its ring steps and its engine delivers
-// from now on, until Shutdown.
+// New returns a running Hub for cfg: from now on until Shutdown, its Node's
+// clock steps (unless Config.Node is the embedder's) and it serves.
 func New(cfg Config) (*Hub, error) { return newHub(cfg, false) }
 
-// newHub is New; with manual set the ring steps only when a test calls
-// tracker.Advance.
+// newHub is New; with manual set, a Node the Hub makes steps only when
+// Node.Step is called.
 func newHub(cfg Config, manual bool) (*Hub, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -249,48 +239,28 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	if _, h.demo = h.auth.(demoAuth); h.demo {
 		log.Warn("transport: demo mode: trusting ?uid=, anyone can claim any user ID")
 	}
-	slots, tick := cfg.Slots, cfg.Tick
-	if slots == 0 {
-		slots = tracker.DefaultSlots
-	}
-	if tick == 0 {
-		tick = tracker.DefaultTick
-	}
-	node, err := presence.New(presence.Config{
-		Engine: cfg.Engine, Slots: slots, Tick: tick, Grace: cfg.Grace,
-		MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists, Logger: log,
-		OnPresence: cfg.OnPresence,
-		Stalled:    func() time.Time { return h.tracker.Stalled() },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
-	}
-	h.node = node
-	h.tick = tick
-	tr, err := tracker.New(tracker.Config[*conn]{
-		Slots:     slots,
-		Tick:      tick,
-		IdleAfter: time.Duration(slots-1) * tick / 2,
-		OnIdle:    h.onIdle,
-		OnOffline: h.onOffline,
-		OnStep:    h.onStep,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("transport: ring: %w", err)
-	}
-	h.tracker = tr
-	if h.expiry, err = tracker.New(tracker.Config[*conn]{Slots: slots, Tick: tick}); err != nil {
-		return nil, fmt.Errorf("transport: ring: %w", err)
-	}
 	ns := cfg.MetricsNamespace
 	if ns == "" {
 		ns = "presenced"
 	}
-	m, err := newMetrics(cfg.Registerer, ns, cfg.MetricsLabels, node)
+	m, err := newMetrics(cfg.Registerer, ns, cfg.MetricsLabels, h.localUsers)
 	if err != nil {
 		return nil, err
 	}
 	h.m = m
+	h.node = cfg.Node
+	if h.node == nil {
+		h.ownNode = true
+		h.node, err = presence.New(presence.Config{
+			Engine: cfg.Engine, Slots: cfg.Slots, Tick: cfg.Tick, Grace: cfg.Grace,
+			MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists,
+			MaxWatch: cfg.MaxWatch, MaxChannels: cfg.MaxChannels,
+			OnPresence: cfg.OnPresence, OnStep: m.observeStep, Logger: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+	}
 	h.upgrader = websocket.Upgrader{
 		// Frames are small: a 1 KiB read buffer, not net/http's 4 KiB one;
 		// write buffers come from a pool, so an idle connection holds none.
@@ -305,17 +275,8 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.bg.Add(1)
-	go func() {
-		defer h.bg.Done()
-		node.Run(ctx)
-	}()
-	if !manual {
-		h.bg.Add(1)
-		go func() {
-			defer h.bg.Done()
-			h.tracker.Run(ctx)
-		}()
+	if h.ownNode && !manual {
+		h.bg.Go(func() { h.node.Run(ctx) })
 	}
 	return h, nil
 }
@@ -327,55 +288,19 @@ func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
 	return v
 }
 
+// Node returns the presence.Node the Hub serves, for what the Hub does not
+// wrap: heartbeats, watch lists and joins of the embedder's own.
+func (h *Hub) Node() *presence.Node { return h.node }
+
 // Timeout is how long a connection may stay silent: (Slots-1)*Tick.
-func (h *Hub) Timeout() time.Duration { return h.tracker.Timeout() }
+func (h *Hub) Timeout() time.Duration { return h.node.Timeout() }
 
-// onStep follows each step of the ring, after the step's idle closes: the
-// node's leases and grace periods step too, and the tick's coalesced
-// presence goes out.
-func (h *Hub) onStep(took time.Duration) {
-	h.m.steps.Observe(took.Seconds())
-	for _, c := range h.expiry.Advance() {
-		if !h.expiry.Online(c) { // else refreshed since
-			c.closeWith(CloseTokenExpired, "token expired", reasonExpired)
-		}
+// localUsers is the users_online gauge: 0 until the Node exists.
+func (h *Hub) localUsers() float64 {
+	if h.node == nil {
+		return 0
 	}
-	h.node.Tick()
-}
-
-// onIdle probes a silent WebSocket with a ping, which browsers answer even
-// from a background tab.
-func (h *Hub) onIdle(c *conn) {
-	c.enqueue(nil) // nil is the ping item
-}
-
-// onOffline closes a socket that timed out, unless a frame touched it again
-// between the step and this callback.
-//
-// After a stall (the process was stopped or starved past a tick) the ring
-// catches up at once, while what clients sent meanwhile still waits in the
-// sockets: a connection that times out then gets two more ticks, once per
-// stall, for its reader to drain them. One that was really silent is closed
-// within the timeout plus those two ticks after the stall.
-func (h *Hub) onOffline(c *conn) {
-	if h.tracker.Online(c) {
-		return
-	}
-	if st := h.tracker.Stalled(); !st.IsZero() && time.Since(st) < h.Timeout() && c.reprieved.Swap(st.UnixNano()) != st.UnixNano() {
-		h.tracker.TouchFor(c, 2*h.tick)
-		return
-	}
-	c.closeWith(CloseIdleTimeout, "idle timeout", reasonIdle)
-}
-
-// heartbeat keeps uid online, a member of channels, for one timeout, as a
-// connection of its own.
-func (h *Hub) heartbeat(uid string, channels []string) error {
-	if err := h.node.Heartbeat(uid, channels); err != nil {
-		return errShuttingDown
-	}
-	h.m.kaHeartbeat.Inc()
-	return nil
+	return float64(h.node.LocalUsers())
 }
 
 var errShuttingDown = errors.New("transport: shutting down")
@@ -390,7 +315,7 @@ func (h *Hub) Publish(ctx context.Context, channel string, data json.RawMessage)
 // Send sends data, valid JSON, in a message frame to every connection of
 // uid, on every node: {"type":"message","data":...}.
 func (h *Hub) Send(ctx context.Context, uid string, data json.RawMessage) error {
-	if !ValidUID(uid) {
+	if !protocol.ValidUID(uid) {
 		return fmt.Errorf("transport: Send: %w: %q", ErrInvalidUID, uid)
 	}
 	return h.node.Send(ctx, uid, data)
@@ -417,9 +342,9 @@ func (h *Hub) Members(ctx context.Context, channel string, limit int) (count int
 
 // Shutdown closes every WebSocket with 1001, refuses new ones with 503,
 // reports this node's users offline and waits until every connection is
-// gone or ctx is done; then it closes the remaining sockets and stops the
-// ring and the engine. It returns ctx.Err() if ctx ended first. Calls after
-// the first wait for the first to finish.
+// gone or ctx is done; then it closes the remaining sockets and, if the Hub
+// made its Node, stops it. It returns ctx.Err() if ctx ended first. Calls
+// after the first wait for the first to finish.
 func (h *Hub) Shutdown(ctx context.Context) error {
 	err := errShuttingDown
 	h.shutOnce.Do(func() {
@@ -440,15 +365,17 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 func (h *Hub) shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closing = true
-	h.node.Shutdown()
 	live := make([]*conn, 0, len(h.live))
 	for c := range h.live {
 		live = append(live, c)
 	}
 	h.mu.Unlock()
+	if h.ownNode {
+		h.node.Shutdown()
+	}
 
 	for _, c := range live {
-		c.closeWith(websocket.CloseGoingAway, "server shutdown", reasonShutdown)
+		c.closeWith(protocol.CloseGoingAway, protocol.ReasonShutdown, reasonShutdown)
 	}
 	drained := make(chan struct{})
 	go func() {
@@ -467,8 +394,8 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	}
 	h.cancel()
 	h.bg.Wait()
-	h.tracker.Close()
-	h.expiry.Close()
-	h.node.Close()
+	if h.ownNode {
+		h.node.Close()
+	}
 	return err
 }

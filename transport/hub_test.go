@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -76,7 +77,7 @@ func TestIdleCloseTiming(t *testing.T) {
 
 	ce := readClose(t, ws)
 	elapsed := time.Since(start)
-	assert.Equal(t, transport.CloseIdleTimeout, ce.Code)
+	assert.Equal(t, protocol.CloseIdleTimeout, ce.Code)
 	assert.Equal(t, "idle timeout", ce.Text)
 	// One ping at half the timeout, before the close; none if a starved ring
 	// caught up both steps at once, as the close drops what is queued.
@@ -177,7 +178,7 @@ func TestSilenceStopsControlFramesCounting(t *testing.T) {
 	s.step(1)
 	var ce *websocket.CloseError
 	require.ErrorAs(t, w.closed(t), &ce)
-	assert.Equal(t, transport.CloseIdleTimeout, ce.Code, "closed at the 31st step after the silence")
+	assert.Equal(t, protocol.CloseIdleTimeout, ce.Code, "closed at the 31st step after the silence")
 
 	ws2, _ := s.dial(t, "quiet")
 	w2 := listen(ws2)

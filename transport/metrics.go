@@ -1,12 +1,10 @@
 package transport
 
 import (
-	"bytes"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/presenced/presenced/presence"
 )
 
 // Close reasons, the "reason" label of presenced_closes_total.
@@ -37,20 +35,12 @@ type metrics struct {
 	framesByType                                  map[string]prometheus.Counter
 }
 
-// frameTypes are the "type" label values of presenced_frames_sent_total.
+// frameTypes are the "type" label values of presenced_frames_sent_total:
+// the frames the server sends, and "other" for any the protocol adds.
 var frameTypes = []string{"welcome", "joined", "left", "presence", "watching", "status", "chat", "publish", "message", "pong", "error", "other"}
 
-// sent counts an outbound text frame by its type, read from its prefix: the
-// frames are built with "type" first.
-func (m *metrics) sent(frame []byte) {
-	const prefix = `{"type":"`
-	typ := "other"
-	if len(frame) > len(prefix) && string(frame[:len(prefix)]) == prefix {
-		rest := frame[len(prefix):]
-		if i := bytes.IndexByte(rest, '"'); i > 0 {
-			typ = string(rest[:i])
-		}
-	}
+// sent counts an outbound text frame by its type.
+func (m *metrics) sent(typ string) {
 	c, ok := m.framesByType[typ]
 	if !ok {
 		c = m.framesByType["other"]
@@ -58,9 +48,12 @@ func (m *metrics) sent(frame []byte) {
 	c.Inc()
 }
 
+// observeStep records how long one step of the Node's clock took.
+func (m *metrics) observeStep(took time.Duration) { m.steps.Observe(took.Seconds()) }
+
 // newMetrics makes the Hub's metrics, named namespace_name ("presenced_" by
 // default) and carrying labels, so two Hubs may share a registerer.
-func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.Labels, node *presence.Node) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.Labels, localUsers func() float64) (*metrics, error) {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "connections", ConstLabels: labels,
@@ -69,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 		users: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "users_online", ConstLabels: labels,
 			Help: "Users with at least one live connection or heartbeat on this node (grace periods included).",
-		}, func() float64 { return float64(node.LocalUsers()) }),
+		}, localUsers),
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "frames_sent_total", ConstLabels: labels,
 			Help: "Text frames queued for clients, by type.",
@@ -84,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 		}, []string{"reason"}),
 		steps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "ring_step_seconds", ConstLabels: labels,
-			Help:    "Time taken by one step of the ring's cursor.",
+			Help:    "Time taken by one step of the clock: timeouts, leases, grace periods and the tick's presence frames.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12), // 1µs .. ~4s
 		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{

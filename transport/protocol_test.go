@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/presenced/presenced/transport"
+	"github.com/presenced/presenced/protocol"
 )
 
 // The protocol over a real listener, frame by frame. The ring steps only
@@ -190,7 +190,7 @@ func TestIdleMemberLeavesItsChannelsOnTimeout(t *testing.T) {
 		`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["idler"]}`,
 		`{"type":"presence","channel":"room","count":1,"joins":[],"leaves":["idler"]}`,
 	}, got)
-	assert.Equal(t, transport.CloseIdleTimeout, readClose(t, idle).Code)
+	assert.Equal(t, protocol.CloseIdleTimeout, readClose(t, idle).Code)
 }
 
 func TestLargeChannelsGetCountOnlyDiffs(t *testing.T) {

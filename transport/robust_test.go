@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -151,7 +152,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 		}
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) {
-			assert.Contains(t, []int{transport.CloseSlowConsumer, websocket.CloseAbnormalClosure}, ce.Code)
+			assert.Contains(t, []int{protocol.ClosePolicyViolation, websocket.CloseAbnormalClosure}, ce.Code)
 		} else {
 			var ne net.Error
 			assert.False(t, errors.As(err, &ne) && ne.Timeout(), "slow client still open: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -49,7 +50,7 @@ func TestTokenExpiryClosesWith4401(t *testing.T) {
 	}
 	var ce *websocket.CloseError
 	require.ErrorAs(t, w.closed(t), &ce)
-	assert.Equal(t, transport.CloseTokenExpired, ce.Code)
+	assert.Equal(t, protocol.CloseTokenExpired, ce.Code)
 	assert.Equal(t, "token expired", ce.Text)
 	assert.GreaterOrEqual(t, steps, 20, "not before exp: at least 2 s of 100 ms steps")
 	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_closes_total", map[string]string{"reason": "expired"}))
@@ -180,7 +181,7 @@ func TestGoServerAPI(t *testing.T) {
 	require.NoError(t, s.hub.Disconnect(ctx, "bob"))
 	for _, ws := range []*websocket.Conn{bob1, bob2} {
 		ce := readClose(t, ws)
-		assert.Equal(t, transport.CloseDisconnected, ce.Code)
+		assert.Equal(t, protocol.CloseDisconnected, ce.Code)
 		assert.Equal(t, "disconnected", ce.Text)
 	}
 	require.Eventually(t, func() bool { return !s.online(t, "bob") }, waitLong, time.Millisecond)
