@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // Config describes one load run as the user asked for it.
@@ -52,7 +54,6 @@ const (
 	defaultUIDPrefix    = "lg"
 	maxUIDPrefixLen     = 40
 	roomPrefix          = "room-"
-	maxChannelLen       = 128
 	startDelay          = 300 * time.Millisecond
 	lingerAfterDeadline = time.Second
 )
@@ -101,7 +102,7 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 		return c, fmt.Errorf("big-every must not be negative, got %d", c.BigEvery)
 	}
 	if c.BigChannel != "" {
-		if !validChannel(c.BigChannel) || strings.HasPrefix(c.BigChannel, roomPrefix) {
+		if !protocol.ValidChannel(c.BigChannel) || strings.HasPrefix(c.BigChannel, roomPrefix) {
 			return c, fmt.Errorf("big channel %q: want 1-128 letters, digits or _.-:@/#, not starting with %q", c.BigChannel, roomPrefix)
 		}
 		if c.BigEvery == 0 {
@@ -247,23 +248,6 @@ func (s Spec) channels(g int) []string {
 		cs = append(cs, s.BigChannel)
 	}
 	return cs
-}
-
-// validChannel reports whether name is a channel name the server accepts:
-// 1-128 characters of ASCII letters, digits and _.-:@/#. A comma would split
-// it in ?channels=.
-func validChannel(name string) bool {
-	if len(name) == 0 || len(name) > maxChannelLen {
-		return false
-	}
-	for _, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("_.-:@/#", r):
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // globalIndex is the run-wide index of the worker's i-th client.

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // counters are cumulative over a worker's life.
@@ -62,7 +64,7 @@ const (
 	dialTimeout   = 10 * time.Second
 )
 
-var appPing = []byte(`{"type":"ping"}`)
+var appPing = protocol.MustEncode(protocol.Ping{}).Data
 
 // frameTypes are the "type"s of server frames counted by name; any other
 // text frame counts as "other", a binary frame as "binary", a text frame
@@ -444,10 +446,9 @@ func (w *worker) read(c *client) {
 }
 
 func (w *worker) welcome(msg []byte) {
-	var m struct {
-		TimeoutMS int64 `json:"timeout_ms"`
-	}
-	if err := json.Unmarshal(msg, &m); err != nil {
+	f, err := protocol.ParseServer(msg)
+	m, ok := f.(*protocol.Welcome)
+	if err != nil || !ok {
 		return
 	}
 	w.mu.Lock()
