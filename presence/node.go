@@ -24,6 +24,7 @@
 package presence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,7 +125,7 @@ type Node struct {
 	leases *tracker.Tracker[string] // HTTP-heartbeat leases, by user
 	graces *tracker.Tracker[string] // grace periods, by user
 	expiry *tracker.Tracker[Client] // sessions, due when their token expires
-	// stalled is ring.Stalled, or a test's stand-in.
+	// stalled says when the clock last stalled: ring.Stalled.
 	stalled func() time.Time
 
 	// Lock order: mu, then the view's v.mu. The Node holds neither while it
@@ -153,8 +154,8 @@ func New(cfg Config) (*Node, error) {
 		engine:      cfg.Engine,
 		log:         cfg.Logger,
 		grace:       cfg.Grace,
-		maxWatch:    orDefault(cfg.MaxWatch, DefaultMaxWatch),
-		maxChannels: orDefault(cfg.MaxChannels, DefaultMaxChannels),
+		maxWatch:    cmp.Or(cfg.MaxWatch, DefaultMaxWatch),
+		maxChannels: cmp.Or(cfg.MaxChannels, DefaultMaxChannels),
 		onStep:      cfg.OnStep,
 		conns:       make(map[Client]*connState),
 		users:       make(map[string]*userState),
@@ -170,17 +171,10 @@ func New(cfg Config) (*Node, error) {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.out.done.L = &n.mu
-	n.v.init(orDefault(cfg.MemberList, DefaultMemberList), orDefault(cfg.PresenceLists, DefaultPresenceLists))
+	n.v.init(cmp.Or(cfg.MemberList, DefaultMemberList), cmp.Or(cfg.PresenceLists, DefaultPresenceLists))
 	n.v.notify.fn = cfg.OnPresence
 	n.engine.Attach(&n.v)
 	return n, nil
-}
-
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Engine returns the Engine the Node reports to.

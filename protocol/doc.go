@@ -6,7 +6,7 @@
 // A frame is a JSON object whose "type" comes first. Encode writes one once,
 // so a frame fanned out to many connections costs one encoding; ParseClient
 // reads what a client sent, with errors a client developer understands, and
-// ParseServer reads what the server sent, for clients and tests.
+// ParseServer reads what the server sent, as a client does.
 package protocol
 
 // Close codes the server sends, besides the standard ones below.

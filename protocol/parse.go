@@ -122,7 +122,7 @@ var serverFrames = map[string]func() Frame{
 	"message":  func() Frame { return new(Message) },
 }
 
-// ParseServer reads one text frame the server sent, for clients and tests.
+// ParseServer reads one text frame the server sent, as a client does.
 // It returns a pointer to the frame's type, such as *Joined; a type the
 // protocol does not define is an error.
 func ParseServer(data []byte) (Frame, error) {

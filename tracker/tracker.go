@@ -292,7 +292,7 @@ func (t *Tracker[K]) Advance() []K {
 }
 
 // Settle waits until every callback of the events so far has returned: with
-// Advance, it lets a test step the ring by hand and then look at what the
+// Advance, it lets a caller step the ring by hand and then look at what the
 // callbacks did. It must not be called from a callback, which it would wait
 // for.
 func (t *Tracker[K]) Settle() {

@@ -71,7 +71,7 @@ type SessionAuthenticator interface {
 }
 
 // DemoAuth trusts the ?uid= query parameter: anyone can claim any identity.
-// Use it for the demo and for tests only. A Hub with DemoAuth (or no
+// Use it for the demo only. A Hub with DemoAuth (or no
 // Authenticator) runs in demo mode.
 func DemoAuth() Authenticator { return demoAuth{} }
 

@@ -19,6 +19,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -217,19 +218,19 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		onMessage:  cfg.OnMessage,
 		origins:    newOriginPolicy(cfg.Origins),
 		log:        log,
-		maxMessage: orDefault(cfg.MaxMessage, DefaultMaxMessage),
-		queueBytes: orDefault(cfg.QueueBytes, DefaultQueueBytes),
-		maxPerUser: orDefault(cfg.MaxConnsPerUser, DefaultConnsPerUser),
+		maxMessage: cmp.Or(cfg.MaxMessage, DefaultMaxMessage),
+		queueBytes: cmp.Or(cfg.QueueBytes, DefaultQueueBytes),
+		maxPerUser: cmp.Or(cfg.MaxConnsPerUser, DefaultConnsPerUser),
 		limits: limits{
-			frameRate:  orDefault(cfg.FrameRate, DefaultFrameRate),
-			frameBurst: float64(orDefault(cfg.FrameBurst, DefaultFrameBurst)),
-			byteRate:   float64(orDefault(cfg.ByteRate, DefaultByteRate)),
-			byteBurst:  16 * float64(orDefault(cfg.ByteRate, DefaultByteRate)),
+			frameRate:  cmp.Or(cfg.FrameRate, DefaultFrameRate),
+			frameBurst: float64(cmp.Or(cfg.FrameBurst, DefaultFrameBurst)),
+			byteRate:   float64(cmp.Or(cfg.ByteRate, DefaultByteRate)),
+			byteBurst:  16 * float64(cmp.Or(cfg.ByteRate, DefaultByteRate)),
 		},
 		perUser:      make(map[string]int),
-		writeTimeout: orDefault(cfg.WriteTimeout, DefaultWriteTimeout),
-		closeTimeout: orDefault(cfg.CloseTimeout, DefaultCloseTimeout),
-		socketBuffer: orDefault(cfg.SocketBuffer, DefaultSocketBuffer),
+		writeTimeout: cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
+		closeTimeout: cmp.Or(cfg.CloseTimeout, DefaultCloseTimeout),
+		socketBuffer: cmp.Or(cfg.SocketBuffer, DefaultSocketBuffer),
 		live:         make(map[*conn]struct{}),
 		shutDone:     make(chan struct{}),
 	}
