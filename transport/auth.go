@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,15 +44,27 @@ type Session struct {
 	// entries ending in "*" that allow every name with that prefix. nil
 	// allows every channel.
 	Channels []string
+	// Watch lists the users the user may watch, with the same syntax. nil
+	// allows nobody, unless the Hub's Config.AuthorizeWatch decides (or the
+	// Hub is in demo mode, where everyone may watch everyone).
+	Watch []string
 }
 
 // Allows reports whether the session may join channel.
 func (s Session) Allows(channel string) bool {
-	if s.Channels == nil {
-		return true
-	}
-	for _, c := range s.Channels {
-		if prefix, ok := strings.CutSuffix(c, "*"); ok && strings.HasPrefix(channel, prefix) || c == channel {
+	return s.Channels == nil || matchAny(s.Channels, channel)
+}
+
+// MayWatch reports whether the session's watch claim allows watching uid.
+func (s Session) MayWatch(uid string) bool {
+	return matchAny(s.Watch, uid)
+}
+
+// matchAny reports whether name is one of patterns, or starts with the part
+// before the "*" of one ending in "*".
+func matchAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(name, prefix) || p == name {
 			return true
 		}
 	}
@@ -88,9 +101,12 @@ func (demoAuth) Authenticate(r *http.Request) (string, error) {
 // JWTAuth verifies an HS256 token signed with secret, taken from the
 // "Authorization: Bearer" header or else the ?token= query parameter
 // (browsers cannot set headers on a WebSocket). Its "sub" claim is the user
-// ID and "exp" is required; "nbf" is enforced when present. An optional
-// "channels" claim, an array of channel names where an entry ending in "*"
-// is a prefix, limits the channels the user may join.
+// ID and "exp" is required; "nbf" is enforced when present; "exp", "nbf"
+// and "iat" must be JSON numbers. An optional "channels" claim, an array of
+// channel names where an entry ending in "*" is a prefix, limits the
+// channels the user may join; an optional "watch" claim, the same over user
+// IDs, says whom the user may watch. A claim of another kind than an array
+// of strings, null included, is refused.
 func JWTAuth(secret []byte) SessionAuthenticator {
 	return &jwtAuth{
 		key:    append([]byte(nil), secret...),
@@ -103,10 +119,51 @@ type jwtAuth struct {
 	parser *jwt.Parser
 }
 
-// jwtClaims are the claims JWTAuth reads.
+// jwtClaims are the claims JWTAuth reads. Channels and Watch stay raw so
+// that an absent claim and a null one can be told apart.
 type jwtClaims struct {
 	jwt.RegisteredClaims
-	Channels *[]string `json:"channels,omitempty"`
+	Channels json.RawMessage `json:"channels,omitempty"`
+	Watch    json.RawMessage `json:"watch,omitempty"`
+}
+
+// listClaim reads an optional claim that must be an array of strings: nil
+// when absent.
+func listClaim(name string, raw json.RawMessage) ([]string, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil || list == nil {
+		return nil, fmt.Errorf("%w: the %q claim must be an array of strings", ErrUnauthenticated, name)
+	}
+	return list, nil
+}
+
+// numericDates checks that the time claims of a token's payload, when
+// present, are JSON numbers: the JWT library also takes numeric strings.
+func (a *jwtAuth) numericDates(raw string) error {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return fmt.Errorf("%w: malformed token", ErrUnauthenticated)
+	}
+	payload, err := a.parser.DecodeSegment(parts[1])
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	var claims map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	for _, name := range []string{"exp", "nbf", "iat"} {
+		if v, ok := claims[name]; ok {
+			var n json.Number
+			if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
+				return fmt.Errorf("%w: the %q claim must be a number", ErrUnauthenticated, name)
+			}
+		}
+	}
+	return nil
 }
 
 func (a *jwtAuth) Authenticate(r *http.Request) (string, error) {
@@ -133,9 +190,16 @@ func (a *jwtAuth) Refresh(raw string) (Session, error) {
 	if !protocol.ValidUID(claims.Subject) {
 		return Session{}, fmt.Errorf("%w: token subject %q", ErrInvalidUID, claims.Subject)
 	}
+	if err := a.numericDates(raw); err != nil {
+		return Session{}, err
+	}
 	s := Session{UID: claims.Subject, Expires: claims.ExpiresAt.Time}
-	if claims.Channels != nil {
-		s.Channels = append([]string{}, *claims.Channels...)
+	var err error
+	if s.Channels, err = listClaim("channels", claims.Channels); err != nil {
+		return Session{}, err
+	}
+	if s.Watch, err = listClaim("watch", claims.Watch); err != nil {
+		return Session{}, err
 	}
 	return s, nil
 }

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,6 +51,14 @@ func TestJWTAuth(t *testing.T) {
 		{"alg none is refused", "token=" + signed(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "alice"}), "", 401},
 		{"no sub", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"exp": future}), "", 401},
 		{"sub not a user ID", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "al ice", "exp": future}), "", 400},
+		{"channels null", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "channels": nil}), "", 401},
+		{"channels a string", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "channels": "lobby"}), "", 401},
+		{"watch null", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "watch": nil}), "", 401},
+		{"watch of numbers", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "watch": []int{1}}), "", 401},
+		{"exp a numeric string", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": strconv.FormatInt(future, 10)}), "", 401},
+		{"nbf a numeric string", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "nbf": "1"}), "", 401},
+		{"iat a numeric string", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "iat": "1"}), "", 401},
+		{"empty claims", "token=" + signed(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": future, "channels": []string{}, "watch": []string{}}), "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}

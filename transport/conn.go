@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -342,10 +345,22 @@ func (c *conn) handle(data []byte) {
 			c.replyError(err.Error(), f.Channel)
 		}
 	case protocol.Watch:
+		var refused []string
+		uids := slices.DeleteFunc(slices.Clone(f.UIDs), func(uid string) bool {
+			if !h.mayWatch(c.session, uid) {
+				refused = append(refused, uid)
+				return true
+			}
+			return false
+		})
 		ctx, cancel := context.WithTimeout(c.ctx, followWait)
 		defer cancel()
-		if err := h.node.Watch(ctx, c, f.UIDs); err != nil {
+		if err := h.node.Watch(ctx, c, uids); err != nil {
 			c.replyError(err.Error(), "")
+			return
+		}
+		if len(refused) > 0 {
+			c.replyError(notAllowedToWatch(refused), "")
 		}
 	case protocol.Refresh:
 		if err := c.refresh(f.Token); err != nil {
@@ -388,7 +403,32 @@ func (c *conn) refresh(token string) error {
 	}
 	c.session = s
 	c.hub.node.SetExpiry(c, s.Expires)
+	// A narrower token narrows the connection now: it leaves the channels
+	// the new one does not allow, with a left frame, and its diff goes out
+	// at this tick.
+	for _, ch := range c.hub.node.Joined(c) {
+		if !c.hub.mayJoin(s, ch) {
+			if err := c.hub.node.Leave(c, ch); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// notAllowedToWatch names the user IDs a watch frame may not have, the
+// first few of them in full.
+func notAllowedToWatch(uids []string) string {
+	const shown = 10
+	names := make([]string, 0, shown)
+	for _, uid := range uids[:min(len(uids), shown)] {
+		names = append(names, strconv.Quote(uid))
+	}
+	msg := "not allowed to watch " + strings.Join(names, ", ")
+	if len(uids) > shown {
+		msg += fmt.Sprintf(" and %d more", len(uids)-shown)
+	}
+	return msg + "; the others are watched"
 }
 
 // finish runs when the reader stops: c no longer counts, its context ends

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -134,6 +135,10 @@ func readMessage(w http.ResponseWriter, r *http.Request) (apiMessage, bool) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
 	if err := dec.Decode(&m); err != nil {
 		writeError(w, http.StatusBadRequest, "the body must be a JSON object of at most 64 KiB: "+protocol.JSONError(err).Error())
+		return m, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, "the body must be one JSON object, with nothing after it")
 		return m, false
 	}
 	if len(m.Data) == 0 || string(m.Data) == "null" {
@@ -319,6 +324,18 @@ func goingAway(ws *websocket.Conn, timeout time.Duration) {
 // channels claim and the embedder's Authorize must both say yes.
 func (h *Hub) mayJoin(s Session, channel string) bool {
 	return s.Allows(channel) && (h.authorize == nil || h.authorize(s.UID, channel))
+}
+
+// mayWatch reports whether the user of s may watch target: everyone in demo
+// mode, else as Config.AuthorizeWatch or, without it, the watch claim says.
+func (h *Hub) mayWatch(s Session, target string) bool {
+	switch {
+	case h.demo:
+		return true
+	case h.authorizeWatch != nil:
+		return h.authorizeWatch(s.UID, target)
+	}
+	return s.MayWatch(target)
 }
 
 // errNotAllowed answers a join the token or the embedder refused.

@@ -99,6 +99,12 @@ type Config struct {
 	// Authorize, if set, says whether uid may join channel, on top of what
 	// its token's channels claim allows; a refused join gets an error frame.
 	Authorize func(uid, channel string) bool
+	// AuthorizeWatch, if set, says whether uid may watch target. nil: the
+	// session's watch claim decides (Session.MayWatch), so a user whose
+	// token has none may watch nobody. In demo mode everyone may watch
+	// everyone. The IDs a watch frame may not have get an error frame; the
+	// rest are watched.
+	AuthorizeWatch func(uid, target string) bool
 	// OnMessage receives client frames of types the Hub does not handle,
 	// on the connection's reader goroutine (so in order, one at a time per
 	// connection), with a context that ends when the connection closes; an
@@ -119,9 +125,11 @@ type Config struct {
 	// FrameRate and FrameBurst limit the frames (of any kind) one connection
 	// may send: on average per second, and at once; ByteRate the bytes per
 	// second, in bursts of 16 seconds' worth. A frame over the limit is
-	// dropped, the first of a run with an error frame; a connection that
-	// stays over it for FrameBurst frames is closed with 1008 "rate limit
-	// exceeded". 0 means 50, 100 and 64 KiB.
+	// dropped unread, the first of a run with an error frame; a connection
+	// that keeps sending over it is closed with 1008 "rate limit exceeded":
+	// at twice FrameRate within 10 s, at twenty times within 3 s, while a
+	// single burst of FrameBurst+100 frames is forgiven. 0 means 50, 100 and
+	// 64 KiB.
 	FrameRate  float64
 	FrameBurst int
 	ByteRate   int
@@ -154,15 +162,16 @@ type Hub struct {
 	demo    bool
 	apiKey  string
 
-	authorize func(uid, channel string) bool
-	onMessage func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
-	origins   *originPolicy
-	upgrader  websocket.Upgrader
-	log       *slog.Logger
-	m         *metrics
-	mux       *http.ServeMux // every route
-	api       *http.ServeMux // the HTTP API alone
-	health    *http.ServeMux // the health checks alone
+	authorize      func(uid, channel string) bool
+	authorizeWatch func(uid, target string) bool
+	onMessage      func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
+	origins        *originPolicy
+	upgrader       websocket.Upgrader
+	log            *slog.Logger
+	m              *metrics
+	mux            *http.ServeMux // every route
+	api            *http.ServeMux // the HTTP API alone
+	health         *http.ServeMux // the health checks alone
 
 	maxMessage   int64
 	queueBytes   int
@@ -212,15 +221,16 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		}
 	}
 	h := &Hub{
-		auth:       cfg.Auth,
-		apiKey:     cfg.APIKey,
-		authorize:  cfg.Authorize,
-		onMessage:  cfg.OnMessage,
-		origins:    newOriginPolicy(cfg.Origins),
-		log:        log,
-		maxMessage: cmp.Or(cfg.MaxMessage, DefaultMaxMessage),
-		queueBytes: cmp.Or(cfg.QueueBytes, DefaultQueueBytes),
-		maxPerUser: cmp.Or(cfg.MaxConnsPerUser, DefaultConnsPerUser),
+		auth:           cfg.Auth,
+		apiKey:         cfg.APIKey,
+		authorize:      cfg.Authorize,
+		authorizeWatch: cfg.AuthorizeWatch,
+		onMessage:      cfg.OnMessage,
+		origins:        newOriginPolicy(cfg.Origins),
+		log:            log,
+		maxMessage:     cmp.Or(cfg.MaxMessage, DefaultMaxMessage),
+		queueBytes:     cmp.Or(cfg.QueueBytes, DefaultQueueBytes),
+		maxPerUser:     cmp.Or(cfg.MaxConnsPerUser, DefaultConnsPerUser),
 		limits: limits{
 			frameRate:  cmp.Or(cfg.FrameRate, DefaultFrameRate),
 			frameBurst: float64(cmp.Or(cfg.FrameBurst, DefaultFrameBurst)),

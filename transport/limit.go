@@ -28,7 +28,15 @@ func (b *bucket) take(now time.Time, cost, rate, burst float64) bool {
 type rateState struct {
 	frames, bytes bucket
 	refused       int // frames refused since the last one let through
+
+	// Refused frames per second over the last cutWindow seconds, by Unix
+	// second modulo cutWindow; newest is the second of the latest count.
+	window [cutWindow]int32
+	newest int64
 }
+
+// cutWindow is the longest window the flood cut looks back over, seconds.
+const cutWindow = 10
 
 // limits are a Hub's inbound limits.
 type limits struct {
@@ -36,13 +44,21 @@ type limits struct {
 	byteRate, byteBurst   float64
 }
 
+// The flood cut, in refused frames: a connection is closed once it had
+// more than slowCut refused in the last 10 s (sending at twice the frame
+// rate gets there within 10 s) or more than fastCut in the last 3 s (twenty
+// times the rate: within 3 s). Both leave room for a single burst of the
+// burst size plus 100 frames, whose 100 refused frames are forgiven.
+func (l *limits) slowCut() int32 { return int32(100 + 3*l.frameRate) }
+func (l *limits) fastCut() int32 { return int32(100 + 20*l.frameRate) }
+
 // verdict of one inbound frame.
 type verdict uint8
 
 const (
 	accept verdict = iota
-	refuse         // over the limit: dropped, an error frame if it is the first
-	cutOff         // over the limit for a whole burst: close the connection
+	refuse         // over the limit: dropped, an error frame if it is the first of a run
+	cutOff         // over the limit for too long: close the connection
 )
 
 func (in *rateState) check(l *limits, now time.Time, size int) verdict {
@@ -51,8 +67,31 @@ func (in *rateState) check(l *limits, now time.Time, size int) verdict {
 		return accept
 	}
 	in.refused++
-	if float64(in.refused) > l.frameBurst {
+	last3, last10 := in.count(now.Unix())
+	if last3 > l.fastCut() || last10 > l.slowCut() {
 		return cutOff
 	}
 	return refuse
+}
+
+// count records one refused frame in second sec and returns the refused
+// frames of the last 3 and the last 10 seconds, sec included.
+func (in *rateState) count(sec int64) (last3, last10 int32) {
+	if sec-in.newest >= cutWindow {
+		clear(in.window[:])
+	} else {
+		for s := in.newest + 1; s <= sec; s++ {
+			in.window[s%cutWindow] = 0
+		}
+	}
+	in.newest = max(in.newest, sec)
+	in.window[sec%cutWindow]++
+	for i := range int64(cutWindow) {
+		n := in.window[(in.newest-i)%cutWindow]
+		if i < 3 {
+			last3 += n
+		}
+		last10 += n
+	}
+	return last3, last10
 }

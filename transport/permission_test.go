@@ -1,0 +1,102 @@
+package transport_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/transport"
+)
+
+// A refresh whose channels claim no longer allows a joined channel takes
+// the connection out of it: a left frame to it, a leave diff to the others
+// at the tick, and no more chat there.
+func TestNarrowerTokenLeavesChannels(t *testing.T) {
+	s := startServer(t, jwtConfig())
+	exp := time.Now().Add(time.Hour).Unix()
+	alice := listen(s.dialRaw(t, "channels=lobby,staff&token="+token(t, jwt.MapClaims{"sub": "alice", "exp": exp}), nil))
+	alice.until(t, `{"type":"joined","channel":"staff","count":1,"members":["alice"]}`)
+	bob := listen(s.dialRaw(t, "channels=staff&token="+token(t, jwt.MapClaims{"sub": "bob", "exp": exp}), nil))
+	bob.until(t, `{"type":"joined","channel":"staff","count":2,"members":["alice","bob"]}`)
+	s.step(1)
+	alice.until(t, `{"type":"presence","channel":"staff","count":2,"joins":["bob"],"leaves":[]}`)
+
+	send(t, alice.ws, `{"type":"refresh","token":"`+token(t, jwt.MapClaims{"sub": "alice", "exp": exp, "channels": []string{"lobby"}})+`"}`)
+	alice.until(t, `{"type":"left","channel":"staff"}`)
+	s.step(1)
+	bob.until(t, `{"type":"presence","channel":"staff","count":1,"joins":[],"leaves":["alice"]}`)
+
+	send(t, alice.ws, `{"type":"chat","channel":"staff","text":"still here?"}`)
+	alice.until(t, `{"type":"error","error":"not a member of the channel: join it first","channel":"staff"}`)
+	send(t, alice.ws, `{"type":"join","channel":"staff"}`)
+	alice.until(t, `{"type":"error","error":"not allowed to join this channel","channel":"staff"}`)
+	_, members, err := s.hub.Members(context.Background(), "staff", 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bob"}, members)
+	send(t, alice.ws, `{"type":"chat","channel":"lobby","text":"hi"}`)
+	alice.until(t, `{"type":"chat","channel":"lobby","from":"alice","text":"hi"}`)
+}
+
+// In token mode a user watches only whom its watch claim, or the
+// embedder's hook, allows; the refused IDs are named and the rest watched.
+func TestWatchNeedsPermission(t *testing.T) {
+	exp := time.Now().Add(time.Hour).Unix()
+	t.Run("no claim, no hook", func(t *testing.T) {
+		s := startServer(t, jwtConfig())
+		w := listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "eve", "exp": exp}), nil))
+		w.next(t) // welcome
+		send(t, w.ws, `{"type":"watch","uids":["alice","bob"]}`)
+		w.until(t, `{"type":"watching","online":[]}`)
+		w.until(t, `{"type":"error","error":"not allowed to watch \"alice\", \"bob\"; the others are watched"}`)
+	})
+	t.Run("the claim", func(t *testing.T) {
+		s := startServer(t, jwtConfig())
+		listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "team-1", "exp": exp}), nil)).next(t)
+		listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "boss", "exp": exp}), nil)).next(t)
+		w := listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "team-2", "exp": exp, "watch": []string{"team-*"}}), nil))
+		w.next(t)
+		send(t, w.ws, `{"type":"watch","uids":["team-1","boss"]}`)
+		w.until(t, `{"type":"watching","online":["team-1"]}`)
+		w.until(t, `{"type":"error","error":"not allowed to watch \"boss\"; the others are watched"}`)
+	})
+	t.Run("the hook", func(t *testing.T) {
+		cfg := jwtConfig()
+		cfg.AuthorizeWatch = func(uid, target string) bool { return target != "boss" }
+		s := startServer(t, cfg)
+		listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "boss", "exp": exp}), nil)).next(t)
+		listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "carol", "exp": exp}), nil)).next(t)
+		w := listen(s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "eve", "exp": exp}), nil))
+		w.next(t)
+		send(t, w.ws, `{"type":"watch","uids":["boss","carol"]}`)
+		w.until(t, `{"type":"watching","online":["carol"]}`)
+		w.until(t, `{"type":"error","error":"not allowed to watch \"boss\"; the others are watched"}`)
+	})
+	t.Run("demo mode watches everyone", func(t *testing.T) {
+		s := startServer(t, transport.Config{Slots: 31, Tick: 100 * time.Millisecond})
+		s.dial(t, "boss")
+		ws, _ := s.dial(t, "eve")
+		w := listen(ws)
+		send(t, ws, `{"type":"watch","uids":["boss"]}`)
+		w.until(t, `{"type":"watching","online":["boss"]}`)
+		w.sync(t)
+	})
+}
+
+// A POST body is one JSON object: anything after it is refused, and
+// nothing is published.
+func TestAPIBodyWithTrailingDataIsRefused(t *testing.T) {
+	s := startServer(t, testConfig())
+	ws, _ := s.dialIn(t, "alice", "lobby")
+	w := listen(ws)
+	status, body := s.do(t, "POST", "/api/publish", `{"channel":"lobby","data":{"n":1}}{"channel":"lobby","data":{"n":2}}`, "")
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "nothing after it")
+	status, _ = s.do(t, "POST", "/api/publish", `{"channel":"lobby","data":{"n":3}}`+"\n", "")
+	assert.Equal(t, http.StatusNoContent, status, "a trailing newline is no data")
+	w.until(t, `{"type":"publish","channel":"lobby","data":{"n":3}}`)
+}
