@@ -97,7 +97,7 @@ func (c *conn) push(f protocol.Encoded) bool {
 	if c.enqueue(f) {
 		return true
 	}
-	c.hub.m.dropped.Inc()
+	c.hub.dropped(c.uid, f.Type)
 	return false
 }
 

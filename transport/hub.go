@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -191,6 +192,8 @@ type Hub struct {
 	closing  bool
 	readers  sync.WaitGroup // one per live WebSocket
 
+	lastDropLog atomic.Int64 // UnixNano of the last log line about dropped frames
+
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
 	shutOnce sync.Once
@@ -315,6 +318,19 @@ func (h *Hub) localUsers() float64 {
 }
 
 var errShuttingDown = errors.New("transport: shutting down")
+
+// dropped counts a frame not queued for uid because its connection's queue
+// was full (the connection is then closed as a slow consumer), and logs it
+// at most once a second.
+func (h *Hub) dropped(uid, frameType string) {
+	h.m.dropped.Inc()
+	now := time.Now().UnixNano()
+	last := h.lastDropLog.Load()
+	if now-last >= int64(time.Second) && h.lastDropLog.CompareAndSwap(last, now) {
+		h.log.Warn("transport: a frame was dropped: its connection's send queue is full, and the connection is closed as a slow consumer",
+			"uid", uid, "type", frameType, "dropped_total_metric", "presenced_events_dropped_total")
+	}
+}
 
 // Publish sends data, valid JSON, in a publish frame to every connection
 // that joined channel, on every node:

@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_dropped_total", ConstLabels: labels,
-			Help: "Outbound frames not delivered because a connection's send queue was full (should stay 0).",
+			Help: "Outbound frames not queued because their connection's send queue was full; that connection is closed as a slow consumer (1008).",
 		}),
 		chats: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "chat_messages_total", ConstLabels: labels,

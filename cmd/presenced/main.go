@@ -67,6 +67,7 @@ type options struct {
 	maxConnsPerUser int
 	frameRate       float64
 	frameBurst      int
+	maxChannels     int
 	byteRate        int
 	queueBytes      int
 
@@ -112,6 +113,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
 	fs.IntVar(&o.presenceLists, "presence-lists", presence.DefaultPresenceLists, "above this many members, at least 1, a channel's presence diffs carry the count only")
+	fs.IntVar(&o.maxChannels, "max-channels", presence.DefaultMaxChannels, "most channels one connection may join, at least 1")
 	fs.IntVar(&o.maxConnsPerUser, "max-conns-per-user", transport.DefaultConnsPerUser, "most WebSockets one user may hold on this node, at least 1 (one more: HTTP 429)")
 	fs.Float64Var(&o.frameRate, "frame-rate", transport.DefaultFrameRate, "frames a second one connection may send on average (over: dropped, then close 1008)")
 	fs.IntVar(&o.frameBurst, "frame-burst", transport.DefaultFrameBurst, "frames one connection may send at once")
@@ -186,6 +188,8 @@ func (o options) check() error {
 		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
 	case o.presenceLists < 1:
 		return fmt.Errorf("-presence-lists %d: at least 1", o.presenceLists)
+	case o.maxChannels < 1:
+		return fmt.Errorf("-max-channels %d: at least 1", o.maxChannels)
 	case o.maxConnsPerUser < 1:
 		return fmt.Errorf("-max-conns-per-user %d: at least 1", o.maxConnsPerUser)
 	case o.frameRate <= 0 || o.frameBurst < 1 || o.byteRate < 1:
@@ -325,6 +329,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 
 		MemberList:    o.memberList,
 		PresenceLists: o.presenceLists,
+		MaxChannels:   o.maxChannels,
 
 		MaxConnsPerUser: o.maxConnsPerUser,
 		FrameRate:       o.frameRate,
