@@ -49,6 +49,8 @@ type conn struct {
 	writing  bool               // a writer goroutine owns the socket's write side
 	closing  bool               // a close frame is due or sent: no more data frames
 	closeMsg []byte             // the close frame to send, once
+	chats    []protocol.Chat    // chats waiting to be handed to the engine
+	chatting bool               // a goroutine hands them over
 }
 
 // Send queues a frame from the presence node. A connection whose queue is
@@ -309,8 +311,64 @@ func (c *conn) admit(size int) bool {
 }
 
 // followWait bounds how long a join or watch waits for the state of what it
-// follows; past it the state follows as diffs.
-const followWait = 5 * time.Second
+// follows, past which the state follows as diffs: 5 s, and less than the
+// timeout, so a reader held up by a stalled engine still counts as alive.
+func (h *Hub) followWait() time.Duration { return min(5*time.Second, h.Timeout()/4) }
+
+// Chats wait for the engine off the reader: at most maxPendingChats per
+// connection, each handed over within chatHandover or refused with an error
+// frame. A stalled engine delays chats; it never holds up the reader.
+const (
+	maxPendingChats = 16
+	chatHandover    = 2 * time.Second
+)
+
+// queueChat hands f to the engine on a goroutine of c's own, which exists
+// while chats wait, so they go out in order.
+func (c *conn) queueChat(f protocol.Chat) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	if len(c.chats) >= maxPendingChats {
+		c.mu.Unlock()
+		c.replyError("chat not delivered: too many chats waiting to be sent, try again", f.Channel)
+		return
+	}
+	c.chats = append(c.chats, f)
+	start := !c.chatting
+	c.chatting = true
+	c.mu.Unlock()
+	if start {
+		go c.chatLoop()
+	}
+}
+
+func (c *conn) chatLoop() {
+	h := c.hub
+	for {
+		c.mu.Lock()
+		if len(c.chats) == 0 {
+			c.chats, c.chatting = nil, false
+			c.mu.Unlock()
+			return
+		}
+		f := c.chats[0]
+		c.chats = c.chats[1:]
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(c.ctx, chatHandover)
+		err := h.node.Chat(ctx, c, f.Channel, f.Text)
+		cancel()
+		switch {
+		case errors.Is(err, presence.ErrNotJoined):
+			c.replyError(err.Error(), f.Channel)
+		case err != nil:
+			h.log.Warn("transport: chat not delivered", "uid", c.uid, "channel", f.Channel, "err", err)
+			c.replyError("chat not delivered: "+err.Error(), f.Channel)
+		}
+	}
+}
 
 // handle acts on one text frame. Whatever the client sent, the answer is a
 // frame; a bad one gets an error frame and the connection stays open.
@@ -335,7 +393,7 @@ func (c *conn) handle(data []byte) {
 			c.replyError(errNotAllowed, f.Channel)
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, followWait)
+		ctx, cancel := context.WithTimeout(c.ctx, h.followWait())
 		defer cancel()
 		if err := h.node.Join(ctx, c, f.Channel); err != nil {
 			c.replyError(err.Error(), f.Channel)
@@ -353,7 +411,7 @@ func (c *conn) handle(data []byte) {
 			}
 			return false
 		})
-		ctx, cancel := context.WithTimeout(c.ctx, followWait)
+		ctx, cancel := context.WithTimeout(c.ctx, h.followWait())
 		defer cancel()
 		if err := h.node.Watch(ctx, c, uids); err != nil {
 			c.replyError(err.Error(), "")
@@ -368,15 +426,7 @@ func (c *conn) handle(data []byte) {
 		}
 	case protocol.Chat:
 		h.m.chats.Inc()
-		ctx, cancel := context.WithTimeout(c.ctx, h.writeTimeout)
-		defer cancel()
-		switch err := h.node.Chat(ctx, c, f.Channel, f.Text); {
-		case errors.Is(err, presence.ErrNotJoined):
-			c.replyError(err.Error(), f.Channel)
-		case err != nil:
-			h.log.Warn("transport: publish chat", "uid", c.uid, "err", err)
-			c.replyError("chat not delivered: "+err.Error(), f.Channel)
-		}
+		c.queueChat(f)
 	case protocol.Custom:
 		if h.onMessage == nil {
 			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")

@@ -2,7 +2,10 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -99,4 +103,57 @@ func TestAPIBodyWithTrailingDataIsRefused(t *testing.T) {
 	status, _ = s.do(t, "POST", "/api/publish", `{"channel":"lobby","data":{"n":3}}`+"\n", "")
 	assert.Equal(t, http.StatusNoContent, status, "a trailing newline is no data")
 	w.until(t, `{"type":"publish","channel":"lobby","data":{"n":3}}`)
+}
+
+// stallingEngine is the memory engine whose Publish waits until the test
+// lets it go, as a networked engine does while its store stalls.
+type stallingEngine struct {
+	presence.Engine
+	gate chan struct{}
+}
+
+func (e *stallingEngine) Publish(ctx context.Context, m presence.Message) error {
+	select {
+	case <-e.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return e.Engine.Publish(ctx, m)
+}
+
+// A stalled engine never holds up the reader: keepalives and pings are
+// answered while chats wait, a chat that does not fit the queue is refused
+// at once with an error frame, and the ones that waited go out in order
+// when the engine comes back.
+func TestChatsWaitOffTheReader(t *testing.T) {
+	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
+	cfg := testConfig()
+	cfg.Engine = e
+	s := startServer(t, cfg)
+	ws, _ := s.dialIn(t, "alice", "lobby")
+	w := listen(ws)
+	const chats = 40
+	for i := range chats {
+		send(t, ws, fmt.Sprintf(`{"type":"chat","channel":"lobby","text":"%d"}`, i))
+	}
+	send(t, ws, `{"type":"ping"}`)
+	// At most 16 wait, and one is with the engine: the others are refused at
+	// once, before the pong.
+	refused := 0
+	for f := w.next(t); f != `{"type":"pong"}`; f = w.next(t) {
+		require.Equal(t, `{"type":"error","error":"chat not delivered: too many chats waiting to be sent, try again","channel":"lobby"}`, f)
+		refused++
+	}
+	assert.GreaterOrEqual(t, refused, chats-17)
+	close(e.gate)
+	last := -1
+	for range chats - refused {
+		var c struct{ Text string }
+		require.NoError(t, json.Unmarshal([]byte(w.next(t)), &c))
+		n, err := strconv.Atoi(c.Text)
+		require.NoError(t, err)
+		assert.Greater(t, n, last, "in order")
+		last = n
+	}
+	w.sync(t)
 }
