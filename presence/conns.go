@@ -107,6 +107,16 @@ func (n *Node) Connect(ctx context.Context, c Client, uid string, channels []str
 	return nil
 }
 
+// Joined returns the channels c has joined, in the order it joined them.
+func (n *Node) Joined(c Client) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cs := n.conns[c]; cs != nil {
+		return slices.Clone(cs.channels)
+	}
+	return nil
+}
+
 // Disconnect stops counting c: it leaves the ring, its channels lose it
 // and, if it was its user's last connection, the user goes offline (after
 // the grace period). Idempotent.
