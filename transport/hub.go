@@ -295,13 +295,6 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	return h, nil
 }
 
-func orDefault[T int | int64 | float64 | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
 // Node returns the presence.Node the Hub serves, for what the Hub does not
 // wrap: heartbeats, watch lists and joins of the embedder's own.
 func (h *Hub) Node() *presence.Node { return h.node }
