@@ -129,9 +129,10 @@ type Node struct {
 	stalled func() time.Time
 
 	// Lock order: mu, then the view's v.mu. The Node holds neither while it
-	// calls the Engine or a Client's Close or Probe; the view holds v.mu
-	// while it calls Client.Send, which only queues. The Engine calls the
-	// view (its Relay) holding no lock of its own.
+	// calls the Engine or a Client's Close or Probe. Client.Send is the one
+	// call out under them (v.mu, and mu for a snapshot): it only queues, and
+	// holding them keeps a snapshot and the diffs after it in order. The
+	// Engine calls the view (its Relay) holding no lock of its own.
 	mu        sync.Mutex
 	conns     map[Client]*connState
 	users     map[string]*userState
