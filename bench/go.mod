@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/RussellLuo/timingwheel v0.0.0-20220218152713-54845bda3108
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/websocket v1.5.3
 	github.com/presenced/presenced v0.0.0
 	github.com/stretchr/testify v1.12.1
