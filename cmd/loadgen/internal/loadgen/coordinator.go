@@ -18,7 +18,8 @@ import (
 
 // Launcher starts one worker with spec and returns the stream of its JSON
 // reports (RunWorker's out) and a function that waits for the worker to end.
-// cmd/loadgen re-executes itself; tests may run RunWorker in a goroutine.
+// cmd/loadgen re-executes itself; a Launcher may as well run RunWorker in a
+// goroutine of this process.
 type Launcher func(ctx context.Context, spec Spec, workers int) (reports io.ReadCloser, wait func() error, err error)
 
 // Summary is the outcome of a run; cmd/loadgen prints it as one JSON line.
