@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"net/url"
-	"runtime"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -32,11 +31,10 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: redis cluster URL: %w", err)
 		}
+		// PoolSize keeps its default: go-redis dials Pub/Sub connections
+		// (the engine's sharded Pub/Sub, one per shard with a followed
+		// topic, to the master of its slot) outside the pool.
 		o.ContextTimeoutEnabled = true
-		if o.PoolSize == 0 {
-			// One blocking stream read per shard besides the usual traffic.
-			o.PoolSize = 10*runtime.GOMAXPROCS(0) + DefaultShards
-		}
 		return redis.NewClusterClient(o), nil
 	case u.Query().Has("master_name"):
 		o, err := redis.ParseFailoverURL(rawURL)
