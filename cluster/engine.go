@@ -20,15 +20,11 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +37,7 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-var _ presence.Router = (*Engine)(nil)
+var _ presence.Engine = (*Engine)(nil)
 
 // Config configures an Engine. Client is required; the rest has defaults.
 type Config struct {
@@ -74,59 +70,84 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Engine implements presence.Engine, as a presence.Router, on Redis. Create
-// it with New, hand it to the transport Hub (which calls Run), and call
-// Close on shutdown to drop this node's records at once.
+// Engine implements presence.Engine on Redis. Create it with New and hand it
+// to a presence.Node (a transport Hub makes one), which attaches it and runs
+// it; call Close on shutdown to drop this node's records at once.
 type Engine struct {
-	cfg   Config
-	rdb   redis.UniversalClient
-	log   *slog.Logger
-	m     *metrics
-	keys  []shardKeys
-	retry time.Duration // pause after a failed Redis operation
+	*base
+	// The parts, each owning its state and the lock that guards it: the
+	// writer what this node holds, written or not, and the goroutine that
+	// writes, renews and claims; the router the followed topics, their
+	// subscriptions and the Relay calls on their way; health (in base)
+	// whether Redis answers. Lock order: router.mu, then writer.mu (the
+	// router asks what this node holds while it decides a Relay call), then
+	// health.mu. No lock is held while calling Redis or the Relay.
+	w *writer
+	r *router
 
-	// The writer's input: changes not yet in Redis, coalesced.
-	mu             sync.Mutex
-	pendingUsers   map[string]int // uid -> connections on this node
-	pendingMembers map[membership]bool
-	inflight       int
-	// What this node holds now, written or not: a live node's own users are
-	// online, and members of the channels they joined, whatever Redis says
-	// before its writes land.
-	localUsers   map[string]int
-	localMembers map[string]map[string]struct{} // channel -> uids
-	closed       bool
-	wake         chan struct{}
-
-	// Owned by the writer goroutine: what Redis holds for this node.
-	heldUsers   map[string]int
-	heldMembers map[membership]struct{}
-
-	stop       context.CancelFunc
-	writerDone chan struct{}
-
-	relay atomic.Pointer[relayBox]
-
-	// The router: topics this node follows, their Pub/Sub subscriptions.
-	fmu    sync.Mutex
-	topics map[string]*topicState // by Pub/Sub channel name
-	run    *runState              // while Run runs
-	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one
-
-	stateMu    sync.Mutex
-	down       bool
-	recoveries atomic.Uint64
-
-	running   atomic.Bool
-	ready     chan struct{} // closed when Run first subscribed
-	readyOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// base is what the parts share: fixed by New, but for the Relay, which
+// Attach sets once.
+type base struct {
+	cfg    Config
+	rdb    redis.UniversalClient
+	log    *slog.Logger
+	m      *metrics
+	keys   []shardKeys
+	retry  time.Duration // pause after a failed Redis operation
+	health *health
+	relayP atomic.Pointer[relayBox]
+}
+
 type relayBox struct{ presence.Relay }
 
-type membership struct{ channel, uid string }
+// relay returns the attached Relay, or one that drops everything.
+func (b *base) relay() presence.Relay {
+	if r := b.relayP.Load(); r != nil {
+		return r.Relay
+	}
+	return discard{}
+}
+
+func (b *base) attached() bool { return b.relayP.Load() != nil }
+
+func (b *base) shard(name string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return int(h.Sum32() % uint32(len(b.keys)))
+}
+
+func (b *base) topicShard(t presence.Topic) int {
+	if t.Channel != "" {
+		return b.shard(t.Channel)
+	}
+	return b.shard(t.UID)
+}
+
+// topicName is the sharded Pub/Sub channel of a topic.
+func (b *base) topicName(t presence.Topic) string {
+	k := b.keys[b.topicShard(t)]
+	if t.Channel != "" {
+		return k.channelTopic(t.Channel)
+	}
+	return k.userTopic(t.UID)
+}
+
+// opTimeout bounds one batch of Redis calls: generous, so a loaded machine
+// does not look like an outage, yet short of a node's lifetime.
+func (b *base) opTimeout() time.Duration { return b.cfg.Timeout / 2 }
+
+// discard is the Relay before Attach.
+type discard struct{}
+
+func (discard) UserChanged(string, bool)           {}
+func (discard) Produced(string, bool)              {}
+func (discard) MemberChanged(string, string, bool) {}
+func (discard) SetMembers(string, []string)        {}
+func (discard) Deliver(presence.Message)           {}
 
 // New validates cfg and starts the goroutine that writes this node's records.
 // It does not contact Redis: a node starts, and serves its own clients, while
@@ -183,353 +204,89 @@ func New(cfg Config) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = log.With("node", cfg.Node)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: register metrics: %w", err)
 	}
-	e := &Engine{
-		cfg:            cfg,
-		rdb:            cfg.Client,
-		log:            log.With("node", cfg.Node),
-		m:              m,
-		retry:          min(max(cfg.RenewEvery/4, 10*time.Millisecond), time.Second),
-		pendingUsers:   make(map[string]int),
-		pendingMembers: make(map[membership]bool),
-		localUsers:     make(map[string]int),
-		localMembers:   make(map[string]map[string]struct{}),
-		wake:           make(chan struct{}, 1),
-		heldUsers:      make(map[string]int),
-		heldMembers:    make(map[membership]struct{}),
-		writerDone:     make(chan struct{}),
-		topics:         make(map[string]*topicState),
-		ready:          make(chan struct{}),
+	b := &base{
+		cfg:    cfg,
+		rdb:    cfg.Client,
+		log:    log,
+		m:      m,
+		retry:  min(max(cfg.RenewEvery/4, 10*time.Millisecond), time.Second),
+		health: newHealth(cfg.Client, log, m),
 	}
 	for i := range cfg.Shards {
-		e.keys = append(e.keys, newShardKeys(cfg.Prefix, i))
+		b.keys = append(b.keys, newShardKeys(cfg.Prefix, i))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e.stop = cancel
-	go e.writeLoop(ctx)
+	w := newWriter(b)
+	e := &Engine{base: b, w: w, r: newRouter(b, w)}
+	w.start()
 	return e, nil
 }
 
 // Node returns this node's name.
 func (e *Engine) Node() string { return e.cfg.Node }
 
-func (e *Engine) shard(name string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	return int(h.Sum32() % uint32(len(e.keys)))
-}
+// Attach hands the engine the Relay it delivers to. Called by presence.Node,
+// once, before any other method; an embedder does not call it.
+func (e *Engine) Attach(r presence.Relay) { e.relayP.Store(&relayBox{r}) }
 
-// SetUser records that this node holds n connections for uid. It never
-// blocks on Redis: changes are coalesced and written in batches.
+// Run reads, until ctx is done, the edges and messages of the topics this
+// node follows and hands them to the Relay. It keeps one sharded Pub/Sub
+// subscription per shard; when one is lost and comes back, the topics it
+// carries are read again once every live node has had a renewal round to
+// write what Redis may have lost. It retries Redis forever and returns nil
+// when ctx is done; it returns an error only while another Run is going.
+// Called by presence.Node; an embedder does not call it.
+func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
+
+// SetUser records that this node holds n connections of uid. It never
+// blocks on Redis: changes are coalesced and written in batches. A user
+// arriving on this node is in the Relay when it returns, if the node follows
+// the user. Called by presence.Node; an embedder does not call it.
 func (e *Engine) SetUser(uid string, n int) {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return
-	}
-	e.pendingUsers[uid] = max(n, 0)
-	if n > 0 {
-		e.localUsers[uid] = n
-	} else {
-		delete(e.localUsers, uid)
-	}
-	e.changedLocked()
-	if n > 0 {
-		e.relayOwn(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true) })
+	if e.w.setUser(uid, n) && n > 0 {
+		e.r.own(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true) })
 	}
 }
 
-// SetMember records that n of this node's connections of uid joined channel.
+// SetMember records that n of this node's connections of uid joined
+// channel; like SetUser, it never blocks on Redis, and a membership arriving
+// on this node is in the Relay when it returns. Called by presence.Node; an
+// embedder does not call it.
 func (e *Engine) SetMember(channel, uid string, n int) {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return
-	}
-	e.pendingMembers[membership{channel, uid}] = n > 0
-	if n > 0 {
-		if e.localMembers[channel] == nil {
-			e.localMembers[channel] = make(map[string]struct{})
-		}
-		e.localMembers[channel][uid] = struct{}{}
-	} else if m := e.localMembers[channel]; m != nil {
-		delete(m, uid)
-		if len(m) == 0 {
-			delete(e.localMembers, channel)
-		}
-	}
-	e.changedLocked()
-	if n > 0 {
-		e.relayOwn(presence.Topic{Channel: channel}, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
+	if e.w.setMember(channel, uid, n > 0) && n > 0 {
+		e.r.own(presence.Topic{Channel: channel}, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
 	}
 }
 
-// relayOwn tells the Relay at once of this node's own user or membership
-// arriving, if it follows the topic: the edge from Redis follows, a
-// duplicate the Relay ignores.
-func (e *Engine) relayOwn(t presence.Topic, tell func(presence.Relay)) {
-	r := e.relay.Load()
-	if r == nil {
-		return
-	}
-	e.fmu.Lock()
-	defer e.fmu.Unlock()
-	if ts := e.topics[e.topicName(t)]; ts != nil && ts.loaded {
-		tell(r)
-	}
+// Follow subscribes this node to topics and returns once the Relay has each
+// one's current state; at once, with an error, while Redis is known to be
+// down, and when ctx ends: the state follows when it can. Called by
+// presence.Node; an embedder does not call it.
+func (e *Engine) Follow(ctx context.Context, topics []presence.Topic) error {
+	return e.r.follow(ctx, topics)
 }
 
-// holds reports whether this node holds uid, or uid's membership of channel.
-func (e *Engine) holds(channel, uid string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if channel == "" {
-		return e.localUsers[uid] > 0
-	}
-	_, ok := e.localMembers[channel][uid]
-	return ok
-}
+// Unfollow stops delivering topics nobody on this node follows any more.
+// A topic is unsubscribed, and dropped from the Relay, a renewal interval
+// later, so a follower that comes right back does not pay for a new
+// snapshot. Called by presence.Node; an embedder does not call it.
+func (e *Engine) Unfollow(topics []presence.Topic) { e.r.unfollow(topics) }
 
-// changedLocked wakes the writer and unlocks e.mu.
-func (e *Engine) changedLocked() {
-	e.m.pending.Set(float64(len(e.pendingUsers) + len(e.pendingMembers) + e.inflight))
-	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-}
-
-// User returns uid's connections summed over all nodes.
-func (e *Engine) User(ctx context.Context, uid string) (int, error) {
-	n, err := e.rdb.HGet(ctx, e.keys[e.shard(uid)].conns, uid).Int()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		e.fail("lookup", err)
-		return 0, fmt.Errorf("cluster: look up %q: %w", uid, err)
-	}
-	e.ok()
-	return n, nil
-}
-
-// Users returns how many users are online on any node and the first limit of
-// their IDs in ascending order.
-func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
-	return e.listing(ctx, "users", func(k shardKeys) string { return k.online }, e.keys, limit)
-}
-
-// Members returns how many members channel has on any node and the first
-// limit of their IDs in ascending order.
-func (e *Engine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
-	k := e.keys[e.shard(channel)]
-	return e.listing(ctx, "members", func(k shardKeys) string { return k.members(channel) }, []shardKeys{k}, limit)
-}
-
-// listing counts and lists, in order, the sorted sets named by key in shards.
-func (e *Engine) listing(ctx context.Context, op string, key func(shardKeys) string, shards []shardKeys, limit int) (int, []string, error) {
-	pipe := e.rdb.Pipeline()
-	cards := make([]*redis.IntCmd, len(shards))
-	ranges := make([]*redis.StringSliceCmd, len(shards))
-	for i, k := range shards {
-		cards[i] = pipe.ZCard(ctx, key(k))
-		if limit > 0 {
-			ranges[i] = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key(k), Start: "-", Stop: "+", ByLex: true, Count: int64(limit)})
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		e.fail(op, err)
-		return 0, nil, fmt.Errorf("cluster: list %s: %w", op, err)
-	}
-	e.ok()
-	count := 0
-	var list []string
-	for i := range shards {
-		count += int(cards[i].Val())
-		if limit > 0 {
-			list = append(list, ranges[i].Val()...)
-		}
-	}
-	if limit <= 0 {
-		return count, nil, nil
-	}
-	if list == nil {
-		list = []string{}
-	}
-	sort.Strings(list)
-	if len(list) > limit {
-		list = list[:limit]
-	}
-	return count, list, nil
-}
-
-// wireMessage is a presence.Message on Pub/Sub; its frame is JSON already.
-type wireMessage struct {
-	Frame      json.RawMessage `json:"f,omitempty"`
-	Disconnect int             `json:"x,omitempty"`
-}
-
-// Publish sends m to the followers of its channel or user, on every node,
-// at most once. An error means it was not delivered: a call whose answer
-// was lost (Redis stalled, the connection broke) is cancelled by its ID
-// before Publish gives up, and if the cancellation finds it already
-// published, Publish reports success. The cancellation is retried until
-// Redis answers it, for at most the ID's lifetime, so Publish may outlast
-// ctx while Redis is stalled.
-func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
-	w := wireMessage{Frame: m.Frame}
-	topic := presence.Topic{UID: m.UID}
-	if m.Disconnect {
-		w = wireMessage{Disconnect: 1}
-	}
-	if m.Channel != "" {
-		topic = presence.Topic{Channel: m.Channel}
-	}
-	msg, err := json.Marshal(w)
-	if err != nil {
-		return fmt.Errorf("cluster: publish: %w", err)
-	}
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	k := e.keys[e.topicShard(topic)]
-	idKey := k.msg(hex.EncodeToString(b[:]))
-	life := (2 * e.cfg.Timeout).Milliseconds()
-	err = publishScript.Run(ctx, e.rdb, []string{idKey}, e.topicName(topic), msg, life).Err()
-	if err == nil {
-		e.ok()
-		return nil
-	}
-	e.fail("publish", err)
-	// The call may still run, or have run: take its ID first, so it
-	// publishes nothing if it has not, and learn which it was.
-	cctx, cancel := context.WithTimeout(context.Background(), 2*e.cfg.Timeout)
-	defer cancel()
-	for {
-		taken, cerr := e.rdb.SetNX(cctx, idKey, "0", 2*e.cfg.Timeout).Result()
-		if cerr == nil {
-			if !taken {
-				return nil // it was published
-			}
-			return fmt.Errorf("cluster: publish: %w", err)
-		}
-		select {
-		case <-cctx.Done():
-			return fmt.Errorf("cluster: publish: not confirmed: %w (cancelling it: %w)", err, cerr)
-		case <-time.After(e.retry):
-		}
-	}
-}
-
-// Health pings Redis.
-func (e *Engine) Health(ctx context.Context) error {
-	if err := e.rdb.Ping(ctx).Err(); err != nil {
-		e.fail("ping", err)
-		return fmt.Errorf("cluster: redis unreachable: %w", err)
-	}
-	e.ok()
-	return nil
-}
+// Health pings Redis. Called through presence.Node for readiness; an
+// embedder does not call it.
+func (e *Engine) Health(ctx context.Context) error { return e.health.ping(ctx) }
 
 // Close stops writing and drops every record this node holds, so its users
 // leave their channels and go offline at once (those also on another node
 // stay). It does not close the Redis client. Safe to call more than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
-		e.stop()
-		<-e.writerDone
-		e.mu.Lock()
-		e.closed = true
-		e.mu.Unlock()
-		e.closeErr = e.leave(ctx)
+		e.w.halt()
+		e.closeErr = e.w.leave(ctx)
 	})
 	return e.closeErr
 }
-
-// leave reaps this node's own records in every shard.
-func (e *Engine) leave(ctx context.Context) error {
-	shards := make([]int, len(e.keys))
-	for i := range shards {
-		shards[i] = i
-	}
-	for len(shards) > 0 {
-		calls := make([]scriptCall, len(shards))
-		for i, s := range shards {
-			calls[i] = scriptCall{shard: s, args: []any{e.keys[s].tag, e.cfg.Node, e.cfg.Batch}}
-		}
-		var more []int
-		for i, cmd := range e.runScripts(ctx, leaveScript, calls) {
-			res, err := scriptResult(cmd, 1)
-			if err != nil {
-				return fmt.Errorf("cluster: drop records of %s on close: %w", e.cfg.Node, err)
-			}
-			e.produced(res[1:])
-			if flag(res[0]) {
-				more = append(more, shards[i])
-			}
-		}
-		shards = more
-	}
-	return nil
-}
-
-// produced hands the user edges a script made to the Relay's Produced.
-func (e *Engine) produced(vals []any) {
-	r := e.relay.Load()
-	for i := 0; i+1 < len(vals); i += 2 {
-		uid, _ := vals[i].(string)
-		on := flag(vals[i+1])
-		kind := "offline"
-		if on {
-			kind = "online"
-		}
-		e.m.edges.WithLabelValues(kind).Inc()
-		if r != nil {
-			r.Produced(uid, on)
-		}
-	}
-}
-
-// fail records a failed Redis operation; the first one after a success is logged.
-func (e *Engine) fail(op string, err error) {
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	e.m.redisErrors.WithLabelValues(op).Inc()
-	e.stateMu.Lock()
-	was := e.down
-	e.down = true
-	e.stateMu.Unlock()
-	if !was {
-		e.m.redisUp.Set(0)
-		e.log.Warn("cluster: redis unreachable; serving local clients, will reconcile when it returns", "op", op, "err", err)
-	}
-}
-
-func (e *Engine) isDown() bool {
-	e.stateMu.Lock()
-	defer e.stateMu.Unlock()
-	return e.down
-}
-
-// ok records a successful Redis operation; after an outage it counts a recovery.
-func (e *Engine) ok() {
-	e.stateMu.Lock()
-	was := e.down
-	e.down = false
-	if was {
-		e.recoveries.Add(1)
-	}
-	e.stateMu.Unlock()
-	if was {
-		e.m.redisUp.Set(1)
-		e.log.Info("cluster: redis reachable again")
-	}
-}
-
-// opTimeout bounds one batch of Redis calls: generous, so a loaded machine
-// does not look like an outage, yet short of a node's lifetime.
-func (e *Engine) opTimeout() time.Duration { return e.cfg.Timeout / 2 }

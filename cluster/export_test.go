@@ -2,11 +2,5 @@ package cluster
 
 // crash stops renewing without dropping anything, as if the process died.
 func (e *Engine) crash() {
-	e.closeOnce.Do(func() {
-		e.mu.Lock()
-		e.closed = true
-		e.mu.Unlock()
-		e.stop()
-		<-e.writerDone
-	})
+	e.closeOnce.Do(e.w.halt)
 }

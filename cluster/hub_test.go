@@ -34,7 +34,7 @@ func startHubWith(t *testing.T, srv *redisServer, name string, onPresence func(u
 	require.NoError(t, err)
 	hs := httptest.NewServer(h)
 	select { // the reader has its view: edges from now on reach it
-	case <-e.ready:
+	case <-e.health.reading:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the engine did not start reading")
 	}

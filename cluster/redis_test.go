@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/presence"
@@ -141,175 +139,6 @@ func (s *redisServer) client(t *testing.T) *redis.Client {
 	return c
 }
 
-// recorder is the Relay of a test node: it keeps everything delivered to it.
-type recorder struct {
-	mu       sync.Mutex
-	edges    []recorded // UserChanged, for the users the node follows
-	produced []recorded // Produced: the edges this node made
-	online   map[string]bool
-	members  map[string][]string // channel -> its members now, as relayed
-	joins    []string            // "channel uid +" or "channel uid -", in order
-	chats    []string
-	notify   chan struct{}
-}
-
-type recorded struct {
-	uid string
-	on  bool
-	at  time.Time
-}
-
-func newRecorder() *recorder {
-	return &recorder{notify: make(chan struct{}, 1), online: map[string]bool{}, members: map[string][]string{}}
-}
-
-// UserChanged records an edge when it changes the user's state, as a
-// Node's view does: a snapshot of an offline user is no edge.
-func (r *recorder) UserChanged(uid string, on bool) {
-	r.mu.Lock()
-	if r.online[uid] != on {
-		r.online[uid] = on
-		r.edges = append(r.edges, recorded{uid, on, time.Now()})
-	}
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *recorder) Produced(uid string, on bool) {
-	r.mu.Lock()
-	r.produced = append(r.produced, recorded{uid, on, time.Now()})
-	r.mu.Unlock()
-	r.poke()
-}
-
-// MemberChanged records an edge when it changes the channel's members, as
-// a Node's view does.
-func (r *recorder) MemberChanged(channel, uid string, joined bool) {
-	r.mu.Lock()
-	if slices.Contains(r.members[channel], uid) == joined {
-		r.mu.Unlock()
-		return
-	}
-	ms := slices.DeleteFunc(r.members[channel], func(m string) bool { return m == uid })
-	sign := "-"
-	if joined {
-		ms = append(ms, uid)
-		sign = "+"
-	}
-	slices.Sort(ms)
-	r.members[channel] = ms
-	r.joins = append(r.joins, channel+" "+uid+" "+sign)
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *recorder) SetMembers(channel string, members []string) {
-	r.mu.Lock()
-	r.members[channel] = slices.Sorted(slices.Values(members))
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *recorder) Deliver(m presence.Message) {
-	r.mu.Lock()
-	r.chats = append(r.chats, string(m.Frame))
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *recorder) poke() {
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
-}
-
-// count returns how many edges of uid in direction on were delivered.
-func (r *recorder) count(uid string, on bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return countOf(r.edges, uid, on)
-}
-
-// producedCount returns how many edges of uid in direction on this node made.
-func (r *recorder) producedCount(uid string, on bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return countOf(r.produced, uid, on)
-}
-
-func countOf(edges []recorded, uid string, on bool) int {
-	n := 0
-	for _, e := range edges {
-		if e.uid == uid && e.on == on {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *recorder) edgeTime(uid string, on bool) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.edges {
-		if e.uid == uid && e.on == on {
-			return e.at
-		}
-	}
-	return time.Time{}
-}
-
-func (r *recorder) all() []recorded {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]recorded(nil), r.edges...)
-}
-
-func (r *recorder) membersOf(channel string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.members[channel])
-}
-
-// joinEdges returns the member edges relayed for uid in channel, in order.
-func (r *recorder) joinEdges(channel, uid string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, j := range r.joins {
-		if strings.HasPrefix(j, channel+" "+uid+" ") {
-			out = append(out, j[len(j)-1:])
-		}
-	}
-	return out
-}
-
-// waitFor waits, on deliveries rather than a fixed sleep, until cond holds.
-func (r *recorder) waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond) // conditions that depend on Redis, not deliveries
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-r.notify:
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-	}
-}
-
-// eventually waits until every assertion of check holds at once. Use it for
-// what a test asserts, not for a different signal it expects to come first:
-// an edge reaches a node over Pub/Sub before the node that made it has
-// handled its script's reply, and one node's write may land before another's.
-func eventually(t *testing.T, what string, check func(c *assert.CollectT)) {
-	t.Helper()
-	require.EventuallyWithT(t, check, testWait, 10*time.Millisecond, what)
-}
-
 // node is an Engine running against a test Redis with its recorder.
 type node struct {
 	*Engine
@@ -337,17 +166,29 @@ func testConfig(c redis.UniversalClient, name string) Config {
 // startNode starts an engine and its Run loop, and waits until it reads events.
 func startNode(t *testing.T, cfg Config) *node {
 	t.Helper()
+	return startNodeRelay(t, cfg, nil)
+}
+
+// startNodeRelay is startNode with the recorder wrapped in a Relay of the
+// test's own (nil: the recorder itself).
+func startNodeRelay(t *testing.T, cfg Config, wrap func(*Engine, *recorder) presence.Relay) *node {
+	t.Helper()
 	e, err := New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{Engine: e, rec: newRecorder(), cancel: cancel, runErr: make(chan error, 1)}
-	go func() { n.runErr <- e.Run(ctx, n.rec) }()
+	var relay presence.Relay = n.rec
+	if wrap != nil {
+		relay = wrap(e, n.rec)
+	}
+	e.Attach(relay)
+	go func() { n.runErr <- e.Run(ctx) }()
 	t.Cleanup(func() {
 		n.crash()
 		n.stopRun()
 	})
 	select {
-	case <-e.ready:
+	case <-e.health.reading:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("node %s did not start reading", cfg.Node)
 	}
@@ -358,17 +199,22 @@ func startNode(t *testing.T, cfg Config) *node {
 // does for its clients, and waits until each one's state is in.
 func (n *node) follow(t *testing.T, names ...string) {
 	t.Helper()
-	var topics []presence.Topic
-	for _, name := range names {
-		if ch, ok := strings.CutPrefix(name, "#"); ok {
-			topics = append(topics, presence.Topic{Channel: ch})
-		} else {
-			topics = append(topics, presence.Topic{UID: name})
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	require.NoError(t, n.Follow(ctx, topics), "follow on %s", n.Node())
+	require.NoError(t, n.Follow(ctx, topics(names...)), "follow on %s", n.Node())
+}
+
+// topics names users, and channels as "#name".
+func topics(names ...string) []presence.Topic {
+	var ts []presence.Topic
+	for _, name := range names {
+		if ch, ok := strings.CutPrefix(name, "#"); ok {
+			ts = append(ts, presence.Topic{Channel: ch})
+		} else {
+			ts = append(ts, presence.Topic{UID: name})
+		}
+	}
+	return ts
 }
 
 // stopRun ends the Run loop and waits for it.

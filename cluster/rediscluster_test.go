@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // redisCluster is a real Redis Cluster of three masters, no replicas, on
@@ -253,5 +255,75 @@ func TestRedisClusterHarness(t *testing.T) {
 		v, err := c.Get(ctx, key).Int()
 		require.NoError(t, err, key)
 		assert.Equal(t, i, v, key)
+	}
+}
+
+// The engine on a real 3-master Redis Cluster: every script touches one
+// slot, shards spread over the masters, each shard's Pub/Sub connects to the
+// master that owns it, and a crashed node's users go offline once.
+func TestEngineOnRedisCluster(t *testing.T) {
+	rc := startRedisCluster(t)
+	cfg := func(name string) Config {
+		c := testConfig(rc.client(t), name)
+		c.Shards = 16
+		return c
+	}
+	a := startNode(t, cfg("a"))
+	b := startNode(t, cfg("b"))
+	ctx := context.Background()
+	var uids []string
+	for i := range 12 { // spread over the shards, and so the masters
+		uids = append(uids, fmt.Sprintf("c%02d", i))
+	}
+	b.follow(t, append(uids, "#lobby", "#hall")...)
+	for _, uid := range uids {
+		a.SetUser(uid, 1)
+		a.SetMember("lobby", uid, 1)
+	}
+	b.SetUser("c00", 1)
+	b.SetMember("hall", "c00", 1)
+	b.rec.waitFor(t, testWait, "12 users online on b", func() bool {
+		return len(b.rec.all()) == 12 && len(b.rec.membersOf("lobby")) == 12
+	})
+	// b shows its own c00 at once; both nodes' writes of c00 land on their
+	// own time, each shard's on its own master.
+	eventually(t, "both nodes' records of c00 written", func(c *assert.CollectT) {
+		n, err := b.User(ctx, "c00")
+		assert.NoError(c, err)
+		assert.Equal(c, 2, n)
+	})
+	count, users, err := b.Users(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 12, count)
+	assert.Equal(t, []string{"c00", "c01", "c02"}, users)
+	count, members, err := a.Members(ctx, "lobby", 2)
+	require.NoError(t, err)
+	assert.Equal(t, 12, count)
+	assert.Equal(t, []string{"c00", "c01"}, members)
+	require.NoError(t, a.Publish(ctx, presence.Message{Channel: "lobby", Frame: encoded("chat", `{"type":"chat"}`)}))
+	b.rec.waitFor(t, testWait, "chat on b", func() bool {
+		b.rec.mu.Lock()
+		defer b.rec.mu.Unlock()
+		return len(b.rec.chats) == 1
+	})
+
+	a.crash()
+	b.rec.waitFor(t, testWait, "a's users offline and out of the lobby", func() bool {
+		return len(b.rec.all()) == 23 && len(b.rec.membersOf("lobby")) == 0
+	})
+	assert.Equal(t, 0, b.rec.count("c00", false), "c00 has a connection on b")
+	assert.Equal(t, []string{"c00"}, b.rec.membersOf("hall"))
+	// The claim's reply reaches b's writer a moment after its edges reach b's
+	// reader.
+	b.rec.waitFor(t, testWait, "b reaped each of a's users", func() bool {
+		for _, uid := range uids[1:] {
+			if b.rec.producedCount(uid, false) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, uid := range uids[1:] {
+		assert.Equal(t, 1, b.rec.producedCount(uid, false), "b reaped %s once", uid)
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -275,4 +276,10 @@ func scriptResult(cmd *redis.Cmd, min int) ([]any, error) {
 func flag(v any) bool {
 	n, _ := v.(int64)
 	return n == 1
+}
+
+// isNoScript reports whether err says Redis does not have the script (its
+// cache is empty after a restart or failover).
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }

@@ -2,45 +2,188 @@ package cluster
 
 import (
 	"context"
-	"errors"
+	"slices"
+	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// writeLoop is the only writer of this node's records, so the changes for a
-// user (or membership) reach Redis in the order SetUser and SetMember saw them.
-func (e *Engine) writeLoop(ctx context.Context) {
-	defer close(e.writerDone)
-	renew := time.NewTicker(e.cfg.RenewEvery)
+// writer keeps what this node holds and writes it to Redis. SetUser and
+// SetMember only record a change and wake the writer's goroutine (loop),
+// which is the only one to write this node's records, so the changes for a
+// user (or membership) reach Redis in the order they were made. The loop
+// also renews the node's liveness, writes its records again where Redis lost
+// them, and claims the records of dead nodes.
+type writer struct {
+	*base
+
+	// mu guards the changes not yet in Redis and what this node holds now.
+	mu             sync.Mutex
+	pendingUsers   map[string]int // uid -> connections on this node
+	pendingMembers map[membership]bool
+	inflight       int // changes taken by a write under way
+	// What this node holds now, written or not: a live node's own users
+	// are online, and members of the channels they joined, whatever Redis
+	// says before its writes land.
+	localUsers   map[string]int
+	localMembers map[string]map[string]struct{} // channel -> uids
+	closed       bool
+	wake         chan struct{}
+
+	// Owned by loop: what Redis holds for this node.
+	heldUsers   map[string]int
+	heldMembers map[membership]struct{}
+
+	stop context.CancelFunc
+	done chan struct{} // closed when loop returns
+}
+
+type membership struct{ channel, uid string }
+
+func newWriter(b *base) *writer {
+	return &writer{
+		base:           b,
+		pendingUsers:   make(map[string]int),
+		pendingMembers: make(map[membership]bool),
+		localUsers:     make(map[string]int),
+		localMembers:   make(map[string]map[string]struct{}),
+		wake:           make(chan struct{}, 1),
+		heldUsers:      make(map[string]int),
+		heldMembers:    make(map[membership]struct{}),
+		done:           make(chan struct{}),
+	}
+}
+
+// start starts the loop.
+func (w *writer) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stop = cancel
+	go w.loop(ctx)
+}
+
+// halt ignores changes from now on and stops the loop, leaving in Redis
+// what it wrote, as if the process died.
+func (w *writer) halt() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.stop()
+	<-w.done
+}
+
+// setUser records that this node holds n connections of uid; false once
+// halted.
+func (w *writer) setUser(uid string, n int) bool {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	w.pendingUsers[uid] = max(n, 0)
+	if n > 0 {
+		w.localUsers[uid] = n
+	} else {
+		delete(w.localUsers, uid)
+	}
+	w.countPendingLocked()
+	w.mu.Unlock()
+	w.poke()
+	return true
+}
+
+// setMember records whether this node holds uid's membership of channel;
+// false once halted.
+func (w *writer) setMember(channel, uid string, on bool) bool {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	w.pendingMembers[membership{channel, uid}] = on
+	if on {
+		if w.localMembers[channel] == nil {
+			w.localMembers[channel] = make(map[string]struct{})
+		}
+		w.localMembers[channel][uid] = struct{}{}
+	} else if m := w.localMembers[channel]; m != nil {
+		delete(m, uid)
+		if len(m) == 0 {
+			delete(w.localMembers, channel)
+		}
+	}
+	w.countPendingLocked()
+	w.mu.Unlock()
+	w.poke()
+	return true
+}
+
+func (w *writer) countPendingLocked() {
+	w.m.pending.Set(float64(len(w.pendingUsers) + len(w.pendingMembers) + w.inflight))
+}
+
+// poke wakes the loop.
+func (w *writer) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// holds reports whether this node holds uid, or uid's membership of channel.
+func (w *writer) holds(channel, uid string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if channel == "" {
+		return w.localUsers[uid] > 0
+	}
+	_, ok := w.localMembers[channel][uid]
+	return ok
+}
+
+// addMembers adds to members those of channel this node holds.
+func (w *writer) addMembers(channel string, members []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for uid := range w.localMembers[channel] {
+		if !slices.Contains(members, uid) {
+			members = append(members, uid)
+		}
+	}
+	return members
+}
+
+func (w *writer) loop(ctx context.Context) {
+	defer close(w.done)
+	renew := time.NewTicker(w.cfg.RenewEvery)
 	defer renew.Stop()
-	claim := time.NewTicker(e.cfg.ClaimEvery)
+	claim := time.NewTicker(w.cfg.ClaimEvery)
 	defer claim.Stop()
 	var (
 		retry <-chan time.Time
-		seen  = e.recoveries.Load()
+		seen  = w.health.recovered()
 	)
 	for {
 		var err error
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.wake:
+		case <-w.wake:
 			if retry != nil {
 				continue // Redis failed a moment ago: the retry flushes too
 			}
-			err = e.flush(ctx)
+			err = w.flush(ctx)
 		case <-renew.C:
-			err = e.renew(ctx)
+			err = w.renew(ctx)
 		case <-retry:
 			retry = nil
-			err = e.renew(ctx)
+			err = w.renew(ctx)
 		case <-claim.C:
 			// Right after an outage every node may look dead: renew first
 			// (below). The claim script itself pauses claims after a gap,
-			// for every node, until all have had a renewal round.
-			if !e.isDown() && e.recoveries.Load() == seen {
-				err = e.claim(ctx)
+			// for every node, until all have had a renewal round. A node
+			// without a Relay yet does not claim: the edges it reaps must
+			// reach Produced.
+			if w.attached() && !w.health.isDown() && w.health.recovered() == seen {
+				err = w.claim(ctx)
 			}
 		}
 		if err != nil {
@@ -48,16 +191,16 @@ func (e *Engine) writeLoop(ctx context.Context) {
 				return
 			}
 			if retry == nil {
-				retry = time.After(e.retry)
+				retry = time.After(w.retry)
 			}
 			continue
 		}
-		if r := e.recoveries.Load(); r != seen {
+		if r := w.health.recovered(); r != seen {
 			// Redis is back: prove we live at once, before anyone can take
 			// us for dead.
 			seen = r
-			if err := e.renew(ctx); err != nil && retry == nil {
-				retry = time.After(e.retry)
+			if err := w.renew(ctx); err != nil && retry == nil {
+				retry = time.After(w.retry)
 			}
 		}
 	}
@@ -77,20 +220,20 @@ func (r record) args() []any {
 	return []any{"m", r.channel, r.uid, r.n}
 }
 
-func (e *Engine) recordShard(r record) int {
+func (w *writer) recordShard(r record) int {
 	if r.channel == "" {
-		return e.shard(r.uid)
+		return w.shard(r.uid)
 	}
-	return e.shard(r.channel)
+	return w.shard(r.channel)
 }
 
 // flush writes the pending changes.
-func (e *Engine) flush(ctx context.Context) error {
-	e.mu.Lock()
-	users, members := e.pendingUsers, e.pendingMembers
-	e.pendingUsers, e.pendingMembers = make(map[string]int), make(map[membership]bool)
-	e.inflight = len(users) + len(members)
-	e.mu.Unlock()
+func (w *writer) flush(ctx context.Context) error {
+	w.mu.Lock()
+	users, members := w.pendingUsers, w.pendingMembers
+	w.pendingUsers, w.pendingMembers = make(map[string]int), make(map[membership]bool)
+	w.inflight = len(users) + len(members)
+	w.mu.Unlock()
 	var recs []record
 	for uid, n := range users {
 		recs = append(recs, record{uid: uid, n: n})
@@ -102,62 +245,56 @@ func (e *Engine) flush(ctx context.Context) error {
 		}
 		recs = append(recs, record{uid: k.uid, channel: k.channel, n: n})
 	}
-	err := e.write(ctx, recs, false)
-	e.mu.Lock()
-	e.inflight = 0
-	e.m.pending.Set(float64(len(e.pendingUsers) + len(e.pendingMembers)))
-	e.mu.Unlock()
+	err := w.write(ctx, recs, false)
+	w.mu.Lock()
+	w.inflight = 0
+	w.countPendingLocked()
+	w.mu.Unlock()
 	return err
 }
 
 // renew flushes, then renews this node's liveness in every shard; a shard
 // that had taken it for dead (or that Redis lost) gets its records again.
-func (e *Engine) renew(ctx context.Context) error {
-	if err := e.flush(ctx); err != nil {
+func (w *writer) renew(ctx context.Context) error {
+	if err := w.flush(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
-	calls := make([]scriptCall, len(e.keys))
-	for s := range e.keys {
-		calls[s] = e.setCall(s, nil)
+	calls := make([]scriptCall, len(w.keys))
+	for s := range w.keys {
+		calls[s] = w.setCall(s, nil)
 	}
-	if err := e.runSet(ctx, calls, false); err != nil {
+	if err := w.runSet(ctx, calls, false); err != nil {
 		return err
 	}
-	e.m.renew.Observe(time.Since(start).Seconds())
+	w.m.renew.Observe(time.Since(start).Seconds())
 	return nil
 }
 
 // reassert writes everything this node holds in shards again: Redis lost it,
 // or reaped it while this node was cut off or stalled.
-func (e *Engine) reassert(ctx context.Context, shards map[int]bool) error {
+func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	var recs []record
-	for uid, n := range e.heldUsers {
-		if shards[e.shard(uid)] {
+	for uid, n := range w.heldUsers {
+		if shards[w.shard(uid)] {
 			recs = append(recs, record{uid: uid, n: n})
 		}
 	}
-	for k := range e.heldMembers {
-		if shards[e.shard(k.channel)] {
+	for k := range w.heldMembers {
+		if shards[w.shard(k.channel)] {
 			recs = append(recs, record{uid: k.uid, channel: k.channel, n: 1})
 		}
 	}
 	if len(recs) == 0 {
 		return nil
 	}
-	e.m.rewritten.Add(float64(len(recs)))
-	e.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
-	return e.write(ctx, recs, true)
+	w.m.rewritten.Add(float64(len(recs)))
+	w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
+	return w.write(ctx, recs, true)
 }
 
-type scriptCall struct {
-	shard int
-	args  []any
-	recs  []record
-}
-
-func (e *Engine) setCall(shard int, recs []record) scriptCall {
-	args := []any{e.keys[shard].tag, e.cfg.Node, e.cfg.Timeout.Milliseconds()}
+func (w *writer) setCall(shard int, recs []record) scriptCall {
+	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds()}
 	for _, r := range recs {
 		args = append(args, r.args()...)
 	}
@@ -165,172 +302,95 @@ func (e *Engine) setCall(shard int, recs []record) scriptCall {
 }
 
 // write runs setScript for recs in pipelined batches per shard.
-func (e *Engine) write(ctx context.Context, recs []record, reasserting bool) error {
+func (w *writer) write(ctx context.Context, recs []record, reasserting bool) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	perShard := make([][]record, len(e.keys))
+	perShard := make([][]record, len(w.keys))
 	for _, r := range recs {
-		s := e.recordShard(r)
+		s := w.recordShard(r)
 		perShard[s] = append(perShard[s], r)
 	}
 	var calls []scriptCall
 	for s, rs := range perShard {
 		for len(rs) > 0 {
-			n := min(len(rs), e.cfg.Batch)
-			calls = append(calls, e.setCall(s, rs[:n]))
+			n := min(len(rs), w.cfg.Batch)
+			calls = append(calls, w.setCall(s, rs[:n]))
 			rs = rs[n:]
 		}
 	}
-	return e.runSet(ctx, calls, reasserting)
+	return w.runSet(ctx, calls, reasserting)
 }
 
 // runSet runs setScript calls. Records of calls that fail go back to pending
 // unless a newer change is there; records that landed update what this node
 // holds. Shards that had taken this node for dead get its records again.
-func (e *Engine) runSet(ctx context.Context, calls []scriptCall, reasserting bool) error {
-	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
+func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting bool) error {
+	ctx, cancel := context.WithTimeout(ctx, w.opTimeout())
 	defer cancel()
 	var firstErr error
 	back := map[int]bool{}
-	for i, cmd := range e.runScripts(ctx, setScript, calls) {
+	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
 		res, err := scriptResult(cmd, 1)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
-			e.requeue(c.recs)
+			w.requeue(c.recs)
 			continue
 		}
 		if flag(res[0]) && !reasserting {
 			back[c.shard] = true
 		}
-		e.produced(res[1:])
+		w.produced(res[1:])
 		for _, r := range c.recs {
-			e.hold(r)
+			w.hold(r)
 		}
 	}
-	e.m.usersHeld.Set(float64(len(e.heldUsers)))
+	w.m.usersHeld.Set(float64(len(w.heldUsers)))
 	if firstErr != nil {
-		e.fail("write", firstErr)
+		w.health.fail("write", firstErr)
 		return firstErr
 	}
-	e.ok()
+	w.health.ok()
 	if len(back) > 0 {
-		return e.reassert(ctx, back)
+		return w.reassert(ctx, back)
 	}
 	return nil
 }
 
-func (e *Engine) hold(r record) {
+func (w *writer) hold(r record) {
 	switch {
 	case r.channel == "" && r.n > 0:
-		e.heldUsers[r.uid] = r.n
+		w.heldUsers[r.uid] = r.n
 	case r.channel == "":
-		delete(e.heldUsers, r.uid)
+		delete(w.heldUsers, r.uid)
 	case r.n > 0:
-		e.heldMembers[membership{r.channel, r.uid}] = struct{}{}
+		w.heldMembers[membership{r.channel, r.uid}] = struct{}{}
 	default:
-		delete(e.heldMembers, membership{r.channel, r.uid})
+		delete(w.heldMembers, membership{r.channel, r.uid})
 	}
 }
 
 // requeue puts records that did not land back in pending, unless a newer
 // change is already there.
-func (e *Engine) requeue(recs []record) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+func (w *writer) requeue(recs []record) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
 		return
 	}
 	for _, r := range recs {
 		if r.channel == "" {
-			if _, newer := e.pendingUsers[r.uid]; !newer {
-				e.pendingUsers[r.uid] = r.n
+			if _, newer := w.pendingUsers[r.uid]; !newer {
+				w.pendingUsers[r.uid] = r.n
 			}
 			continue
 		}
 		k := membership{r.channel, r.uid}
-		if _, newer := e.pendingMembers[k]; !newer {
-			e.pendingMembers[k] = r.n > 0
+		if _, newer := w.pendingMembers[k]; !newer {
+			w.pendingMembers[k] = r.n > 0
 		}
 	}
-}
-
-// claim marks the nodes that stopped renewing as dead and reaps their
-// records, shard by shard, until none is left.
-func (e *Engine) claim(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
-	defer cancel()
-	shards := make([]int, len(e.keys))
-	for i := range shards {
-		shards[i] = i
-	}
-	// A live node's liveness has at least Timeout-RenewEvery left; a gap of
-	// half that cannot have expired one.
-	gap := (e.cfg.Timeout - e.cfg.RenewEvery) / 2
-	pause := e.cfg.RenewEvery + e.retry
-	back := map[int]bool{}
-	for len(shards) > 0 && ctx.Err() == nil {
-		calls := make([]scriptCall, len(shards))
-		for i, s := range shards {
-			calls[i] = scriptCall{shard: s, args: []any{e.keys[s].tag, e.cfg.Node, e.cfg.Timeout.Milliseconds(),
-				e.cfg.Batch, gap.Milliseconds(), pause.Milliseconds()}}
-		}
-		var more []int
-		for i, cmd := range e.runScripts(ctx, claimScript, calls) {
-			res, err := scriptResult(cmd, 3)
-			if err != nil {
-				e.fail("claim", err)
-				return err
-			}
-			if flag(res[0]) {
-				back[shards[i]] = true
-			}
-			if edges := res[3:]; len(edges) > 0 {
-				e.m.reaped.Add(float64(len(edges) / 2))
-				e.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/2)
-				e.produced(edges)
-			}
-			if flag(res[2]) {
-				more = append(more, shards[i])
-			}
-		}
-		shards = more
-	}
-	e.ok()
-	if len(back) > 0 {
-		return e.reassert(ctx, back)
-	}
-	return ctx.Err()
-}
-
-// runScripts runs one script per call in a pipeline by its SHA, then runs the
-// calls that met an empty script cache (Redis restarted) again with the source.
-func (e *Engine) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := e.rdb.Pipeline()
-	for i, c := range calls {
-		cmds[i] = s.EvalSha(ctx, pipe, []string{e.keys[c.shard].alive}, c.args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe = e.rdb.Pipeline()
-		for _, i := range again {
-			cmds[i] = s.Eval(ctx, pipe, []string{e.keys[calls[i].shard].alive}, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
-}
-
-func isNoScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }

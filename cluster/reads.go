@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// User returns uid's connections summed over all nodes. Called by
+// presence.Node; an embedder does not call it.
+func (e *Engine) User(ctx context.Context, uid string) (int, error) {
+	n, err := e.rdb.HGet(ctx, e.keys[e.shard(uid)].conns, uid).Int()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		e.health.fail("lookup", err)
+		return 0, fmt.Errorf("cluster: look up %q: %w", uid, err)
+	}
+	e.health.ok()
+	return n, nil
+}
+
+// Users returns how many users are online on any node and the first limit of
+// their IDs in ascending order. Called by presence.Node; an embedder does
+// not call it.
+func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
+	return e.listing(ctx, "users", func(k shardKeys) string { return k.online }, e.keys, limit)
+}
+
+// Members returns how many members channel has on any node and the first
+// limit of their IDs in ascending order. Called by presence.Node; an
+// embedder does not call it.
+func (e *Engine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
+	k := e.keys[e.shard(channel)]
+	return e.listing(ctx, "members", func(k shardKeys) string { return k.members(channel) }, []shardKeys{k}, limit)
+}
+
+// listing counts and lists, in order, the sorted sets named by key in shards.
+func (e *Engine) listing(ctx context.Context, op string, key func(shardKeys) string, shards []shardKeys, limit int) (int, []string, error) {
+	pipe := e.rdb.Pipeline()
+	cards := make([]*redis.IntCmd, len(shards))
+	ranges := make([]*redis.StringSliceCmd, len(shards))
+	for i, k := range shards {
+		cards[i] = pipe.ZCard(ctx, key(k))
+		if limit > 0 {
+			ranges[i] = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key(k), Start: "-", Stop: "+", ByLex: true, Count: int64(limit)})
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		e.health.fail(op, err)
+		return 0, nil, fmt.Errorf("cluster: list %s: %w", op, err)
+	}
+	e.health.ok()
+	count := 0
+	var list []string
+	for i := range shards {
+		count += int(cards[i].Val())
+		if limit > 0 {
+			list = append(list, ranges[i].Val()...)
+		}
+	}
+	if limit <= 0 {
+		return count, nil, nil
+	}
+	if list == nil {
+		list = []string{}
+	}
+	sort.Strings(list)
+	if len(list) > limit {
+		list = list[:limit]
+	}
+	return count, list, nil
+}

@@ -1,0 +1,318 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
+)
+
+// router delivers to the Relay the topics this node follows: it keeps one
+// sharded Pub/Sub subscription per shard that has a followed topic, reads
+// each topic's state when the following begins (and again after a lost
+// subscription), and relays the edges and messages that arrive.
+//
+// Every Relay call is decided under mu, in the order the calls must be made,
+// and queued on its shard's outbox. It is made after mu is released by the
+// goroutine that decided it, unless another one is making the shard's calls
+// already: one goroutine at a time per shard, in queue order (see deliver).
+// So a snapshot and the edges of the same topic reach the Relay in the order
+// they were decided, the seq filtering stays exact, no lock is held while the
+// Relay works, and a node's own edge, decided by SetUser's caller, is in the
+// Relay when SetUser returns, without waiting behind a shard reader that is
+// reading a snapshot from Redis.
+type router struct {
+	*base
+	w *writer // what this node holds, for snapshots and filtering
+
+	mu     sync.Mutex
+	topics map[string]*topicState // by Pub/Sub channel name
+	run    *runState              // while Run runs
+	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one
+	out    []outbox               // by shard
+
+	running atomic.Bool
+}
+
+// topicState is one channel or user this node follows, or followed a moment
+// ago. Edges carry the shard's edge counter: once a snapshot at seq is in the
+// Relay, an edge at or below seq is already in it.
+type topicState struct {
+	t        presence.Topic
+	shard    int
+	followed bool
+	idle     time.Time // when it was last unfollowed
+	seq      int64
+	live     bool // Redis confirmed the subscription: a snapshot now misses no edge
+	loaded   bool // a snapshot was decided since the following began
+	stale    bool // re-subscribed after a lost connection: edges pass unfiltered until the next snapshot
+	waiters  []chan struct{}
+}
+
+// An outbox holds one shard's Relay calls, decided under router.mu and not
+// yet made. Guarded by router.mu.
+type outbox struct {
+	calls  []func(presence.Relay)
+	queued uint64    // calls ever queued
+	made   uint64    // calls ever made
+	busy   bool      // a goroutine is making calls
+	done   sync.Cond // on router.mu: made moved, or busy ended
+}
+
+func newRouter(b *base, w *writer) *router {
+	r := &router{base: b, w: w, topics: make(map[string]*topicState), out: make([]outbox, len(b.keys))}
+	for i := range r.out {
+		r.out[i].done.L = &r.mu
+	}
+	return r
+}
+
+// post queues a Relay call for shard, after those decided before it.
+// Called with r.mu held.
+func (r *router) post(shard int, call func(presence.Relay)) {
+	o := &r.out[shard]
+	o.calls = append(o.calls, call)
+	o.queued++
+}
+
+// deliver makes shard's queued Relay calls and returns once those queued
+// before it was called are made. One goroutine at a time makes a shard's
+// calls, in order; the others wait, which is brief, as Relay methods do not
+// block. So a caller's decisions have reached the Relay when it returns: a
+// node's own edge is in the Relay when SetUser returns, a snapshot when
+// Follow does. Called without r.mu.
+func (r *router) deliver(shard int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := &r.out[shard]
+	target := o.queued
+	for o.made < target {
+		if o.busy {
+			o.done.Wait()
+			continue
+		}
+		o.busy = true
+		calls := o.calls
+		o.calls = nil
+		r.mu.Unlock()
+		relay := r.relay()
+		for _, call := range calls {
+			call(relay)
+		}
+		r.mu.Lock()
+		o.made += uint64(len(calls))
+		o.busy = false
+		o.done.Broadcast()
+	}
+}
+
+// follow subscribes to the topics not subscribed yet and waits until the
+// Relay has each one's state, unless Redis is known to be down or ctx ends
+// first.
+func (r *router) follow(ctx context.Context, topics []presence.Topic) error {
+	var wait []chan struct{}
+	fresh := map[int][]string{}
+	kept := map[int]bool{} // shards of topics followed again before they were dropped
+	r.mu.Lock()
+	for _, t := range topics {
+		name := r.topicName(t)
+		ts := r.topics[name]
+		if ts == nil {
+			ts = &topicState{t: t, shard: r.topicShard(t)}
+			r.topics[name] = ts
+			fresh[ts.shard] = append(fresh[ts.shard], name)
+		}
+		ts.followed = true
+		if ts.loaded {
+			kept[ts.shard] = true
+			continue
+		}
+		ch := make(chan struct{})
+		ts.waiters = append(ts.waiters, ch)
+		wait = append(wait, ch)
+	}
+	r.mu.Unlock()
+	for s := range kept {
+		r.deliver(s) // its snapshot may still be on its way to the Relay
+	}
+	for s, names := range fresh {
+		r.subscribe(s, names)
+	}
+	if r.health.isDown() {
+		return errors.New("cluster: redis unreachable: the state follows when it returns")
+	}
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// unfollow marks topics nobody on this node follows; sweep drops them a
+// renewal interval later, so a follower that comes right back does not pay
+// for a new snapshot.
+func (r *router) unfollow(topics []presence.Topic) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, t := range topics {
+		if ts := r.topics[r.topicName(t)]; ts != nil && ts.followed {
+			ts.followed = false
+			ts.idle = now
+		}
+	}
+}
+
+// own tells the Relay at once of this node's own user or membership
+// arriving, if the topic's state is in it: the edge from Redis follows, a
+// duplicate the Relay ignores.
+func (r *router) own(t presence.Topic, call func(presence.Relay)) {
+	r.mu.Lock()
+	ts := r.topics[r.topicName(t)]
+	told := ts != nil && ts.loaded
+	if told {
+		r.post(ts.shard, call)
+	}
+	r.mu.Unlock()
+	if told {
+		r.deliver(ts.shard)
+	}
+}
+
+// sweep drops the topics nobody followed for a while.
+func (r *router) sweep(ctx context.Context) {
+	gone := map[int][]string{}
+	r.mu.Lock()
+	cutoff := time.Now().Add(-r.cfg.RenewEvery)
+	for name, ts := range r.topics {
+		if ts.followed || ts.idle.After(cutoff) {
+			continue
+		}
+		delete(r.topics, name)
+		gone[ts.shard] = append(gone[ts.shard], name)
+		t := ts.t
+		if t.Channel != "" {
+			r.post(ts.shard, func(rl presence.Relay) { rl.SetMembers(t.Channel, nil) })
+		} else {
+			r.post(ts.shard, func(rl presence.Relay) { rl.UserChanged(t.UID, false) })
+		}
+	}
+	subs := r.subs
+	r.mu.Unlock()
+	for s, names := range gone {
+		r.deliver(s)
+		if subs != nil && subs[s] != nil {
+			_ = subs[s].SUnsubscribe(ctx, names...)
+		}
+	}
+	// A topic followed again meanwhile may have had its subscription
+	// overtaken by the unsubscription: subscribe it again.
+	again := map[int][]string{}
+	r.mu.Lock()
+	for s, names := range gone {
+		for _, name := range names {
+			if r.topics[name] != nil {
+				again[s] = append(again[s], name)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for s, names := range again {
+		r.subscribe(s, names)
+	}
+}
+
+// runState is what Run shares with subscribe: the shards' Pub/Subs start on
+// the first topic, so that a Redis Cluster client connects each one to the
+// master of its shard's slot.
+type runState struct {
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+// subscribe subscribes shard's Pub/Sub to names, starting it and its reader
+// if it is the shard's first topic. Nothing happens before Run: Run
+// subscribes to every topic followed by then.
+func (r *router) subscribe(shard int, names []string) {
+	r.mu.Lock()
+	run := r.run
+	if run == nil {
+		r.mu.Unlock()
+		return
+	}
+	ps := r.subs[shard]
+	first := ps == nil
+	if first {
+		ps = r.rdb.SSubscribe(run.ctx) // connects with its first channels, below
+		r.subs[shard] = ps
+		run.wg.Add(1)
+	}
+	r.mu.Unlock()
+	if err := ps.SSubscribe(run.ctx, names...); err != nil {
+		r.health.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
+	}
+	if first {
+		go func() {
+			defer run.wg.Done()
+			r.readShard(run.ctx, shard, ps)
+		}()
+	}
+}
+
+// runLoop subscribes to what is followed, then drops what nobody followed
+// for a while, until ctx is done.
+func (r *router) runLoop(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("cluster: Run is already running")
+	}
+	defer r.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	run := &runState{ctx: ctx}
+	r.mu.Lock()
+	names := map[int][]string{}
+	for name, ts := range r.topics {
+		names[ts.shard] = append(names[ts.shard], name)
+		ts.live, ts.loaded, ts.stale = false, false, false
+	}
+	r.run = run
+	r.subs = make([]*redis.PubSub, len(r.keys))
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		subs := r.subs
+		r.run, r.subs = nil, nil
+		r.mu.Unlock()
+		cancel()
+		for _, ps := range subs {
+			if ps != nil {
+				_ = ps.Close()
+			}
+		}
+		run.wg.Wait()
+	}()
+	for s, ns := range names {
+		r.subscribe(s, ns)
+	}
+	r.health.startedReading()
+
+	sweep := time.NewTicker(r.cfg.RenewEvery)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sweep.C:
+			r.sweep(ctx)
+		}
+	}
+}
