@@ -171,11 +171,16 @@ func (v *view) Deliver(m Message) {
 		v.mu.Unlock()
 		return
 	}
-	// Closing a client disconnects it from the Node: not under v.mu.
+	// Closing a client disconnects it from the Node, which calls the
+	// Engine: a Relay never does that on the Engine's goroutine.
 	kick := slices.Clone(v.byUser[m.UID])
 	v.mu.Unlock()
-	for _, c := range kick {
-		c.Close(protocol.CloseDisconnected, protocol.ReasonDisconnected)
+	if len(kick) > 0 {
+		go func() {
+			for _, c := range kick {
+				c.Close(protocol.CloseDisconnected, protocol.ReasonDisconnected)
+			}
+		}()
 	}
 }
 
