@@ -48,7 +48,7 @@ func parseFlags() config {
 	flag.StringVar(&c.bin, "bin", "/tmp/presenced", "presenced binary to measure (the after column)")
 	flag.StringVar(&c.before, "before", "", "an older presenced binary to measure the same way (the before column); empty: not measured")
 	flag.StringVar(&c.redisBin, "redis-server", "redis-server", "redis-server binary, for the cluster cases")
-	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (burst,flood,freeze,reconnect,cap,utf8,jwt,churn,list,cluster); empty: all")
+	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (burst,flood,freeze,reconnect,cap,utf8,jwt,churn,list,cluster,cut); empty: all")
 	flag.StringVar(&c.logDir, "logs", "", "directory for the servers' output; empty: a new temporary directory")
 	flag.DurationVar(&c.freeze, "freeze", 40*time.Second, "how long the freeze case stops the server")
 	flag.IntVar(&c.churnUsers, "churn-users", 500_000, "users that come and go in the churn case")
@@ -76,6 +76,7 @@ var scenarios = []scenario{
 	{"churn", churn},
 	{"list", listLatency},
 	{"cluster", cluster},
+	{"cut", cut},
 }
 
 // harness is what the runs of every scenario share.

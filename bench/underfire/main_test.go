@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestKnown(t *testing.T) {
@@ -43,5 +44,29 @@ func TestCompare(t *testing.T) {
 	want = []line{{"cap", "not measured (no `-before`)", "n/a: cap exited at start", ""}}
 	if !slices.Equal(got, want) {
 		t.Errorf("compare, no before, after failed:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestStatTicks(t *testing.T) {
+	stat := "4242 (pre senced) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 37 0 0 20 0 9 0 100 123456 789 18446744073709551615\n"
+	got, err := statTicks(stat)
+	if err != nil {
+		t.Fatalf("statTicks: %v", err)
+	}
+	if got != 287 {
+		t.Errorf("statTicks = %d, want 250+37", got)
+	}
+	if _, err := statTicks("4242 (presenced) S 1 2"); err == nil {
+		t.Error("statTicks of a short line: no error")
+	}
+}
+
+func TestSpread(t *testing.T) {
+	ds := []time.Duration{400 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond}
+	if got, want := spread(ds), "median 0.35 s (0.20..0.50)"; got != want {
+		t.Errorf("spread = %q, want %q", got, want)
+	}
+	if got := spread(nil); got != "none" {
+		t.Errorf("spread(nil) = %q, want none", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,4 +241,195 @@ func keepPinging(c *client, period time.Duration, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// cutCase is one case of cut: flooders connections, each sending app pings
+// at rate frames a second, which the server should all close within target.
+type cutCase struct {
+	name     string // of the presenced log and the figures line
+	rate     int    // frames a second per flooder
+	flooders int
+	target   time.Duration
+}
+
+// cutResult is what one cut case measured.
+type cutResult struct {
+	closeIn []time.Duration // first frame to close frame, of the flooders the server closed
+	within  int             // flooders closed within the case's target
+	how     string          // the flooders' ends, by how
+	sent    int             // frames the flooders sent, in all
+	cpu     float64         // the server's CPU-seconds from the first frame to the last close
+	attack  time.Duration   // first frame to the last close, or to the end of sending
+	calm    string          // how the well-behaved client ended, or "connected"
+	pongs   int64           // pongs the well-behaved client got
+}
+
+// cut: ten clients send app pings far over the frame rate while an
+// eleventh pings once a second; the server should cut the ten off with
+// 1008 and keep the eleventh.
+func cut(r *run) ([]row, error) {
+	fast := cutCase{name: "cut-20x", rate: 1000, flooders: 10, target: 3 * time.Second}
+	slow := cutCase{name: "cut-2x", rate: 100, flooders: 10, target: 10 * time.Second}
+	f, err := r.cutOnce(fast)
+	if err != nil {
+		return nil, err
+	}
+	s, err := r.cutOnce(slow)
+	if err != nil {
+		return nil, err
+	}
+	how := "default flags (50 frames/s, bursts of 100); ten connections `?uid=flood-N` each send `{\"type\":\"ping\"}` paced in 10 ms batches for at most 10 s, " +
+		"each timed from its first frame to the close frame it reads; server CPU is utime+stime of /proc/<pid>/stat from the first frame to the last close; " +
+		"an eleventh client pings once a second from 1 s before to 2 s after"
+	return []row{
+		{"11a. cut: 10 clients send pings at 1,000 frames/s each (20x the rate), one more pings once a second",
+			f.outcome(fast) + fmt.Sprintf("; server CPU %.2f s (target < 1: %s)", f.cpu, met(f.cpu < 1)), how},
+		{"11b. cut: 10 clients send pings at 100 frames/s each (2x the rate), one more pings once a second",
+			s.outcome(slow) + fmt.Sprintf("; server CPU %.2f s", s.cpu), how},
+	}, nil
+}
+
+// cutOnce runs cc on a fresh presenced with default flags.
+func (r *run) cutOnce(cc cutCase) (cutResult, error) {
+	var res cutResult
+	p, err := r.startPresenced(cc.name)
+	if err != nil {
+		return res, err
+	}
+	defer p.stop()
+	var pongs atomic.Int64
+	calm, err := connect(p.addr, "calm", "", func(f *frame, _ []byte) {
+		if f.Type == "pong" {
+			pongs.Add(1)
+		}
+	})
+	if err != nil {
+		return res, fmt.Errorf("dial calm: %w", err)
+	}
+	defer calm.close()
+	stop := make(chan struct{})
+	var pinging sync.WaitGroup
+	pinging.Go(func() { keepPinging(calm, time.Second, stop) })
+	defer func() { close(stop); pinging.Wait() }()
+
+	cs := make([]*client, cc.flooders)
+	defer closeAll(cs)
+	for i := range cs {
+		c, err := connect(p.addr, fmt.Sprintf("flood-%d", i), "", nil)
+		if err != nil {
+			return res, fmt.Errorf("dial flood-%d: %w", i, err)
+		}
+		cs[i] = c
+	}
+	time.Sleep(1100 * time.Millisecond) // the calm client pings once before
+
+	pid := p.cmd.Process.Pid
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	sent := make([]int, len(cs))
+	first := make([]time.Time, len(cs))
+	var senders sync.WaitGroup
+	for i, c := range cs {
+		senders.Go(func() { sent[i], first[i] = pace(c, cc.rate, 10*time.Second) })
+	}
+	senders.Wait()
+	res.attack = time.Since(start)
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return res, err
+	}
+	res.cpu = cpu1 - cpu0
+	// A close frame may still be on its way to a sender that stopped at 10 s.
+	waitFor(time.Second, func() bool {
+		for _, c := range cs {
+			if !c.isEnded() {
+				return false
+			}
+		}
+		return true
+	})
+	_, res.how = tally(cs)
+	for i, c := range cs {
+		res.sent += sent[i]
+		if !c.isEnded() {
+			continue
+		}
+		d := c.endedAt.Sub(first[i])
+		res.closeIn = append(res.closeIn, d)
+		if d <= cc.target {
+			res.within++
+		}
+	}
+	// The calm client pings on for 2 s after the attack, while the server
+	// idles but for it: its CPU then is the floor under res.cpu.
+	time.Sleep(2 * time.Second)
+	cpu2, err := cpuSeconds(pid)
+	if err != nil {
+		return res, err
+	}
+	idle := (cpu2 - cpu1) / time.Since(start.Add(res.attack)).Seconds()
+	res.calm, res.pongs = "connected", pongs.Load()
+	if calm.isEnded() {
+		res.calm = "closed: " + endDetail(calm.endErr)
+	}
+	r.figures(cc.name, "%d flooders at %d frames/s sent %d frames; closed %d (%s), %d within %v; first frame to close %s; "+
+		"attack %v, server CPU %.3f s (%.3f CPU-s/s after it); calm client: %s, %d pongs; server closes: %s",
+		cc.flooders, cc.rate, res.sent, len(res.closeIn), res.how, res.within, cc.target, spread(res.closeIn),
+		res.attack.Round(time.Millisecond), res.cpu, idle, res.calm, res.pongs, closesByReason(metrics(p.http())))
+	return res, nil
+}
+
+// outcome is the table cell of res, without the CPU.
+func (res cutResult) outcome(cc cutCase) string {
+	s := fmt.Sprintf("%d of %d closed within %v (target: all, %s)", res.within, cc.flooders, cc.target, met(res.within == cc.flooders))
+	if len(res.closeIn) > 0 {
+		s += fmt.Sprintf(", %s; first frame to close %s", res.how, spread(res.closeIn))
+	}
+	return s + fmt.Sprintf("; the calm client: %s, %d pongs", res.calm, res.pongs)
+}
+
+// pace sends {"type":"ping"} on c at rate frames a second, in batches every
+// 10 ms, until c ends, a send fails or d passes. It returns the frames sent
+// and when the first was.
+func pace(c *client, rate int, d time.Duration) (sent int, first time.Time) {
+	const ping = `{"type":"ping"}`
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	first = time.Now()
+	for {
+		elapsed := time.Since(first)
+		if elapsed >= d {
+			return sent, first
+		}
+		for due := int(elapsed.Seconds()*float64(rate)) + 1; sent < due; sent++ {
+			if c.send(ping) != nil {
+				return sent, first
+			}
+		}
+		select {
+		case <-c.ended:
+			return sent, first
+		case <-tk.C:
+		}
+	}
+}
+
+// spread is the median of ds and its range, in seconds; "none" if empty.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Sorted(slices.Values(ds))
+	med := (s[(len(s)-1)/2] + s[len(s)/2]) / 2
+	return fmt.Sprintf("median %.2f s (%.2f..%.2f)", med.Seconds(), s[0].Seconds(), s[len(s)-1].Seconds())
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -204,3 +205,42 @@ func (p *proc) stop() {
 }
 
 func (p *proc) http() string { return "http://" + p.addr }
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat: 1/100 s on Linux.
+const userHZ = 100
+
+// cpuSeconds is the CPU time process pid has used so far, user plus system,
+// in seconds, from /proc/<pid>/stat.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
+	}
+	ticks, err := statTicks(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of %d: %w", pid, err)
+	}
+	return float64(ticks) / userHZ, nil
+}
+
+// statTicks is utime+stime, fields 14 and 15, of a /proc/<pid>/stat line.
+func statTicks(stat string) (uint64, error) {
+	// Field 2, the command, is in parentheses and may hold spaces and ')'.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command in %q, want at least 13", len(f), stat)
+	}
+	utime, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	stime, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return utime + stime, nil
+}
