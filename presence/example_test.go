@@ -11,9 +11,11 @@ import (
 // printer is a Client that prints what the Node sends it.
 type printer struct{ name string }
 
-func (p *printer) Send(f protocol.Encoded)       { fmt.Printf("%s <- %s\n", p.name, f.Data) }
-func (p *printer) Probe()                        {}
-func (p *printer) Close(code int, reason string) { fmt.Printf("%s closed: %d %s\n", p.name, code, reason) }
+func (p *printer) Send(f protocol.Encoded) { fmt.Printf("%s <- %s\n", p.name, f.Data) }
+func (p *printer) Probe()                  {}
+func (p *printer) Close(code int, reason string) {
+	fmt.Printf("%s closed: %d %s\n", p.name, code, reason)
+}
 
 // A Node counts connections into users and channel members and tells each
 // connection what it asked for: a snapshot when it joins, then one diff per

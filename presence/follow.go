@@ -3,6 +3,8 @@ package presence
 import (
 	"context"
 	"sync"
+
+	"github.com/presenced/presenced/internal/shrink"
 )
 
 // topicRef counts one topic's followers on this node: its connections that
@@ -10,9 +12,11 @@ import (
 // topic only when the count goes 0->1 (Follow) and 1->0 (Unfollow).
 type topicRef struct {
 	n int
-	// done is closed when the Engine call for the topic's last 0<->1 change
-	// returned: a call waits for the one before it, so the calls for one
-	// topic never overlap and come in the order the counts changed.
+	// done, while an Engine call for the topic's last 0<->1 change is under
+	// way, is closed when it returns: a call waits for the one before it,
+	// so the calls for one topic never overlap and come in the order the
+	// counts changed. nil once it returned, so a followed topic costs no
+	// channel.
 	done chan struct{}
 }
 
@@ -45,10 +49,6 @@ func (n *Node) follow(ctx context.Context, topics []Topic) {
 	n.mu.Lock()
 	for _, t := range topics {
 		r := n.refs[t]
-		if r == nil {
-			r = &topicRef{}
-			n.refs[t] = r
-		}
 		if r.n++; r.n == 1 {
 			if r.done != nil {
 				before = append(before, r.done)
@@ -58,6 +58,7 @@ func (n *Node) follow(ctx context.Context, topics []Topic) {
 		} else if r.done != nil {
 			wait = append(wait, r.done) // the first follower's Follow may still wait for the state
 		}
+		n.refs[t] = r
 	}
 	n.mu.Unlock()
 	if len(first) > 0 {
@@ -67,7 +68,7 @@ func (n *Node) follow(ctx context.Context, topics []Topic) {
 		if err := n.engine.Follow(ctx, first); err != nil {
 			n.log.Debug("presence: following without the state yet", "topics", len(first), "err", err)
 		}
-		close(mine)
+		n.settled(first, mine)
 	}
 	for _, ch := range wait {
 		select {
@@ -89,8 +90,8 @@ func (n *Node) unfollow(topics []Topic) {
 	mine := make(chan struct{})
 	n.mu.Lock()
 	for _, t := range topics {
-		r := n.refs[t]
-		if r == nil || r.n == 0 {
+		r, ok := n.refs[t]
+		if !ok || r.n == 0 {
 			continue
 		}
 		if r.n--; r.n == 0 {
@@ -100,6 +101,7 @@ func (n *Node) unfollow(topics []Topic) {
 			r.done = mine
 			last = append(last, t)
 		}
+		n.refs[t] = r
 	}
 	n.mu.Unlock()
 	if len(last) == 0 {
@@ -110,14 +112,7 @@ func (n *Node) unfollow(topics []Topic) {
 			<-ch
 		}
 		n.engine.Unfollow(last)
-		close(mine)
-		n.mu.Lock()
-		for _, t := range last {
-			if r := n.refs[t]; r != nil && r.n == 0 && r.done == mine {
-				delete(n.refs, t)
-			}
-		}
-		n.mu.Unlock()
+		n.settled(last, mine)
 	}
 	for _, ch := range before {
 		select {
@@ -130,6 +125,27 @@ func (n *Node) unfollow(topics []Topic) {
 		}
 	}
 	call()
+}
+
+// settled marks the Engine call for topics, made under done, as returned:
+// topics nobody follows are forgotten, and the others keep no channel.
+func (n *Node) settled(topics []Topic, done chan struct{}) {
+	close(done)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range topics {
+		r, ok := n.refs[t]
+		switch {
+		case !ok || r.done != done:
+			// A later call is under way.
+		case r.n == 0:
+			delete(n.refs, t)
+			n.refs = shrink.Map(n.refs, &n.refsPeak)
+		default:
+			r.done = nil
+			n.refs[t] = r
+		}
+	}
 }
 
 // engineOp is one SetUser (channel "") or SetMember call, queued under

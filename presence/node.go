@@ -138,8 +138,9 @@ type Node struct {
 	users     map[string]*userState
 	connsPeak int
 	usersPeak int
-	refs      map[Topic]*topicRef // followed topics, counted
-	out       outbox              // engine calls not yet made, in order
+	refs      map[Topic]topicRef // followed topics, counted
+	refsPeak  int
+	out       outbox // engine calls not yet made, in order
 	closing   bool
 
 	v view
@@ -160,7 +161,7 @@ func New(cfg Config) (*Node, error) {
 		onStep:      cfg.OnStep,
 		conns:       make(map[Client]*connState),
 		users:       make(map[string]*userState),
-		refs:        make(map[Topic]*topicRef),
+		refs:        make(map[Topic]topicRef),
 	}
 	if err := n.makeClock(cfg.Slots, cfg.Tick); err != nil {
 		return nil, fmt.Errorf("presence: %w", err)

@@ -32,7 +32,9 @@ type conn struct {
 	hub *Hub
 	uid string
 	ws  *websocket.Conn
-	// ctx ends when the connection closes; calls made for it use it.
+	// ctx ends when the connection closes: OnMessage gets it. The Hub's own
+	// waits are bounded by timeouts instead: a context derived from ctx
+	// would leave ctx a map of children for the life of the connection.
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -357,7 +359,7 @@ func (c *conn) chatLoop() {
 		f := c.chats[0]
 		c.chats = c.chats[1:]
 		c.mu.Unlock()
-		ctx, cancel := context.WithTimeout(c.ctx, chatHandover)
+		ctx, cancel := context.WithTimeout(context.Background(), chatHandover)
 		err := h.node.Chat(ctx, c, f.Channel, f.Text)
 		cancel()
 		switch {
@@ -393,7 +395,7 @@ func (c *conn) handle(data []byte) {
 			c.replyError(errNotAllowed, f.Channel)
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, h.followWait())
+		ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
 		defer cancel()
 		if err := h.node.Join(ctx, c, f.Channel); err != nil {
 			c.replyError(err.Error(), f.Channel)
@@ -411,7 +413,7 @@ func (c *conn) handle(data []byte) {
 			}
 			return false
 		})
-		ctx, cancel := context.WithTimeout(c.ctx, h.followWait())
+		ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
 		defer cancel()
 		if err := h.node.Watch(ctx, c, uids); err != nil {
 			c.replyError(err.Error(), "")

@@ -267,7 +267,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		}
 		return false
 	})
-	ctx, cancel := context.WithTimeout(c.ctx, h.followWait())
+	ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
 	err = h.node.Connect(ctx, c, uid, channels)
 	cancel()
 	if err != nil {
