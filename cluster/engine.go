@@ -14,6 +14,11 @@
 // renewing; the first live node to claim its shards reaps its records and
 // emits their edges, each exactly once.
 //
+// Messages (chat, publish, send, disconnect) wait in a bounded queue per
+// node that one goroutine hands to Redis, so a stalled Redis delays them but
+// holds no caller past Config.PublishTimeout; one not taken in time is
+// reported not delivered, and Redis does not publish it afterwards.
+//
 // All keys of a shard share one hash tag, so every script touches one cluster
 // slot. Nodes that share presence must use the same Prefix and Shards.
 package cluster
@@ -61,9 +66,17 @@ type Config struct {
 	// ClaimEvery is how often this node looks for dead nodes; default
 	// Timeout/6, at most (Timeout-RenewEvery)/3.
 	ClaimEvery time.Duration
-	// Batch is the most records one script call writes or reaps; default 500,
-	// at most 2000.
+	// Batch is the most records one script call writes or reaps, and the
+	// most messages one pipeline publishes; default 500, at most 2000.
 	Batch int
+	// PublishTimeout bounds how long Publish waits for Redis to take a
+	// message (a chat, a publish, a send, a disconnect); past it Publish
+	// reports the message not delivered, and Redis does not publish it
+	// later. Default 2s.
+	PublishTimeout time.Duration
+	// PublishQueue is the most messages that wait for Redis on this node;
+	// Publish refuses one more at once. Default 10,000.
+	PublishQueue int
 	// Logger receives warnings about Redis; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics; nil registers none.
@@ -78,12 +91,15 @@ type Engine struct {
 	// The parts, each owning its state and the lock that guards it: the
 	// writer what this node holds, written or not, and the goroutine that
 	// writes, renews and claims; the router the followed topics, their
-	// subscriptions and the Relay calls on their way; health (in base)
-	// whether Redis answers. Lock order: router.mu, then writer.mu (the
-	// router asks what this node holds while it decides a Relay call), then
-	// health.mu. No lock is held while calling Redis or the Relay.
+	// subscriptions and the Relay calls on their way; the publisher the
+	// messages on their way to Redis and the goroutine that sends them;
+	// health (in base) whether Redis answers. Lock order: router.mu, then
+	// writer.mu (the router asks what this node holds while it decides a
+	// Relay call), then health.mu; publisher.mu is held alone. No lock is
+	// held while calling Redis or the Relay.
 	w *writer
 	r *router
+	p *publisher
 
 	closeOnce sync.Once
 	closeErr  error
@@ -149,9 +165,9 @@ func (discard) MemberChanged(string, string, bool) {}
 func (discard) SetMembers(string, []string)        {}
 func (discard) Deliver(presence.Message)           {}
 
-// New validates cfg and starts the goroutine that writes this node's records.
-// It does not contact Redis: a node starts, and serves its own clients, while
-// Redis is unreachable.
+// New validates cfg and starts the goroutines that write this node's records
+// and publish its messages. It does not contact Redis: a node starts, and
+// serves its own clients, while Redis is unreachable.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("cluster: Config.Client is nil")
@@ -187,6 +203,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Batch == 0 {
 		cfg.Batch = 500
 	}
+	if cfg.PublishTimeout == 0 {
+		cfg.PublishTimeout = 2 * time.Second
+	}
+	if cfg.PublishQueue == 0 {
+		cfg.PublishQueue = 10_000
+	}
 	switch {
 	case cfg.Shards < 1 || cfg.Shards > 4096:
 		return nil, fmt.Errorf("cluster: Shards %d out of range 1..4096", cfg.Shards)
@@ -199,6 +221,10 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cluster: ClaimEvery %v must be in (0, (Timeout-RenewEvery)/3]", cfg.ClaimEvery)
 	case cfg.Batch < 1 || cfg.Batch > 2000:
 		return nil, fmt.Errorf("cluster: Batch %d out of range 1..2000", cfg.Batch)
+	case cfg.PublishTimeout < 10*time.Millisecond:
+		return nil, fmt.Errorf("cluster: PublishTimeout %v too short", cfg.PublishTimeout)
+	case cfg.PublishQueue < 1:
+		return nil, fmt.Errorf("cluster: PublishQueue %d must be positive", cfg.PublishQueue)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -221,8 +247,9 @@ func New(cfg Config) (*Engine, error) {
 		b.keys = append(b.keys, newShardKeys(cfg.Prefix, i))
 	}
 	w := newWriter(b)
-	e := &Engine{base: b, w: w, r: newRouter(b, w)}
+	e := &Engine{base: b, w: w, r: newRouter(b, w), p: newPublisher(b)}
 	w.start()
+	e.p.start()
 	return e, nil
 }
 
@@ -264,8 +291,9 @@ func (e *Engine) SetMember(channel, uid string, n int) {
 
 // Follow subscribes this node to topics and returns once the Relay has each
 // one's current state; at once, with an error, while Redis is known to be
-// down, and when ctx ends: the state follows when it can. Called by
-// presence.Node; an embedder does not call it.
+// down, and when ctx ends: the state follows when it can. It waits on
+// Redis for nothing else: the subscribing is done by a goroutine of the
+// shard's. Called by presence.Node; an embedder does not call it.
 func (e *Engine) Follow(ctx context.Context, topics []presence.Topic) error {
 	return e.r.follow(ctx, topics)
 }
@@ -276,15 +304,24 @@ func (e *Engine) Follow(ctx context.Context, topics []presence.Topic) error {
 // snapshot. Called by presence.Node; an embedder does not call it.
 func (e *Engine) Unfollow(topics []presence.Topic) { e.r.unfollow(topics) }
 
-// Health pings Redis. Called through presence.Node for readiness; an
-// embedder does not call it.
-func (e *Engine) Health(ctx context.Context) error { return e.health.ping(ctx) }
+// Health pings Redis and waits for the answer a quarter of the timeout at
+// most, kept within 0.5 s and 2 s, however long ctx allows: a Redis that
+// does not answer by then is not ready, and a readiness probe during a
+// stall hears so in time instead of waiting for the stall's end.
+// Called through presence.Node for readiness; an embedder does not call it.
+func (e *Engine) Health(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, min(max(e.cfg.Timeout/4, 500*time.Millisecond), 2*time.Second))
+	defer cancel()
+	return e.health.ping(ctx)
+}
 
-// Close stops writing and drops every record this node holds, so its users
-// leave their channels and go offline at once (those also on another node
-// stay). It does not close the Redis client. Safe to call more than once.
+// Close stops publishing (messages still queued get an error) and writing,
+// and drops every record this node holds, so its users leave their channels
+// and go offline at once (those also on another node stay). It does not
+// close the Redis client. Safe to call more than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
+		e.p.halt()
 		e.w.halt()
 		e.closeErr = e.w.leave(ctx)
 	})

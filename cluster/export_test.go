@@ -2,5 +2,8 @@ package cluster
 
 // crash stops renewing without dropping anything, as if the process died.
 func (e *Engine) crash() {
-	e.closeOnce.Do(e.w.halt)
+	e.closeOnce.Do(func() {
+		e.p.halt()
+		e.w.halt()
+	})
 }

@@ -23,7 +23,7 @@ type health struct {
 	down       bool
 	recoveries uint64 // outages ended
 
-	reading     chan struct{} // closed once Run has subscribed what was followed before it
+	reading     chan struct{} // closed once Run runs: what was followed before, or is from now on, gets subscribed
 	readingOnce sync.Once
 }
 
@@ -87,7 +87,8 @@ func (h *health) recovered() uint64 {
 	return h.recoveries
 }
 
-// startedReading marks that Run has subscribed what was followed before it.
+// startedReading marks that Run runs: the topics followed before it are on
+// their way to being subscribed, and those followed from now on will be.
 func (h *health) startedReading() {
 	h.readingOnce.Do(func() { close(h.reading) })
 }

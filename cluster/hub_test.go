@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -28,9 +29,22 @@ func startHub(t *testing.T, srv *redisServer, name string) (*httptest.Server, *E
 // startHubWith is startHub with an OnPresence hook.
 func startHubWith(t *testing.T, srv *redisServer, name string, onPresence func(uid string, online bool)) (*httptest.Server, *Engine, *transport.Hub) {
 	t.Helper()
-	e, err := New(testConfig(srv.client(t), name))
+	return startHubConfig(t, testConfig(srv.client(t), name),
+		transport.Config{Slots: 31, Tick: 100 * time.Millisecond, OnPresence: onPresence}, nil)
+}
+
+// startHubConfig serves a transport Hub, made from tc, on a cluster engine
+// made from cfg, over loopback; wrap, if set, wraps the engine the Hub is
+// given.
+func startHubConfig(t *testing.T, cfg Config, tc transport.Config, wrap func(*Engine) presence.Engine) (*httptest.Server, *Engine, *transport.Hub) {
+	t.Helper()
+	e, err := New(cfg)
 	require.NoError(t, err)
-	h, err := transport.New(transport.Config{Slots: 31, Tick: 100 * time.Millisecond, Engine: e, OnPresence: onPresence})
+	tc.Engine = e
+	if wrap != nil {
+		tc.Engine = wrap(e)
+	}
+	h, err := transport.New(tc)
 	require.NoError(t, err)
 	hs := httptest.NewServer(h)
 	select { // the reader has its view: edges from now on reach it

@@ -15,6 +15,10 @@ type metrics struct {
 	relayed     *prometheus.CounterVec
 	received    prometheus.Counter
 	renew       prometheus.Histogram
+
+	publishQueue  prometheus.Gauge
+	publishFailed *prometheus.CounterVec
+	publishedLate prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,13 +44,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Messages Redis delivered to this node on the topics it follows."}),
 		renew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "renew_seconds",
 			Help: "Time to renew this node's liveness in every shard.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
+		publishQueue: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "publish_queue",
+			Help: "Messages (chat, publish, send, disconnect) waiting to be handed to Redis."}),
+		publishFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "publish_failed_total",
+			Help: "Messages reported not delivered, by reason: queue_full, timeout (Redis did not take it in time), too_late (Redis ran it past its last moment), cancelled (its caller's context, before it was sent), closed, error (Redis refused it)."}, []string{"reason"}),
+		publishedLate: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "published_late_total",
+			Help: "Messages Redis published after their sender had been told they were not: an answer slower than a quarter of the wait. Should stay 0."}),
 	}
 	m.redisUp.Set(1)
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.redisUp, m.redisErrors, m.usersHeld, m.pending, m.rewritten,
-		m.reaped, m.edges, m.relayed, m.received, m.renew} {
+		m.reaped, m.edges, m.relayed, m.received, m.renew, m.publishQueue, m.publishFailed, m.publishedLate} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

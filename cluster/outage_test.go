@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,48 +148,179 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 	b.rec.waitFor(t, testWait, "on-a offline after a crashed", func() bool { return b.rec.count("on-a", false) == 1 })
 }
 
-// A publish sent while Redis stalls is delivered at most once, and reported
-// failed only if it was not delivered.
+// A publish sent while Redis stalls returns by its ctx's deadline whatever
+// the stall: delivered once if it said so, never if it said not, even when
+// Redis runs it after the stall. Stalls end well within the wait, around its
+// last moment, and after it.
 func TestPublishDuringRedisStall(t *testing.T) {
 	srv := startRedis(t)
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	b.follow(t, "#lobby")
-	const chat, marker = `{"type":"chat"}`, `{"type":"marker"}`
+	const marker, wait = `{"type":"marker"}`, 800 * time.Millisecond
 	count := func(frame string) int {
 		b.rec.mu.Lock()
 		defer b.rec.mu.Unlock()
 		return countIn(b.rec.chats, frame)
 	}
-	for round := range 3 {
-		before := count(chat)
+	// Warm the clock and the connections: the first publish reads Redis's clock.
+	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("marker", marker)}))
+	for round, stall := range []time.Duration{wait / 8, wait * 3 / 4, wait, 2 * wait} {
+		chat := `{"type":"chat","n":` + strconv.Itoa(round) + `}`
 		srv.freeze(true)
 		done := make(chan error, 1)
+		start := time.Now()
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 			done <- a.Publish(ctx, presence.Message{Channel: "lobby", Frame: encoded("chat", chat)})
 		}()
-		time.Sleep(time.Second) // past the publish's deadline
+		var err error
+		returned := false
+		select {
+		case err = <-done:
+			returned = true
+		case <-time.After(stall):
+		}
 		srv.freeze(false)
+		if !returned {
+			select {
+			case err = <-done:
+			case <-time.After(testWait):
+				t.Fatal("Publish did not return")
+			}
+		}
+		took := time.Since(start)
+		assert.Less(t, took, wait+200*time.Millisecond, "round %d: Publish outlasted its ctx", round)
+		// A marker published after it, in order on the same topic: once it
+		// arrives, the stalled one has arrived too, if it ever will.
+		require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("marker", marker)}))
+		b.rec.waitFor(t, testWait, "the marker", func() bool { return count(marker) == round+2 })
+		delivered := count(chat)
+		t.Logf("round %d, a %v stall: Publish returned %v after %v; delivered %d times", round, stall, err, took.Round(time.Millisecond), delivered)
+		if err == nil {
+			assert.Equal(t, 1, delivered, "round %d: reported delivered: delivered once", round)
+		} else {
+			assert.Equal(t, 0, delivered, "round %d: reported failed: not delivered", round)
+		}
+		if stall >= wait {
+			assert.Error(t, err, "round %d: Redis stalled past the wait", round)
+		}
+	}
+	assert.Zero(t, testutil.ToFloat64(a.m.publishedLate), "published after Publish said not")
+}
+
+// The publish queue is bounded: a message more is refused at once.
+func TestPublishQueueFull(t *testing.T) {
+	srv := startRedis(t)
+	cfg := testConfig(srv.client(t), "a")
+	cfg.PublishQueue, cfg.Batch = 2, 1 // one on its way, two waiting
+	a := startNode(t, cfg)
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	b.follow(t, "#lobby")
+	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":0}`)}))
+
+	srv.freeze(true)
+	const n = 6
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	took := make([]time.Duration, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			start := time.Now()
+			errs[i] = a.Publish(ctx, presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":`+strconv.Itoa(i+1)+`}`)})
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	srv.freeze(false)
+	full := 0
+	for i, err := range errs {
+		require.Error(t, err, "publish %d, while Redis stalled", i+1)
+		if errors.Is(err, errQueueFull) {
+			full++
+			assert.Less(t, took[i], time.Second, "publish %d refused at once", i+1)
+		}
+	}
+	// Two wait; one more is on its way unless the others came first.
+	assert.GreaterOrEqual(t, full, n-3, "refused for a full queue")
+	assert.LessOrEqual(t, full, n-2, "refused for a full queue")
+	assert.Equal(t, float64(full), testutil.ToFloat64(a.m.publishFailed.WithLabelValues("queue_full")))
+	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":99}`)}))
+	b.rec.waitFor(t, testWait, "the last", func() bool { return chatsIn(b.rec, `{"n":99}`) == 1 })
+	for i := 1; i <= n; i++ {
+		assert.Zero(t, chatsIn(b.rec, `{"n":`+strconv.Itoa(i)+`}`), "message %d reported failed, yet delivered", i)
+	}
+}
+
+// A publish whose answer is lost with its connection, while its caller
+// still waits, is settled once Redis answers again: the caller is told
+// whether it was published, and it was, once, exactly when told so. In
+// even rounds the publish reached Redis before its connection broke, in odd
+// ones it did not.
+func TestPublishSettlesALostAnswer(t *testing.T) {
+	srv := startRedis(t)
+	p := startProxy(t, srv.addr())
+	// No retries by go-redis: the answer is lost, not asked for again.
+	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 2 * time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ca.Close() })
+	a := startNode(t, testConfig(ca, "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	b.follow(t, "#lobby")
+	const marker = `{"type":"marker"}`
+	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("marker", marker)}))
+	for round := range 4 {
+		chat := `{"type":"chat","n":` + strconv.Itoa(round) + `}`
+		reached := round%2 == 0
+		if reached {
+			srv.freeze(true) // the publish waits in Redis's socket, unread
+		} else {
+			p.mute(true) // the publish never reaches Redis
+		}
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done <- a.Publish(ctx, presence.Message{Channel: "lobby", Frame: encoded("chat", chat)})
+		}()
+		time.Sleep(100 * time.Millisecond) // let it go out
+		if reached {
+			p.cut(true) // its answer is lost
+			time.Sleep(100 * time.Millisecond)
+			p.cut(false)
+			srv.freeze(false)
+		} else {
+			p.mute(false) // its connection breaks
+		}
 		var err error
 		select {
 		case err = <-done:
 		case <-time.After(testWait):
-			t.Fatal("Publish did not return after Redis resumed")
+			t.Fatal("Publish did not return")
 		}
-		// A marker published after it, in order on the same topic: once it
-		// arrives, the stalled one has arrived too, if it ever will.
 		require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("marker", marker)}))
-		b.rec.waitFor(t, testWait, "the marker", func() bool { return count(marker) == round+1 })
-		delivered := count(chat) - before
+		b.rec.waitFor(t, testWait, "the marker", func() bool { return chatsIn(b.rec, marker) == round+2 })
+		delivered := chatsIn(b.rec, chat)
 		t.Logf("round %d: Publish returned %v; delivered %d times", round, err, delivered)
 		if err == nil {
-			assert.Equal(t, 1, delivered, "reported delivered: delivered once")
+			assert.Equal(t, 1, delivered, "round %d: reported delivered: delivered once", round)
 		} else {
-			assert.Equal(t, 0, delivered, "reported failed: not delivered")
+			assert.Equal(t, 0, delivered, "round %d: reported failed: not delivered", round)
+		}
+		if !reached {
+			assert.Error(t, err, "round %d: never reached Redis", round)
 		}
 	}
+	assert.Zero(t, testutil.ToFloat64(a.m.publishedLate), "published after Publish said not")
+}
+
+func chatsIn(r *recorder, frame string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return countIn(r.chats, frame)
 }
 
 func countIn(list []string, s string) int {
@@ -227,4 +361,51 @@ func TestFollowWhileRedisIsUnreachable(t *testing.T) {
 	b.rec.waitFor(t, testWait, "b learns of alice", func() bool {
 		return slices.Equal(b.rec.membersOf("room"), []string{"alice", "bob"})
 	})
+}
+
+// While Redis hangs, go-redis holds a Pub/Sub connection's lock as long as
+// it tries to reconnect it; a Follow must not wait behind that past its ctx,
+// nor Unfollow, SetUser and SetMember at all: a WebSocket reader makes
+// these calls. The follow completes once Redis is back.
+func TestFollowDoesNotWaitOnAHungRedis(t *testing.T) {
+	srv := startRedis(t)
+	p := startProxy(t, srv.addr())
+	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 2 * time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ca.Close() })
+	a := startNode(t, testConfig(ca, "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	// One topic in every shard, so each has a Pub/Sub to reconnect.
+	var names []string
+	for i := 0; len(names) < len(a.keys); i++ {
+		name := "#warm-" + strconv.Itoa(i)
+		if !slices.ContainsFunc(names, func(n string) bool { return a.topicShard(topics(n)[0]) == a.topicShard(topics(name)[0]) }) {
+			names = append(names, name)
+		}
+	}
+	a.follow(t, names...)
+
+	p.swallow(true)
+	a.rec.waitFor(t, testWait, "redis down", func() bool { return a.Health(context.Background()) != nil })
+	const wait = 300 * time.Millisecond
+	var worst time.Duration
+	for i := range 8 {
+		uid := "late-" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		start := time.Now()
+		_ = a.Follow(ctx, topics(uid, "#late-"+strconv.Itoa(i)))
+		a.SetUser(uid, 1)
+		a.SetMember("late-"+strconv.Itoa(i), uid, 1)
+		a.Unfollow(topics("#warm-0"))
+		worst = max(worst, time.Since(start))
+		cancel()
+		time.Sleep(testRenew / 2) // let the Pub/Subs try to reconnect meanwhile
+	}
+	t.Logf("slowest Follow, SetUser, SetMember and Unfollow while Redis hangs: %v (ctx %v)", worst, wait)
+	assert.Less(t, worst, wait+testRenew, "the reader's calls wait on Redis no longer than their ctx")
+
+	b.follow(t, "#late-7")
+	p.swallow(false)
+	b.rec.waitFor(t, testWait, "b sees late-7 join", func() bool { return slices.Contains(b.rec.membersOf("late-7"), "late-7") })
+	a.rec.waitFor(t, testWait, "a has the state of late-7", func() bool { return slices.Contains(a.rec.membersOf("late-7"), "late-7") })
 }

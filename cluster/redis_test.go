@@ -228,12 +228,18 @@ func (n *node) stopRun() {
 
 // proxy forwards TCP to a target until cut: then it drops every connection and
 // refuses new ones, like a network partition between one node and Redis.
+// Swallowed, it drops every connection too, but accepts new ones and never
+// answers on them, like a Redis host that is still reachable and hung.
+// Muted, it drops what clients send on the connections it has, as a broken
+// network path would before the connection breaks.
 type proxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	isCut  bool
-	conns  map[net.Conn]struct{}
+	l         net.Listener
+	target    string
+	mu        sync.Mutex
+	isCut     bool
+	swallowed bool
+	muted     bool
+	conns     map[net.Conn]struct{}
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -257,10 +263,16 @@ func (p *proxy) serve() {
 			return
 		}
 		p.mu.Lock()
-		cut := p.isCut
+		cut, swallowed := p.isCut, p.swallowed
+		if swallowed {
+			p.conns[c] = struct{}{} // read nothing, answer nothing, until released
+		}
 		p.mu.Unlock()
 		if cut {
 			_ = c.Close()
+			continue
+		}
+		if swallowed {
 			continue
 		}
 		up, err := net.Dial("tcp", p.target)
@@ -271,11 +283,14 @@ func (p *proxy) serve() {
 		p.mu.Lock()
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
+		pipe := func(dst, src net.Conn, upward bool) {
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := src.Read(buf)
-				if n > 0 {
+				p.mu.Lock()
+				muted := upward && p.muted
+				p.mu.Unlock()
+				if n > 0 && !muted {
 					if _, werr := dst.Write(buf[:n]); werr != nil {
 						break
 					}
@@ -287,8 +302,8 @@ func (p *proxy) serve() {
 			_ = dst.Close()
 			_ = src.Close()
 		}
-		go pipe(up, c)
-		go pipe(c, up)
+		go pipe(up, c, true)
+		go pipe(c, up, false)
 	}
 }
 
@@ -297,11 +312,34 @@ func (p *proxy) cut(on bool) {
 	defer p.mu.Unlock()
 	p.isCut = on
 	if on {
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.conns = map[net.Conn]struct{}{}
+		p.dropLocked()
 	}
+}
+
+// swallow starts or ends swallowing; either way it drops every connection.
+func (p *proxy) swallow(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.swallowed = on
+	p.dropLocked()
+}
+
+// mute starts dropping what clients send, or ends it by dropping every
+// connection.
+func (p *proxy) mute(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.muted = on
+	if !on {
+		p.dropLocked()
+	}
+}
+
+func (p *proxy) dropLocked() {
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[net.Conn]struct{}{}
 }
 
 // aliveExpiry returns when node's liveness in shard expires (ms, Redis

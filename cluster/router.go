@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ type router struct {
 	topics map[string]*topicState // by Pub/Sub channel name
 	run    *runState              // while Run runs
 	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one
+	subq   []subQueue             // by shard, while Run runs
 	out    []outbox               // by shard
 
 	running atomic.Bool
@@ -62,6 +64,24 @@ type outbox struct {
 	made   uint64    // calls ever made
 	busy   bool      // a goroutine is making calls
 	done   sync.Cond // on router.mu: made moved, or busy ended
+}
+
+// A subQueue holds one shard's subscription changes, decided under
+// router.mu and not yet made. Guarded by router.mu. One goroutine at a time
+// makes them, in order (see makeSubs), so a subscription never overtakes the
+// unsubscription decided before it, and nobody who decides one waits on
+// Redis: go-redis holds a Pub/Sub's lock while it reconnects, which takes a
+// dial and a handshake, each up to its timeout, while Redis hangs.
+type subQueue struct {
+	ops  []subOp
+	busy bool // a goroutine is making the changes
+}
+
+// A subOp subscribes the shard's Pub/Sub to names, or with off set
+// unsubscribes it.
+type subOp struct {
+	names []string
+	off   bool
 }
 
 func newRouter(b *base, w *writer) *router {
@@ -113,7 +133,7 @@ func (r *router) deliver(shard int) {
 
 // follow subscribes to the topics not subscribed yet and waits until the
 // Relay has each one's state, unless Redis is known to be down or ctx ends
-// first.
+// first. It waits on Redis for nothing else.
 func (r *router) follow(ctx context.Context, topics []presence.Topic) error {
 	var wait []chan struct{}
 	fresh := map[int][]string{}
@@ -136,12 +156,12 @@ func (r *router) follow(ctx context.Context, topics []presence.Topic) error {
 		ts.waiters = append(ts.waiters, ch)
 		wait = append(wait, ch)
 	}
+	for s, names := range fresh {
+		r.queueSubLocked(s, subOp{names: names})
+	}
 	r.mu.Unlock()
 	for s := range kept {
 		r.deliver(s) // its snapshot may still be on its way to the Relay
-	}
-	for s, names := range fresh {
-		r.subscribe(s, names)
 	}
 	if r.health.isDown() {
 		return errors.New("cluster: redis unreachable: the state follows when it returns")
@@ -187,8 +207,9 @@ func (r *router) own(t presence.Topic, call func(presence.Relay)) {
 	}
 }
 
-// sweep drops the topics nobody followed for a while.
-func (r *router) sweep(ctx context.Context) {
+// sweep drops the topics nobody followed for a while. A topic followed again
+// afterwards is a new one, subscribed after the unsubscription.
+func (r *router) sweep() {
 	gone := map[int][]string{}
 	r.mu.Lock()
 	cutoff := time.Now().Add(-r.cfg.RenewEvery)
@@ -205,65 +226,87 @@ func (r *router) sweep(ctx context.Context) {
 			r.post(ts.shard, func(rl presence.Relay) { rl.UserChanged(t.UID, false) })
 		}
 	}
-	subs := r.subs
-	r.mu.Unlock()
 	for s, names := range gone {
+		r.queueSubLocked(s, subOp{names: names, off: true})
+	}
+	r.mu.Unlock()
+	for s := range gone {
 		r.deliver(s)
-		if subs != nil && subs[s] != nil {
-			_ = subs[s].SUnsubscribe(ctx, names...)
-		}
-	}
-	// A topic followed again meanwhile may have had its subscription
-	// overtaken by the unsubscription: subscribe it again.
-	again := map[int][]string{}
-	r.mu.Lock()
-	for s, names := range gone {
-		for _, name := range names {
-			if r.topics[name] != nil {
-				again[s] = append(again[s], name)
-			}
-		}
-	}
-	r.mu.Unlock()
-	for s, names := range again {
-		r.subscribe(s, names)
 	}
 }
 
-// runState is what Run shares with subscribe: the shards' Pub/Subs start on
-// the first topic, so that a Redis Cluster client connects each one to the
-// master of its shard's slot.
+// runState is what Run shares with the goroutines it starts: the shards'
+// readers and those that make subscription changes.
 type runState struct {
 	ctx context.Context
 	wg  sync.WaitGroup
 }
 
-// subscribe subscribes shard's Pub/Sub to names, starting it and its reader
-// if it is the shard's first topic. Nothing happens before Run: Run
-// subscribes to every topic followed by then.
-func (r *router) subscribe(shard int, names []string) {
-	r.mu.Lock()
+// queueSubLocked queues a subscription change of shard's Pub/Sub and makes
+// sure a goroutine makes it. Nothing happens before Run: Run subscribes to
+// every topic followed by then. Called with r.mu held.
+func (r *router) queueSubLocked(shard int, op subOp) {
 	run := r.run
 	if run == nil {
-		r.mu.Unlock()
 		return
 	}
-	ps := r.subs[shard]
-	first := ps == nil
-	if first {
-		ps = r.rdb.SSubscribe(run.ctx) // connects with its first channels, below
-		r.subs[shard] = ps
+	q := &r.subq[shard]
+	q.ops = append(q.ops, op)
+	if !q.busy {
+		q.busy = true
 		run.wg.Add(1)
+		go r.makeSubs(run, shard)
 	}
-	r.mu.Unlock()
-	if err := ps.SSubscribe(run.ctx, names...); err != nil {
-		r.health.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
-	}
-	if first {
-		go func() {
-			defer run.wg.Done()
-			r.readShard(run.ctx, shard, ps)
-		}()
+}
+
+// makeSubs makes shard's queued subscription changes, in order, until none
+// is left or run has ended. The shard's Pub/Sub and its reader start with
+// its first subscription, so that a Redis Cluster client connects the
+// Pub/Sub to the master of the shard's slot.
+func (r *router) makeSubs(run *runState, shard int) {
+	defer run.wg.Done()
+	for {
+		r.mu.Lock()
+		if r.run != run {
+			r.mu.Unlock()
+			return
+		}
+		q := &r.subq[shard]
+		ops := q.ops
+		q.ops = nil
+		if len(ops) == 0 {
+			q.busy = false
+			r.mu.Unlock()
+			return
+		}
+		ps := r.subs[shard]
+		first := ps == nil
+		if first {
+			if !slices.ContainsFunc(ops, func(op subOp) bool { return !op.off }) {
+				r.mu.Unlock()
+				continue // nothing to unsubscribe from
+			}
+			ps = r.rdb.SSubscribe(run.ctx) // connects with its first channels, below
+			r.subs[shard] = ps
+		}
+		r.mu.Unlock()
+		for _, op := range ops {
+			switch {
+			case op.off:
+				_ = ps.SUnsubscribe(run.ctx, op.names...)
+			default:
+				if err := ps.SSubscribe(run.ctx, op.names...); err != nil {
+					r.health.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
+				}
+			}
+		}
+		if first {
+			run.wg.Add(1)
+			go func() {
+				defer run.wg.Done()
+				r.readShard(run.ctx, shard, ps)
+			}()
+		}
 	}
 }
 
@@ -286,11 +329,15 @@ func (r *router) runLoop(ctx context.Context) error {
 	}
 	r.run = run
 	r.subs = make([]*redis.PubSub, len(r.keys))
+	r.subq = make([]subQueue, len(r.keys))
+	for s, ns := range names {
+		r.queueSubLocked(s, subOp{names: ns})
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		subs := r.subs
-		r.run, r.subs = nil, nil
+		r.run, r.subs, r.subq = nil, nil, nil
 		r.mu.Unlock()
 		cancel()
 		for _, ps := range subs {
@@ -300,9 +347,6 @@ func (r *router) runLoop(ctx context.Context) error {
 		}
 		run.wg.Wait()
 	}()
-	for s, ns := range names {
-		r.subscribe(s, ns)
-	}
 	r.health.startedReading()
 
 	sweep := time.NewTicker(r.cfg.RenewEvery)
@@ -312,7 +356,7 @@ func (r *router) runLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-sweep.C:
-			r.sweep(ctx)
+			r.sweep()
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 //	T:mn         HASH  "channel uid" -> nodes holding the membership (the join edge counter)
 //	T:c:<chan>   ZSET  the channel's members, score 0
 //	T:seq        STRING the shard's edge counter: orders edges against snapshots
-//	T:msg:<id>   STRING a published message's ID, so a retried or cancelled publish is not delivered twice
+//	T:msg:<id>   STRING a published message's ID, so a retried or settled publish is not delivered twice
 //
 // Edges are published, inside the script that makes them, on the sharded
 // Pub/Sub channels T:pu:<uid> and T:pc:<channel>, which only the nodes
@@ -233,14 +233,44 @@ end
 return out
 `)
 
-// publishScript publishes a message once: a retried call, or one its sender
-// cancelled after giving up on it, finds its ID taken and publishes nothing.
-// KEYS[1] = T:msg:<id>; ARGV: Pub/Sub channel, message, ID lifetime ms.
-// Returns 1 if it published.
+// publishScript publishes a message once, and only until its last moment.
+// Its ID records the outcome: "1" once published, "0" once settled unpublished
+// (settleScript), so a call run again (go-redis retries on a broken
+// connection) or after settling publishes nothing and reports the truth; a
+// call Redis runs too late (after a stall) publishes nothing either, as its
+// sender has given up on it.
+// KEYS[1] = T:msg:<id>; ARGV: Pub/Sub channel, message, ID lifetime ms, last
+// moment (ms, Redis clock). Returns {1 if published (now or before), 0 if
+// settled unpublished, -1 if too late; Redis's time in ms}.
 var publishScript = redis.NewScript(`
-if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then return 0 end
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = redis.call('GET', KEYS[1])
+if id == '1' then return {1, now} end
+if id then return {0, now} end
+if now > tonumber(ARGV[4]) then return {-1, now} end
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[3])
 redis.call('SPUBLISH', ARGV[1], ARGV[2])
-return 1
+return {1, now}
+`)
+
+// settleScript settles a message whose answer was lost: unless it was
+// published, its ID is marked so that it never will be.
+// KEYS[1] = T:msg:<id>; ARGV: ID lifetime ms. Returns 1 if the message was
+// published, 0 if not.
+var settleScript = redis.NewScript(`
+local id = redis.call('GET', KEYS[1])
+if id == '1' then return 1 end
+if not id then redis.call('SET', KEYS[1], '0', 'PX', ARGV[1]) end
+return 0
+`)
+
+// timeScript returns Redis's time in ms; KEYS[1] routes it to a shard's
+// server, whose clock is the one its messages are published by.
+var timeScript = redis.NewScript(`
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `)
 
 // shardKeys names the keys of one shard; see the table above.
