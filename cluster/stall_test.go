@@ -94,7 +94,7 @@ func runStall(t *testing.T, s stallScenario) {
 	truth[room(0)]++ // the chatter
 
 	// The observer on b: in every room, watching the chatter and some users.
-	obs := &observer{counts: map[string]int{}, online: map[string]bool{}, chats: map[string]int{}}
+	obs := &observer{counts: map[string]int{}, online: map[string]bool{}, chats: map[string]int{}, arrived: map[string]time.Time{}}
 	rooms := make([]string, s.rooms)
 	for i := range rooms {
 		rooms[i] = room(i)
@@ -125,7 +125,7 @@ func runStall(t *testing.T, s stallScenario) {
 		pingers.Wait()
 	}()
 	// The chatter on a, in room-0.
-	ch := &chatter{own: map[string]int{}}
+	ch := &chatter{own: map[string]int{}, at: map[string]time.Time{}}
 	ch.peer = dialPeer(t, hsA, "chatter", []string{room(0)}, ch.see)
 
 	eventually(t, "everybody counted, on both nodes and by the observer", func(c *assert.CollectT) {
@@ -234,11 +234,11 @@ func runStall(t *testing.T, s stallScenario) {
 	engineRefused, notAsked := outcomes.check(t, sent, obs.chatsNow())
 	ownDelivered, ownDups := ch.delivered()
 	during, duringOK, after := ready.during(frozen, thawed)
-	t.Logf("timeout %v, stall %v, %d users: closes %d; leaves seen on b %d, offline %d; chats sent %d, delivered %d, refused with an error %d (%d by Publish, %d waiting in the transport), lost %d, duplicates %d (the chatter's own copies: %d, duplicates %d); "+
+	t.Logf("timeout %v, stall %v, %d users: closes %d; leaves seen on b %d, offline %d; chats sent %d, delivered %d, refused with an error %d (%d by Publish, %d waiting in the transport), lost %d, duplicates %d (the chatter's own copies: %d, duplicates %d), slowest delivered %v; "+
 		"/readyz during the stall %d answers, %d of them 200, %d answered after it; 200 again %v after; counts converged %v after; "+
 		"Publish outlasted its ctx by %v at worst; pong worst %v; the newcomer's connect %v, slowest of %d joins %v, of %d watches %v (a quarter timeout is %v); set up in %v",
 		timeout, thawed.Sub(frozen), s.users, closed, len(leaves), len(offline), sent, delivered, refused, engineRefused, notAsked, sent-delivered-refused, dups,
-		ownDelivered, ownDups, during, duringOK, after, readyAfter.Round(time.Millisecond), converged.Round(time.Millisecond),
+		ownDelivered, ownDups, ch.slowest(obs.arrivals()), during, duringOK, after, readyAfter.Round(time.Millisecond), converged.Round(time.Millisecond),
 		outcomes.worstOverrun(), pong.worst(), late.connect, late.joins, late.join, late.watches, late.watch, timeout/4, setUp.Sub(began).Round(time.Millisecond))
 	assert.Zero(t, closed, "connections closed")
 	assert.Empty(t, leaves, "leave diffs seen on b")
@@ -455,15 +455,34 @@ type chatter struct {
 	refused atomic.Int64
 
 	mu    sync.Mutex
-	own   map[string]int // chats of its own it received, by text
-	other []string       // error frames that do not refuse a chat
+	own   map[string]int       // chats of its own it received, by text
+	at    map[string]time.Time // when each chat was sent
+	other []string             // error frames that do not refuse a chat
 }
 
 func (c *chatter) chat() {
 	n := c.sent.Load()
-	if c.send(`{"type":"chat","channel":"room-0","text":"chat-`+strconv.FormatInt(n, 10)+`"}`) == nil {
+	text := "chat-" + strconv.FormatInt(n, 10)
+	at := time.Now()
+	if c.send(`{"type":"chat","channel":"room-0","text":"`+text+`"}`) == nil {
+		c.mu.Lock()
+		c.at[text] = at
+		c.mu.Unlock()
 		c.sent.Add(1)
 	}
+}
+
+// slowest returns the longest a chat took from the chatter to the observer.
+func (c *chatter) slowest(got map[string]time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var worst time.Duration
+	for text, at := range got {
+		if sent, ok := c.at[text]; ok {
+			worst = max(worst, at.Sub(sent))
+		}
+	}
+	return worst.Round(time.Millisecond)
 }
 
 func (c *chatter) see(f stallFrame) {
@@ -529,7 +548,8 @@ type observer struct {
 	online  map[string]bool
 	leaves  []string // "room uid"
 	offline []string
-	chats   map[string]int // by text
+	chats   map[string]int       // by text
+	arrived map[string]time.Time // when each chat first arrived
 }
 
 func (o *observer) see(f stallFrame) {
@@ -557,7 +577,9 @@ func (o *observer) see(f stallFrame) {
 			o.offline = append(o.offline, uid)
 		}
 	case "chat":
-		o.chats[f.Text]++
+		if o.chats[f.Text]++; o.chats[f.Text] == 1 {
+			o.arrived[f.Text] = time.Now()
+		}
 	}
 }
 
@@ -608,6 +630,12 @@ func (o *observer) chatsNow() map[string]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return maps.Clone(o.chats)
+}
+
+func (o *observer) arrivals() map[string]time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.arrived)
 }
 
 func (o *observer) falseEdges() (leaves, offline []string) {
