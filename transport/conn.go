@@ -51,7 +51,7 @@ type conn struct {
 	writing  bool               // a writer goroutine owns the socket's write side
 	closing  bool               // a close frame is due or sent: no more data frames
 	closeMsg []byte             // the close frame to send, once
-	chats    []protocol.Chat    // chats waiting to be handed to the engine
+	chats    []pendingChat      // chats waiting to be handed to the engine
 	chatting bool               // a goroutine hands them over
 }
 
@@ -325,8 +325,15 @@ const (
 	chatHandover    = 2 * time.Second
 )
 
+// pendingChat is a chat waiting for the engine, due by its deadline.
+type pendingChat struct {
+	protocol.Chat
+	due time.Time
+}
+
 // queueChat hands f to the engine on a goroutine of c's own, which exists
-// while chats wait, so they go out in order.
+// while chats wait, so they go out in order. Each has chatHandover from its
+// arrival, however long the ones before it took.
 func (c *conn) queueChat(f protocol.Chat) {
 	c.mu.Lock()
 	if c.closing {
@@ -338,7 +345,7 @@ func (c *conn) queueChat(f protocol.Chat) {
 		c.replyError("chat not delivered: too many chats waiting to be sent, try again", f.Channel)
 		return
 	}
-	c.chats = append(c.chats, f)
+	c.chats = append(c.chats, pendingChat{f, time.Now().Add(chatHandover)})
 	start := !c.chatting
 	c.chatting = true
 	c.mu.Unlock()
@@ -359,7 +366,7 @@ func (c *conn) chatLoop() {
 		f := c.chats[0]
 		c.chats = c.chats[1:]
 		c.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), chatHandover)
+		ctx, cancel := context.WithDeadline(context.Background(), f.due)
 		err := h.node.Chat(ctx, c, f.Channel, f.Text)
 		cancel()
 		switch {
