@@ -51,10 +51,12 @@ type (
 	}
 	// Pong answers Ping.
 	Pong struct{}
-	// Error refuses a frame; Channel names the channel it was about, if any.
+	// Error refuses a frame; Channel names the channel it was about, if any,
+	// and Ref echoes the refused frame's "ref", if it had one.
 	Error struct {
-		Error   string `json:"error"`
-		Channel string `json:"channel,omitempty"`
+		Error   string          `json:"error"`
+		Channel string          `json:"channel,omitempty"`
+		Ref     json.RawMessage `json:"ref,omitempty"`
 	}
 	// Joined is a channel's snapshot: Count is exact, Members sorted and
 	// possibly cut short.
@@ -97,11 +99,14 @@ type (
 )
 
 // Chat is a chat line, both ways: a client sends it without From, and the
-// server fans it out with From set to the sender.
+// server fans it out with From set to the sender. Ref, any JSON value a
+// client may add, comes back in the error frame if the chat is not
+// delivered; it is never fanned out.
 type Chat struct {
-	Channel string `json:"channel"`
-	From    string `json:"from,omitempty"`
-	Text    string `json:"text"`
+	Channel string          `json:"channel"`
+	From    string          `json:"from,omitempty"`
+	Text    string          `json:"text"`
+	Ref     json.RawMessage `json:"-"`
 }
 
 func (Ping) Type() string     { return "ping" }

@@ -10,11 +10,12 @@ import (
 // clientJSON is every field a client frame of this protocol may carry;
 // unknown fields are ignored so clients can add their own.
 type clientJSON struct {
-	Type    *string   `json:"type"`
-	Channel *string   `json:"channel"`
-	Text    *string   `json:"text"`
-	UIDs    *[]string `json:"uids"`
-	Token   *string   `json:"token"`
+	Type    *string         `json:"type"`
+	Channel *string         `json:"channel"`
+	Text    *string         `json:"text"`
+	UIDs    *[]string       `json:"uids"`
+	Token   *string         `json:"token"`
+	Ref     json.RawMessage `json:"ref"`
 }
 
 // ParseClient reads one text frame a client sent and checks that the fields
@@ -63,7 +64,7 @@ func ParseClient(data []byte) (Frame, error) {
 		if w.Text == nil || *w.Text == "" {
 			return nil, errors.New(`chat needs a non-empty "text"`)
 		}
-		return Chat{Channel: ch, Text: *w.Text}, nil
+		return Chat{Channel: ch, Text: *w.Text, Ref: w.Ref}, nil
 	case "watch":
 		if w.UIDs == nil {
 			return nil, errors.New(`watch needs "uids", an array of user IDs`)

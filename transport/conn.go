@@ -342,7 +342,7 @@ func (c *conn) queueChat(f protocol.Chat) {
 	}
 	if len(c.chats) >= maxPendingChats {
 		c.mu.Unlock()
-		c.replyError("chat not delivered: too many chats waiting to be sent, try again", f.Channel)
+		c.reply(protocol.Error{Error: "chat not delivered: too many chats waiting to be sent, try again", Channel: f.Channel, Ref: f.Ref})
 		return
 	}
 	c.chats = append(c.chats, pendingChat{f, time.Now().Add(chatHandover)})
@@ -371,10 +371,10 @@ func (c *conn) chatLoop() {
 		cancel()
 		switch {
 		case errors.Is(err, presence.ErrNotJoined):
-			c.replyError(err.Error(), f.Channel)
+			c.reply(protocol.Error{Error: err.Error(), Channel: f.Channel, Ref: f.Ref})
 		case err != nil:
 			h.log.Warn("transport: chat not delivered", "uid", c.uid, "channel", f.Channel, "err", err)
-			c.replyError("chat not delivered: "+err.Error(), f.Channel)
+			c.reply(protocol.Error{Error: "chat not delivered: " + err.Error(), Channel: f.Channel, Ref: f.Ref})
 		}
 	}
 }

@@ -157,3 +157,15 @@ func TestChatsWaitOffTheReader(t *testing.T) {
 	}
 	w.sync(t)
 }
+
+// An undelivered chat's error frame carries the chat's ref, so a client
+// knows which one failed; the ref never reaches the other members.
+func TestChatErrorsEchoTheRef(t *testing.T) {
+	s := startServer(t, testConfig())
+	ws, _ := s.dialIn(t, "alice", "lobby")
+	w := listen(ws)
+	send(t, ws, `{"type":"chat","channel":"room","text":"hi","ref":"c-1"}`)
+	w.until(t, `{"type":"error","error":"not a member of the channel: join it first","channel":"room","ref":"c-1"}`)
+	send(t, ws, `{"type":"chat","channel":"lobby","text":"hi","ref":{"n":2}}`)
+	w.until(t, `{"type":"chat","channel":"lobby","from":"alice","text":"hi"}`)
+}
