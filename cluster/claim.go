@@ -106,27 +106,11 @@ type scriptCall struct {
 	recs  []record // setScript's records, to requeue or hold
 }
 
-// runScripts runs one script per call in a pipeline by its SHA, then runs the
-// calls that met an empty script cache (Redis restarted) again with the source.
+// runScripts runs s once per call, on the shard's keys, through runScripts.
 func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := w.rdb.Pipeline()
+	runs := make([]scriptRun, len(calls))
 	for i, c := range calls {
-		cmds[i] = s.EvalSha(ctx, pipe, []string{w.keys[c.shard].alive}, c.args...)
+		runs[i] = scriptRun{s, w.keys[c.shard].alive, c.args}
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe = w.rdb.Pipeline()
-		for _, i := range again {
-			cmds[i] = s.Eval(ctx, pipe, []string{w.keys[calls[i].shard].alive}, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
+	return runScripts(ctx, w.rdb, runs)
 }

@@ -402,7 +402,7 @@ func (p *publisher) send(ctx context.Context, batch []*outgoing) {
 	if len(calls) == 0 {
 		return
 	}
-	cmds := p.run(ctx, calls)
+	cmds := runScripts(ctx, p.rdb, calls)
 	arrived := time.Now()
 	settles, cmds := cmds[:len(settling)], cmds[len(settling):]
 
@@ -454,39 +454,6 @@ func (p *publisher) send(ctx context.Context, batch []*outgoing) {
 	} else {
 		p.health.ok()
 	}
-}
-
-// A scriptRun is one script call on one key.
-type scriptRun struct {
-	s    *redis.Script
-	key  string
-	args []any
-}
-
-// run makes calls in a pipeline by their scripts' SHAs, then those that met
-// an empty script cache (Redis restarted: they did not run) again with the
-// source.
-func (p *publisher) run(ctx context.Context, calls []scriptRun) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	pipe := p.rdb.Pipeline()
-	for i, c := range calls {
-		cmds[i] = c.s.EvalSha(ctx, pipe, []string{c.key}, c.args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe = p.rdb.Pipeline()
-		for _, i := range again {
-			cmds[i] = calls[i].s.Eval(ctx, pipe, []string{calls[i].key}, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
 }
 
 // readClocks reads the clock of the batch's shards whose reading is old; it

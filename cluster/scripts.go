@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -312,4 +313,37 @@ func flag(v any) bool {
 // cache is empty after a restart or failover).
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// A scriptRun is one script call on one key.
+type scriptRun struct {
+	s    *redis.Script
+	key  string
+	args []any
+}
+
+// runScripts makes calls in a pipeline by their scripts' SHAs, then those
+// that met an empty script cache (Redis restarted: they did not run) again
+// with the source.
+func runScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptRun) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.s.EvalSha(ctx, pipe, []string{c.key}, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe = rdb.Pipeline()
+		for _, i := range again {
+			cmds[i] = calls[i].s.Eval(ctx, pipe, []string{calls[i].key}, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	return cmds
 }

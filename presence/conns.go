@@ -323,20 +323,20 @@ func (n *Node) Publish(ctx context.Context, channel string, data json.RawMessage
 	if !protocol.ValidChannel(channel) {
 		return protocol.ErrInvalidChannel
 	}
-	frame, err := protocol.Encode(protocol.Publish{Channel: channel, Data: data})
-	if err != nil || !json.Valid(data) {
+	if !json.Valid(data) {
 		return errors.New("presence: Publish: data is not valid JSON")
 	}
+	frame := protocol.MustEncode(protocol.Publish{Channel: channel, Data: data})
 	return n.engine.Publish(ctx, Message{Channel: channel, Frame: frame})
 }
 
 // Send sends data, valid JSON, in a message frame to every connection of
 // uid, on every node.
 func (n *Node) Send(ctx context.Context, uid string, data json.RawMessage) error {
-	frame, err := protocol.Encode(protocol.Message{Data: data})
-	if err != nil || !json.Valid(data) {
+	if !json.Valid(data) {
 		return errors.New("presence: Send: data is not valid JSON")
 	}
+	frame := protocol.MustEncode(protocol.Message{Data: data})
 	return n.engine.Publish(ctx, Message{UID: uid, Frame: frame})
 }
 

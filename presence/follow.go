@@ -45,13 +45,16 @@ func (n *Node) follow(ctx context.Context, topics []Topic) {
 	}
 	var first []Topic
 	var before, wait []chan struct{}
-	mine := make(chan struct{})
+	var mine chan struct{} // made only if this call makes an Engine call
 	n.mu.Lock()
 	for _, t := range topics {
 		r := n.refs[t]
 		if r.n++; r.n == 1 {
 			if r.done != nil {
 				before = append(before, r.done)
+			}
+			if mine == nil {
+				mine = make(chan struct{})
 			}
 			r.done = mine
 			first = append(first, t)
@@ -87,7 +90,7 @@ func (n *Node) unfollow(topics []Topic) {
 	}
 	var last []Topic
 	var before []chan struct{}
-	mine := make(chan struct{})
+	var mine chan struct{} // made only if this call makes an Engine call
 	n.mu.Lock()
 	for _, t := range topics {
 		r, ok := n.refs[t]
@@ -97,6 +100,9 @@ func (n *Node) unfollow(topics []Topic) {
 		if r.n--; r.n == 0 {
 			if r.done != nil {
 				before = append(before, r.done)
+			}
+			if mine == nil {
+				mine = make(chan struct{})
 			}
 			r.done = mine
 			last = append(last, t)

@@ -28,7 +28,7 @@ func ParseClient(data []byte) (Frame, error) {
 		Type *string `json:"type"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, jsonError(err)
+		return nil, JSONError(err)
 	}
 	if head.Type == nil || *head.Type == "" {
 		return nil, errors.New(`missing "type"`)
@@ -40,7 +40,7 @@ func ParseClient(data []byte) (Frame, error) {
 	}
 	var w clientJSON
 	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, jsonError(err)
+		return nil, JSONError(err)
 	}
 	switch typ := *w.Type; typ {
 	case "ping":
@@ -88,9 +88,7 @@ func ParseClient(data []byte) (Frame, error) {
 
 // JSONError says what was wrong with a JSON document a client sent, in the
 // protocol's words rather than Go's.
-func JSONError(err error) error { return jsonError(err) }
-
-func jsonError(err error) error {
+func JSONError(err error) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings", "token": "a string"}
 		field, _, _ := strings.Cut(te.Field, ".") // "uids.0" is an element

@@ -267,13 +267,14 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		}
 		return false
 	})
+	// Armed first, so a refused Connect's close also disarms it.
+	h.node.SetExpiry(c, sess.Expires)
 	ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
 	err = h.node.Connect(ctx, c, uid, channels)
 	cancel()
 	if err != nil {
 		c.closeWith(protocol.CloseGoingAway, protocol.ReasonShutdown, reasonShutdown)
 	}
-	h.node.SetExpiry(c, sess.Expires)
 	for _, ch := range refused {
 		c.replyError(errNotAllowed, ch)
 	}
