@@ -110,7 +110,7 @@ start_server() { # name -> sets SERVER_PID and URL
 
 
 ROWS=()
-declare -A RESULT # "server,conns,room" -> "rss_per_conn p99 silent_closed silent false_closes slow_closes"
+declare -A RESULT # "server,conns,room" -> "rss_per_conn_mid rss_per_conn_end p99 silent_closed silent false_closes slow_closes"
 
 # metric NAME [FILTER]: sum of the samples of one metric family in $HTTP/metrics
 # whose labels match the regular expression FILTER; empty when the server has
@@ -132,7 +132,7 @@ run_one() {
 	local users=$(((conns + USERS_PER - 1) / USERS_PER))
 	start_server "$name"
 	sleep 1
-	local rss0 ticks0
+	local rss0
 	rss0=$(rss_kb "$SERVER_PID")
 	log "$label: $conns conns ($silent silent, $users users, room $room), ramp ${RAMP}s, hold ${hold}s, idle RSS ${rss0} kB"
 	local tag="$name-$conns-room$room"
@@ -198,7 +198,7 @@ run_one() {
 	local verdict=ok
 	[[ $rc -ne 0 ]] && verdict="exit $rc"
 	ROWS+=("| $label | $conns | $connected | $per_conn | $per_conn_end | $cpu_per_k | ${cpu:-?} s / ${ka:-?} | $p50 / $p99 / $max | $sc / $si | $fc | $slow | $sent / $recv (${fpc:-?}) | $verdict |")
-	RESULT["$name,$conns,$room"]="$per_conn $p99 $sc $si $fc ${slow%% *}"
+	RESULT["$name,$conns,$room"]="$per_conn $per_conn_end $p99 $sc $si $fc ${slow%% *}"
 	log "$tag: $(tail -c 400 "$OUT/$tag.json")"
 }
 
@@ -215,27 +215,32 @@ print_table() {
 	targets
 }
 
-# targets: one line per count on the goals for presenced (rooms of ROOM): no
-# false or slow closes, every silent client closed with 4408, detection p99
-# within timeout + tick + 100 ms, RSS per connection at most half the
-# baseline's in the same run.
+# targets: one line per count on the goals for presenced (one user per
+# connection, rooms of ROOM): no false or slow closes, every silent client
+# closed with 4408, detection p99 within timeout + tick + 100 ms, and RSS per
+# connection at most 4 KB and at most 0.25x the baseline's in the same run,
+# both at mid-hold and at the end of the hold.
 mark() { if (($1)); then echo "met ($2)"; else echo "MISSED ($2)"; fi; }
+# at_most A B: 1 when A and B are numbers and A <= B, else 0.
+at_most() { awk -v a="$1" -v b="$2" 'BEGIN{ print (a ~ /^-?[0-9.]+$/ && b ~ /^[0-9.]+$/ && a + 0 <= b + 0) ? 1 : 0 }'; }
+# ratio A B: A / B to two places, "-" unless both are numbers and B > 0.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a ~ /^-?[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a/b; else print "-" }'; }
 targets() {
 	local limit=$((TIMEOUT_MS + tick_ms + 100)) n
 	echo
-	echo "| conns | false closes 0 | slow closes 0 | all silent closed with 4408 | p99 <= ${limit} ms | RSS/conn <= 0.5x baseline |"
-	echo "|---:|---|---|---|---|---|"
+	echo "| conns | false closes 0 | slow closes 0 | all silent closed with 4408 | p99 <= ${limit} ms | RSS/conn mid <= 4 KB | RSS/conn end <= 4 KB | mid <= 0.25x baseline | end <= 0.25x baseline |"
+	echo "|---:|---|---|---|---|---|---|---|---|"
 	for n in $COUNTS; do
 		local p=${RESULT["presenced,$n,$ROOM"]:-} b=${RESULT["baseline,$n,$ROOM"]:-}
 		[[ -z $p ]] && continue
-		local rss p99 sc si fc slow brss=0 ratio=- p99ok rok
-		read -r rss p99 sc si fc slow <<<"$p"
-		[[ -n $b ]] && read -r brss _ <<<"$b"
-		ratio=$(awk -v a="$rss" -v b="$brss" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
-		p99ok=$(awk -v p="$p99" -v l="$limit" 'BEGIN{ print (p != "" && p <= l) ? 1 : 0 }')
-		rok=$(awk -v r="$ratio" 'BEGIN{ print (r != "-" && r <= 0.5) ? 1 : 0 }')
+		local mid end p99 sc si fc slow bmid=- bend=- rmid rend
+		read -r mid end p99 sc si fc slow <<<"$p"
+		[[ -n $b ]] && read -r bmid bend _ <<<"$b"
+		rmid=$(ratio "$mid" "$bmid")
+		rend=$(ratio "$end" "$bend")
 		echo "| $n | $(mark "${fc:-1} == 0" "$fc") | $(mark "${slow:-1} == 0" "$slow") | $(mark "${sc:-0} == ${si:-1}" "$sc / $si") |" \
-			"$(mark "$p99ok" "$p99 ms") | $(mark "$rok" "$ratio") |"
+			"$(mark "$(at_most "$p99" "$limit")" "$p99 ms") | $(mark "$(at_most "$mid" 4)" "$mid KB") | $(mark "$(at_most "$end" 4)" "$end KB") |" \
+			"$(mark "$(at_most "$rmid" 0.25)" "$rmid") | $(mark "$(at_most "$rend" 0.25)" "$rend") |"
 	done
 }
 
