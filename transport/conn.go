@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -23,18 +21,22 @@ import (
 // conn is one WebSocket: a presence.Client.
 //
 // Concurrency follows gorilla's rule, one reader and one writer. The reader
-// is the goroutine started by ServeWS; it owns session and rate. The writer
-// is started when the queue becomes non-empty and exits when it is empty
-// again, so an idle connection parks only its reader. The queue is bounded
-// in bytes by Hub.queueBytes; a client that falls that far behind is
-// closed.
+// owns session and rate: on a polled connection (the default on Linux) it
+// is a worker that exists while the socket has frames to read (serveReady),
+// elsewhere a goroutine parked in read for the connection's life
+// (readLoop). The writer is started when the queue becomes non-empty and
+// exits when it is empty again, so an idle polled connection holds no
+// goroutine at all. The queue is bounded in bytes by Hub.queueBytes; a
+// client that falls that far behind is closed.
 type conn struct {
 	hub *Hub
 	uid string
 	ws  *websocket.Conn
-	// ctx ends when the connection closes: OnMessage gets it. The Hub's own
-	// waits are bounded by timeouts instead: a context derived from ctx
-	// would leave ctx a map of children for the life of the connection.
+	w   wire // the socket, as gorilla sees it
+	// ctx ends when the connection closes: OnMessage gets it, and without
+	// OnMessage it is nil. The Hub's own waits are bounded by timeouts
+	// instead: a context derived from ctx would leave ctx a map of children
+	// for the life of the connection.
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -231,15 +233,15 @@ func (c *conn) writeFailed(err error) {
 	c.markClosingLocked(reason)
 	c.closeMsg = nil
 	c.mu.Unlock()
-	c.ws.NetConn().Close()
+	c.closeSocket()
 }
 
 // writeClose sends a close frame and bounds how long the reader waits for
 // the client's answer before the socket is dropped.
 func (c *conn) writeClose(msg []byte) {
-	c.ws.SetReadDeadline(time.Now().Add(c.hub.closeTimeout))
+	c.setReadDeadline(time.Now().Add(c.hub.closeTimeout))
 	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.hub.writeTimeout)); err != nil {
-		c.ws.NetConn().Close()
+		c.closeSocket()
 	}
 }
 
@@ -248,51 +250,6 @@ func (c *conn) touch() {
 	if !c.stopped.Load() {
 		c.hub.node.Touch(c)
 	}
-}
-
-// readLoop reads frames until the socket fails or closes.
-func (c *conn) readLoop() {
-	h := c.hub
-	var err error
-	for {
-		var mt int
-		var r io.Reader
-		mt, r, err = c.ws.NextReader()
-		if err != nil {
-			break
-		}
-		if c.stopped.Load() {
-			// Closing: read on only to see the client's close frame.
-			if _, err = io.Copy(io.Discard, r); err != nil {
-				break
-			}
-			continue
-		}
-		c.touch()
-		c.silenced.Store(false)
-		var data []byte
-		var n int64
-		if mt == websocket.BinaryMessage {
-			h.m.kaBinary.Inc()
-			n, err = io.Copy(io.Discard, r)
-		} else {
-			h.m.kaText.Inc()
-			data, err = io.ReadAll(r)
-			n = int64(len(data))
-		}
-		if err != nil {
-			break
-		}
-		if !c.admit(int(n)) || mt == websocket.BinaryMessage {
-			continue
-		}
-		if !utf8.Valid(data) {
-			c.closeWith(protocol.CloseInvalidPayload, protocol.ReasonInvalidUTF8, reasonInvalid)
-			continue
-		}
-		c.handle(data)
-	}
-	c.finish(err)
 }
 
 // admit applies the inbound limits to a frame of size bytes and reports
@@ -488,67 +445,4 @@ func notAllowedToWatch(uids []string) string {
 		msg += fmt.Sprintf(" and %d more", len(uids)-shown)
 	}
 	return msg + "; the others are watched"
-}
-
-// finish runs when the reader stops: c no longer counts, its context ends
-// and its socket is closed.
-func (c *conn) finish(err error) {
-	h := c.hub
-	tooBig := errors.Is(err, websocket.ErrReadLimit)
-	reason := reasonClient
-	if tooBig {
-		reason = reasonTooBig
-	}
-	c.mu.Lock()
-	c.markClosingLocked(reason)
-	c.mu.Unlock()
-	c.cancel()
-	h.node.Disconnect(c)
-	nc := c.ws.NetConn()
-	if tooBig {
-		// gorilla has sent 1009, but the rest of the frame is unread; closing
-		// now would reset the connection and could destroy the close frame
-		// before the client reads it. Drain until the client hangs up.
-		nc.SetReadDeadline(time.Now().Add(h.closeTimeout))
-		io.Copy(io.Discard, nc)
-	}
-	nc.Close()
-	h.forget(c)
-	h.m.connections.Dec()
-	h.readers.Done()
-}
-
-// controlKeepalive counts a ping or pong frame, unless the client asked for
-// silence.
-func (c *conn) controlKeepalive(ping bool) {
-	if c.silenced.Load() {
-		return
-	}
-	c.touch()
-	// Counted after the touch, so a reader of the counter knows it happened.
-	if ping {
-		c.hub.m.kaPing.Inc()
-	} else {
-		c.hub.m.kaPong.Inc()
-	}
-}
-
-// pingHandler answers a client's ping like gorilla's default handler does,
-// after counting it as a keepalive.
-func (c *conn) pingHandler(data string) error {
-	c.controlKeepalive(true)
-	if !c.admit(len(data)) {
-		return nil // no pong for a ping over the limit
-	}
-	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.hub.writeTimeout))
-	var ne net.Error
-	if err == nil || errors.Is(err, websocket.ErrCloseSent) || (errors.As(err, &ne) && ne.Timeout()) {
-		return nil
-	}
-	return err
-}
-
-func (c *conn) pongHandler(string) error {
-	c.controlKeepalive(false)
-	return nil
 }

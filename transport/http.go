@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -228,21 +230,30 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
 		return
 	}
-	ws, err := h.upgrader.Upgrade(w, r, nil)
+	c := &conn{hub: h, uid: uid, session: sess}
+	c.w.fd = -1
+	ws, err := h.upgrader.Upgrade(hijacker{w, &c.w}, r, nil)
 	if err != nil {
 		h.mu.Lock()
 		h.releaseLocked(uid)
 		h.mu.Unlock()
 		return // the upgrader has answered with an HTTP error
 	}
+	c.ws = ws
 	ws.SetReadLimit(h.maxMessage)
-	if sb, ok := ws.NetConn().(interface{ SetWriteBuffer(int) error }); ok && h.socketBuffer > 0 {
+	if sb, ok := c.w.Conn.(interface{ SetWriteBuffer(int) error }); ok && h.socketBuffer > 0 {
 		if err := sb.SetWriteBuffer(h.socketBuffer); err != nil {
 			h.log.Debug("transport: set socket send buffer", "err", err)
 		}
 	}
-	c := &conn{hub: h, uid: uid, ws: ws, session: sess}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if tc, ok := c.w.Conn.(*net.TCPConn); ok && h.poller != nil {
+		if c.w.raw, err = tc.SyscallConn(); err != nil {
+			c.w.raw = nil
+		}
+	}
+	if h.onMessage != nil {
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+	}
 	ws.SetPingHandler(c.pingHandler)
 	ws.SetPongHandler(c.pongHandler)
 
@@ -250,7 +261,9 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if h.closing {
 		h.releaseLocked(uid)
 		h.mu.Unlock()
-		c.cancel()
+		if c.cancel != nil {
+			c.cancel()
+		}
 		goingAway(ws, h.writeTimeout)
 		return
 	}
@@ -282,10 +295,32 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// snapshots: a client that has its welcome is online, and counted in
 	// its channels.
 	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds()}))
-	// A goroutine of its own, so the handler returns and net/http's request,
-	// response and buffers are freed: an idle connection keeps only its
-	// reader's small stack.
+	// The handler returns, so net/http's request, response and buffers are
+	// freed: a polled connection keeps no goroutine, any other its reader's.
+	if c.w.raw != nil {
+		if err := h.poller.add(c); err == nil {
+			c.wake() // for frames that came before the registration
+			return
+		}
+		h.log.Debug("transport: not polled", "uid", uid, "err", err)
+		c.w.raw = nil
+	}
 	go c.readLoop()
+}
+
+// hijacker hands gorilla the socket it hijacks wrapped in a wire.
+type hijacker struct {
+	http.ResponseWriter
+	w *wire
+}
+
+func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.w.Conn = nc
+	return h.w, brw, nil
 }
 
 // reserve counts a WebSocket of uid about to open, unless uid has

@@ -53,9 +53,11 @@ const (
 	MaxPresenceLimit     = 1000
 )
 
-// readBufferSize is each connection's read buffer: frames are small, and
-// net/http's 4 KiB reader is released instead.
-const readBufferSize = 1024
+// readBufferSize is gorilla's read buffer per connection, the least it
+// takes (a control frame's payload): it holds frame headers and control
+// frames, and larger payloads are read past it. net/http's 4 KiB reader is
+// released.
+const readBufferSize = 128
 
 // Config configures a Hub. The zero value is a 31-slot ring stepping once a
 // second (a 30 s timeout), in-memory presence and demo authentication.
@@ -144,6 +146,14 @@ type Config struct {
 	// then closed, instead of parking megabytes in the kernel; 0 means
 	// 64 KiB, -1 leaves the operating system's autotuning.
 	SocketBuffer int
+	// ParkReaders keeps a goroutine per connection blocked in read, as most
+	// Go WebSocket servers do. By default, on Linux, connections are polled
+	// instead: the Hub waits for readable sockets with epoll and reads on a
+	// goroutine only while a connection has frames, so an idle connection
+	// holds no goroutine and no read buffer. Connections that are not plain
+	// TCP (TLS served by Go itself), and every connection on other systems,
+	// always park a reader.
+	ParkReaders bool
 
 	Logger     *slog.Logger          // nil: silent
 	Registerer prometheus.Registerer // nil: metrics are kept but not registered
@@ -168,6 +178,7 @@ type Hub struct {
 	onMessage      func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
 	origins        *originPolicy
 	upgrader       websocket.Upgrader
+	poller         *poller // nil: every connection parks a reader
 	log            *slog.Logger
 	m              *metrics
 	mux            *http.ServeMux // every route
@@ -286,6 +297,13 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		},
 	}
 	h.routes()
+	if !cfg.ParkReaders {
+		if h.poller, err = newPoller(); err != nil {
+			log.Info("transport: one reader goroutine per connection", "err", err)
+		} else {
+			h.bg.Go(h.poller.run)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -408,9 +426,12 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("transport: shutdown: %w", ctx.Err())
 		for _, c := range live {
-			c.ws.NetConn().Close() // wakes its reader, which finishes
+			c.closeSocket() // its reader finishes
 		}
 		<-drained
+	}
+	if h.poller != nil {
+		h.poller.close()
 	}
 	h.cancel()
 	h.bg.Wait()

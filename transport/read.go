@@ -1,0 +1,235 @@
+package transport
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/presenced/presenced/protocol"
+)
+
+// The read side of a connection. A polled connection is read by a worker
+// that exists only while its socket has something to read (serveReady);
+// any other by a goroutine parked in read for the connection's life
+// (readLoop). Either is the connection's one reader.
+
+// wake starts c's worker, or makes the running one read again before it
+// exits: the poller calls it when c's socket becomes readable, and so does
+// whatever closes the socket or sets a read deadline.
+func (c *conn) wake() {
+	for {
+		switch c.w.state.Load() {
+		case idle:
+			if c.w.state.CompareAndSwap(idle, running) {
+				go c.serveReady()
+				return
+			}
+		case running:
+			if c.w.state.CompareAndSwap(running, again) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// serveReady is c's worker: it reads until the socket has nothing more and
+// exits, unless woken meanwhile.
+func (c *conn) serveReady() {
+	for {
+		c.pump()
+		if c.w.state.CompareAndSwap(running, idle) {
+			return
+		}
+		c.w.state.Store(running)
+	}
+}
+
+// pump reads everything c's socket has without blocking and acts on every
+// whole unit of frames in it; what is left of a frame waits in pending for
+// the next wake. A closed or failed socket, or a read deadline passed while
+// nothing came, ends c.
+func (c *conn) pump() {
+	w := &c.w
+	limit := c.hub.maxMessage
+	for !w.finished {
+		err := w.fill(int(limit) + readChunk)
+		if err == errAgain {
+			if d := w.deadline.Load(); d == 0 || time.Now().UnixNano() < d {
+				w.release()
+				return
+			}
+			err = os.ErrDeadlineExceeded
+		}
+		if err == errTooBig {
+			c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseMessageTooBig, ""), time.Now().Add(time.Second))
+			c.finish(websocket.ErrReadLimit)
+			return
+		}
+		for w.next(limit) {
+			rerr := c.readMessage()
+			if rerr == nil {
+				rerr = w.drop()
+			}
+			if rerr != nil {
+				c.finish(rerr)
+				return
+			}
+		}
+		if err != nil {
+			// gorilla reads what is left, then the socket's error.
+			w.fed, w.rerr = w.pending, err
+			c.readLoop()
+			return
+		}
+	}
+}
+
+// closeSocket closes c's socket; its reader then finishes c.
+func (c *conn) closeSocket() {
+	if c.w.raw == nil {
+		c.w.Conn.Close()
+		return
+	}
+	c.hub.poller.remove(c)
+	c.w.Conn.Close()
+	c.wake()
+}
+
+// setReadDeadline bounds the wait for c's next frame, as
+// net.Conn.SetReadDeadline does for a parked reader.
+func (c *conn) setReadDeadline(t time.Time) {
+	if c.w.raw == nil {
+		c.ws.SetReadDeadline(t)
+		return
+	}
+	c.w.deadline.Store(t.UnixNano())
+	time.AfterFunc(time.Until(t), c.wake)
+}
+
+// readLoop reads frames until the socket fails or closes: the reader of a
+// connection that is not polled.
+func (c *conn) readLoop() {
+	var err error
+	for err == nil {
+		err = c.readMessage()
+	}
+	c.finish(err)
+}
+
+// readMessage reads one message through gorilla, which answers the control
+// frames before it on the way, and acts on it. An error ends the
+// connection.
+func (c *conn) readMessage() error {
+	h := c.hub
+	mt, r, err := c.ws.NextReader()
+	if err != nil {
+		return err
+	}
+	if c.w.synthetic || c.stopped.Load() {
+		// Our frame ending a unit of control frames, or a closing
+		// connection reading on only to see the client's close frame.
+		_, err = io.Copy(io.Discard, r)
+		return err
+	}
+	c.touch()
+	c.silenced.Store(false)
+	var data []byte
+	var n int64
+	if mt == websocket.BinaryMessage {
+		h.m.kaBinary.Inc()
+		n, err = io.Copy(io.Discard, r)
+	} else {
+		h.m.kaText.Inc()
+		data, err = io.ReadAll(r)
+		n = int64(len(data))
+	}
+	if err != nil {
+		return err
+	}
+	if !c.admit(int(n)) || mt == websocket.BinaryMessage {
+		return nil
+	}
+	if !utf8.Valid(data) {
+		c.closeWith(protocol.CloseInvalidPayload, protocol.ReasonInvalidUTF8, reasonInvalid)
+		return nil
+	}
+	c.handle(data)
+	return nil
+}
+
+// finish runs when the reader stops: c no longer counts, its context ends
+// and its socket is closed.
+func (c *conn) finish(err error) {
+	h := c.hub
+	tooBig := errors.Is(err, websocket.ErrReadLimit)
+	reason := reasonClient
+	if tooBig {
+		reason = reasonTooBig
+	}
+	c.mu.Lock()
+	c.markClosingLocked(reason)
+	c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	h.node.Disconnect(c)
+	if c.w.raw != nil {
+		h.poller.remove(c)
+		c.w.finished = true
+		c.w.fed, c.w.rerr = nil, nil
+		c.w.release()
+	}
+	if tooBig {
+		// gorilla has sent 1009, but the rest of the frame is unread; closing
+		// now would reset the connection and could destroy the close frame
+		// before the client reads it. Drain until the client hangs up.
+		c.w.Conn.SetReadDeadline(time.Now().Add(h.closeTimeout))
+		io.Copy(io.Discard, c.w.Conn)
+	}
+	c.w.Conn.Close()
+	h.forget(c)
+	h.m.connections.Dec()
+	h.readers.Done()
+}
+
+// controlKeepalive counts a ping or pong frame, unless the client asked for
+// silence.
+func (c *conn) controlKeepalive(ping bool) {
+	if c.silenced.Load() {
+		return
+	}
+	c.touch()
+	// Counted after the touch, so a reader of the counter knows it happened.
+	if ping {
+		c.hub.m.kaPing.Inc()
+	} else {
+		c.hub.m.kaPong.Inc()
+	}
+}
+
+// pingHandler answers a client's ping like gorilla's default handler does,
+// after counting it as a keepalive.
+func (c *conn) pingHandler(data string) error {
+	c.controlKeepalive(true)
+	if !c.admit(len(data)) {
+		return nil // no pong for a ping over the limit
+	}
+	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.hub.writeTimeout))
+	var ne net.Error
+	if err == nil || errors.Is(err, websocket.ErrCloseSent) || (errors.As(err, &ne) && ne.Timeout()) {
+		return nil
+	}
+	return err
+}
+
+func (c *conn) pongHandler(string) error {
+	c.controlKeepalive(false)
+	return nil
+}

@@ -1,0 +1,306 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// wire is the net.Conn gorilla reads and writes through: the socket, with
+// reads that come, when the connection is polled, from what c's worker read
+// off the socket and handed over (fed) instead of from the socket itself.
+//
+// A polled connection holds no goroutine while it is idle. When the poller
+// reports its socket readable, a worker reads everything the socket has
+// without blocking, and hands gorilla one unit at a time: a whole message
+// (with the control frames before and inside it), or the control frames
+// that arrived on their own. gorilla parses and checks every frame and
+// answers pings and close frames as it always does; the worker only finds
+// where frames end. gorilla's NextReader returns only with a data message,
+// so control frames on their own are followed by an empty text frame of
+// ours, which the worker reads and drops (synthetic).
+type wire struct {
+	net.Conn                 // the socket
+	raw      syscall.RawConn // nil: not polled, reads go to the socket
+
+	pending []byte // read off the socket, not yet handed to gorilla
+	fed     []byte // handed to gorilla, not yet read by it
+	rerr    error  // what a read returns once fed is empty: the socket's error, or errStarved
+
+	unitLen   int           // bytes of pending the unit fed takes
+	synthetic bool          // the unit fed ends with our empty text frame
+	finished  bool          // the worker has finished the connection
+	state     atomic.Uint32 // idle, running or again: at most one worker
+	fd        int32         // the socket's descriptor while registered with the poller, else -1
+	deadline  atomic.Int64  // UnixNano after which an idle read fails; 0: none
+}
+
+// Worker states: a wake while a worker runs makes it look again before it
+// exits, so no readiness is missed and no two workers read one socket.
+const (
+	idle uint32 = iota
+	running
+	again
+)
+
+// errStarved is what gorilla gets if it asks for more than the unit it was
+// fed, a bug in unit: the connection is then closed, never stalled.
+var errStarved = errors.New("transport: read past the frames handed over")
+
+// errAgain: the socket has nothing more to read now.
+var errAgain = errors.New("transport: socket drained")
+
+// errTooBig: pending holds more than any message within the limit needs
+// without completing one (a stream of empty fragments, say).
+var errTooBig = errors.New("transport: message too big")
+
+// Read is gorilla's read: from the socket, or from the unit fed.
+func (w *wire) Read(p []byte) (int, error) {
+	if w.raw == nil {
+		return w.Conn.Read(p)
+	}
+	if len(w.fed) == 0 {
+		if w.rerr != nil {
+			return 0, w.rerr
+		}
+		return 0, errStarved
+	}
+	n := copy(p, w.fed)
+	w.fed = w.fed[n:]
+	return n, nil
+}
+
+// readChunk is the buffer a worker reads the socket into: it holds the
+// largest message of the default MaxMessage with its frame headers. Larger
+// messages grow it.
+const readChunk = 4096 + 256
+
+var chunks = sync.Pool{New: func() any { b := make([]byte, 0, readChunk); return &b }}
+
+// fill reads once from the socket, without blocking, onto pending, which
+// may grow to max bytes. It returns errAgain when there was nothing to read,
+// io.EOF when the peer closed, and the socket's error when it failed.
+func (w *wire) fill(max int) error {
+	if w.pending == nil {
+		w.pending = (*chunks.Get().(*[]byte))[:0]
+	}
+	if len(w.pending) == cap(w.pending) {
+		if len(w.pending) >= max {
+			return errTooBig
+		}
+		grown := make([]byte, len(w.pending), min(max, 2*cap(w.pending)))
+		copy(grown, w.pending)
+		putChunk(w.pending)
+		w.pending = grown
+	}
+	var n int
+	var rerr error
+	err := w.raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = syscall.Read(int(fd), w.pending[len(w.pending):cap(w.pending)])
+			if rerr != syscall.EINTR {
+				return true // never wait: the poller waits
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return err // closed by us
+	case rerr == syscall.EAGAIN:
+		return errAgain
+	case rerr != nil:
+		return &net.OpError{Op: "read", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: rerr}
+	case n == 0:
+		return io.EOF
+	}
+	w.pending = w.pending[:len(w.pending)+n]
+	return nil
+}
+
+// release gives pending's buffer back to the pool when it holds nothing, or
+// keeps only what it holds: an idle connection keeps no read buffer.
+func (w *wire) release() {
+	switch {
+	case len(w.pending) == 0:
+		putChunk(w.pending)
+		w.pending = nil
+	case cap(w.pending) == readChunk:
+		rest := make([]byte, len(w.pending))
+		copy(rest, w.pending)
+		putChunk(w.pending)
+		w.pending = rest
+	}
+}
+
+// putChunk gives b back to the pool if it came from there.
+func putChunk(b []byte) {
+	if cap(b) == readChunk {
+		b = b[:0]
+		chunks.Put(&b)
+	}
+}
+
+// next hands gorilla the next unit of pending and reports whether there is
+// one; drop removes it from pending once gorilla has read it. A unit is what
+// gorilla can read to the end without waiting for more: a whole message, the
+// control frames that arrived on their own, or everything up to a frame
+// header gorilla will refuse (a bad frame, or a message over limit), at
+// which it stops with its own error and close code.
+func (w *wire) next(limit int64) bool {
+	end, controls := unit(w.pending, limit)
+	switch {
+	case end > 0:
+		w.fed = w.pending[:end]
+		w.unitLen, w.synthetic = end, false
+		return true
+	case len(controls) == 0:
+		return false
+	}
+	fed := make([]byte, 0, 64)
+	kept := w.pending[:0]
+	last := 0
+	for _, s := range controls {
+		fed = append(fed, w.pending[s[0]:s[1]]...)
+		kept = append(kept, w.pending[last:s[0]]...)
+		last = s[1]
+	}
+	kept = append(kept, w.pending[last:]...)
+	w.pending = kept
+	w.fed = append(fed, emptyTextFrame...)
+	w.unitLen, w.synthetic = 0, true // next took the control frames out already
+	return true
+}
+
+// drop removes from pending the unit gorilla has just read, and fails if
+// gorilla left part of it unread.
+func (w *wire) drop() error {
+	if len(w.fed) != 0 {
+		return errStarved
+	}
+	w.fed = nil
+	w.pending = w.pending[:copy(w.pending, w.pending[w.unitLen:])]
+	w.unitLen, w.synthetic = 0, false
+	return nil
+}
+
+// emptyTextFrame is a masked text frame with no payload: it ends a unit of
+// control frames so that gorilla's NextReader returns.
+var emptyTextFrame = []byte{0x81, 0x80, 0, 0, 0, 0}
+
+// WebSocket opcodes (RFC 6455, 5.2).
+const (
+	opContinuation = 0x0
+	opText         = 0x1
+	opBinary       = 0x2
+	opClose        = 0x8
+	opPing         = 0x9
+	opPong         = 0xA
+)
+
+// unit finds the first unit in p (see next): a prefix of p, p[:end], or, if
+// no message is complete yet, the control frames among the complete frames
+// (their spans), which may come before or between a message's fragments.
+// It parses only what it needs to find frame ends; gorilla checks frames.
+func unit(p []byte, limit int64) (end int, controls [][2]int) {
+	pos := 0
+	inMessage := false
+	var size int64
+	for {
+		h, ok := parseHeader(p[pos:])
+		if !ok {
+			return 0, controls
+		}
+		if !h.acceptable(inMessage) {
+			return pos + h.headerLen, nil
+		}
+		if !h.control() {
+			size += h.payload
+			if size > limit || size < 0 {
+				return pos + h.headerLen, nil
+			}
+		}
+		if int64(len(p)-pos-h.headerLen) < h.payload {
+			return 0, controls
+		}
+		next := pos + h.headerLen + int(h.payload)
+		if h.control() {
+			controls = append(controls, [2]int{pos, next})
+		} else {
+			inMessage = !h.fin
+			if h.fin {
+				return next, nil
+			}
+		}
+		pos = next
+	}
+}
+
+// header is what unit needs of a frame header.
+type header struct {
+	fin       bool
+	rsv       byte
+	opcode    byte
+	masked    bool
+	len7      byte  // the 7-bit length field
+	payload   int64 // negative if the 64-bit length overflows
+	headerLen int
+}
+
+// parseHeader parses the frame header at the start of p; ok is false if p
+// holds only part of it.
+func parseHeader(p []byte) (h header, ok bool) {
+	if len(p) < 2 {
+		return h, false
+	}
+	h.fin = p[0]&0x80 != 0
+	h.rsv = p[0] & 0x70
+	h.opcode = p[0] & 0x0f
+	h.masked = p[1]&0x80 != 0
+	h.len7 = p[1] & 0x7f
+	h.headerLen = 2
+	switch h.len7 {
+	case 126:
+		h.headerLen += 2
+	case 127:
+		h.headerLen += 8
+	}
+	if h.masked {
+		h.headerLen += 4
+	}
+	if len(p) < h.headerLen {
+		return h, false
+	}
+	switch h.len7 {
+	case 126:
+		h.payload = int64(binary.BigEndian.Uint16(p[2:]))
+	case 127:
+		h.payload = int64(binary.BigEndian.Uint64(p[2:]))
+	default:
+		h.payload = int64(h.len7)
+	}
+	return h, true
+}
+
+func (h header) control() bool { return h.opcode >= opClose }
+
+// acceptable reports whether gorilla, as a server without compression, will
+// read on past this header: anything it refuses must be handed over at
+// once, or the connection would wait for bytes gorilla never asks for.
+func (h header) acceptable(inMessage bool) bool {
+	if h.rsv != 0 || !h.masked {
+		return false
+	}
+	switch h.opcode {
+	case opClose, opPing, opPong:
+		return h.fin && h.len7 <= 125
+	case opText, opBinary:
+		return !inMessage
+	case opContinuation:
+		return inMessage
+	}
+	return false
+}
