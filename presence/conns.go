@@ -22,8 +22,8 @@ type connState struct {
 // period conns is 0 and held lists the channels the last one had joined;
 // engine counts include the grace period as one connection.
 type userState struct {
-	conns     int            // live Clients, plus one for a lease
-	chans     map[string]int // channel -> live connections that joined it
+	conns     int         // live Clients, plus one for a lease
+	chans     []chanCount // the channels its live connections joined: a user joins few
 	lease     *connState
 	inGrace   bool
 	held      []string
@@ -37,8 +37,39 @@ func (u *userState) count() int {
 	return u.conns
 }
 
+// chanCount is how many of a user's live connections joined a channel.
+type chanCount struct {
+	channel string
+	n       int
+}
+
+// joined returns how many of u's live connections joined channel.
+func (u *userState) joined(channel string) int {
+	for _, c := range u.chans {
+		if c.channel == channel {
+			return c.n
+		}
+	}
+	return 0
+}
+
+// addJoined adds d to the connections of u that joined channel.
+func (u *userState) addJoined(channel string, d int) {
+	for i := range u.chans {
+		if u.chans[i].channel == channel {
+			if u.chans[i].n += d; u.chans[i].n <= 0 {
+				u.chans = slices.Delete(u.chans, i, i+1)
+			}
+			return
+		}
+	}
+	if d > 0 {
+		u.chans = append(u.chans, chanCount{channel, d})
+	}
+}
+
 func (u *userState) memberCount(channel string) int {
-	n := u.chans[channel]
+	n := u.joined(channel)
 	if u.inGrace && slices.Contains(u.held, channel) {
 		n++
 	}
@@ -143,7 +174,7 @@ func (n *Node) Disconnect(c Client) {
 func (n *Node) attachLocked(cs *connState) *userState {
 	u := n.users[cs.uid]
 	if u == nil {
-		u = &userState{chans: make(map[string]int)}
+		u = &userState{}
 		n.users[cs.uid] = u
 	}
 	u.conns++
@@ -201,15 +232,13 @@ func (n *Node) endGraceLocked(uid string, u *userState) {
 func (n *Node) joinCountLocked(cs *connState, u *userState, channel string) {
 	if !slices.Contains(cs.channels, channel) {
 		cs.channels = append(cs.channels, channel)
-		u.chans[channel]++
+		u.addJoined(channel, 1)
 		n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
 	}
 }
 
 func (n *Node) leaveCountLocked(uid string, u *userState, channel string) {
-	if u.chans[channel]--; u.chans[channel] <= 0 {
-		delete(u.chans, channel)
-	}
+	u.addJoined(channel, -1)
 	n.setMemberLocked(channel, uid, u.memberCount(channel))
 }
 

@@ -45,7 +45,7 @@ type edge struct {
 type channelView struct {
 	name    string
 	members sortedset.Set
-	subs    map[Client]*sub
+	subs    map[Client]sub
 	log     []edge // member edges this tick, kept only while there are subs
 }
 
@@ -130,7 +130,7 @@ func (v *view) memberChangedLocked(channel, uid string, joined bool) {
 		if !joined {
 			return
 		}
-		cv = &channelView{name: channel, subs: make(map[Client]*sub)}
+		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
 	if joined && !cv.members.Add(uid) || !joined && !cv.members.Remove(uid) {
@@ -223,10 +223,10 @@ func (v *view) subscribe(c Client, channel string) {
 	defer v.mu.Unlock()
 	cv := v.channels[channel]
 	if cv == nil {
-		cv = &channelView{name: channel, subs: make(map[Client]*sub)}
+		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
-	cv.subs[c] = &sub{base: len(cv.log), seen: cv.members.Len()}
+	cv.subs[c] = sub{base: len(cv.log), seen: cv.members.Len()}
 	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: cv.members.First(v.memberList)}))
 }
 
@@ -326,7 +326,7 @@ func (v *view) flushChannel(cv *channelView) {
 		if frame != nil {
 			c.Send(*frame)
 		}
-		s.base, s.seen = 0, count
+		cv.subs[c] = sub{base: 0, seen: count}
 	}
 	clear(cv.log)
 	cv.log = cv.log[:0]
@@ -335,7 +335,7 @@ func (v *view) flushChannel(cv *channelView) {
 
 // diff is the frame for a subscriber at s, encoded once for every
 // subscriber at the same place; nil if it has nothing to learn.
-func (v *view) diff(cv *channelView, s *sub, count int, lists bool) *protocol.Encoded {
+func (v *view) diff(cv *channelView, s sub, count int, lists bool) *protocol.Encoded {
 	if !lists {
 		if s.seen == count {
 			return nil

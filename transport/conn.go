@@ -40,8 +40,10 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	session Session   // owned by the reader goroutine after the upgrade
-	rate    rateState // owned by the reader goroutine
+	// session is nil when it limits nothing but the user ID (demo mode, a
+	// token without claims), so such connections keep none.
+	session *Session  // owned by the reader after the upgrade
+	rate    rateState // owned by the reader
 
 	silenced atomic.Bool // control frames are not keepalives (demo aid)
 	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
@@ -55,6 +57,22 @@ type conn struct {
 	closeMsg []byte             // the close frame to send, once
 	chats    []pendingChat      // chats waiting to be handed to the engine
 	chatting bool               // a goroutine hands them over
+}
+
+// sess is the session c's user signed in with, or refreshed to.
+func (c *conn) sess() Session {
+	if c.session == nil {
+		return Session{UID: c.uid}
+	}
+	return *c.session
+}
+
+func (c *conn) setSession(s Session) {
+	if s.Expires.IsZero() && s.Channels == nil && s.Watch == nil {
+		c.session = nil
+		return
+	}
+	c.session = &s
 }
 
 // Send queues a frame from the presence node. A connection whose queue is
@@ -132,7 +150,7 @@ func (c *conn) enqueue(f protocol.Encoded) bool {
 func (c *conn) startWriterLocked() {
 	if c.welcomed && !c.writing {
 		c.writing = true
-		go c.writeLoop()
+		c.hub.workers.do(c.writeLoop)
 	}
 }
 
@@ -177,7 +195,7 @@ func (c *conn) closeWith(code int, reason, metric string) {
 	c.welcomed = true // a close needs no welcome before it
 	if !c.writing {
 		c.writing = true
-		go c.writeLoop()
+		c.hub.workers.do(c.writeLoop)
 	}
 	c.mu.Unlock()
 	c.hub.node.Disconnect(c)
@@ -355,7 +373,7 @@ func (c *conn) handle(data []byte) {
 		}
 		c.silenced.Store(true)
 	case protocol.Join:
-		if !h.mayJoin(c.session, f.Channel) {
+		if !h.mayJoin(c.sess(), f.Channel) {
 			c.replyError(errNotAllowed, f.Channel)
 			return
 		}
@@ -371,7 +389,7 @@ func (c *conn) handle(data []byte) {
 	case protocol.Watch:
 		var refused []string
 		uids := slices.DeleteFunc(slices.Clone(f.UIDs), func(uid string) bool {
-			if !h.mayWatch(c.session, uid) {
+			if !h.mayWatch(c.sess(), uid) {
 				refused = append(refused, uid)
 				return true
 			}
@@ -417,7 +435,7 @@ func (c *conn) refresh(token string) error {
 	if s.UID != c.uid {
 		return errors.New("refresh refused: the token is for another user")
 	}
-	c.session = s
+	c.setSession(s)
 	c.hub.node.SetExpiry(c, s.Expires)
 	// A narrower token narrows the connection now: it leaves the channels
 	// the new one does not allow, with a left frame, and its diff goes out

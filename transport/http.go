@@ -230,7 +230,8 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
 		return
 	}
-	c := &conn{hub: h, uid: uid, session: sess}
+	c := &conn{hub: h, uid: uid}
+	c.setSession(sess)
 	c.w.fd = -1
 	ws, err := h.upgrader.Upgrade(hijacker{w, &c.w}, r, nil)
 	if err != nil {

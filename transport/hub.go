@@ -179,6 +179,7 @@ type Hub struct {
 	origins        *originPolicy
 	upgrader       websocket.Upgrader
 	poller         *poller // nil: every connection parks a reader
+	workers        workers
 	log            *slog.Logger
 	m              *metrics
 	mux            *http.ServeMux // every route
@@ -257,6 +258,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		socketBuffer: cmp.Or(cfg.SocketBuffer, DefaultSocketBuffer),
 		live:         make(map[*conn]struct{}),
 		shutDone:     make(chan struct{}),
+		workers:      newWorkers(),
 	}
 	if h.auth == nil {
 		h.auth = DemoAuth()

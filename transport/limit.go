@@ -5,17 +5,18 @@ import "time"
 // bucket is a token bucket: rate tokens a second, up to burst saved.
 type bucket struct {
 	tokens float64
-	last   time.Time
+	last   int64 // UnixNano of the last take; 0: never
 }
 
 // take spends cost tokens if there are that many and reports whether it did.
 func (b *bucket) take(now time.Time, cost, rate, burst float64) bool {
-	if b.last.IsZero() {
+	t := now.UnixNano()
+	if b.last == 0 {
 		b.tokens = burst
 	} else {
-		b.tokens = min(burst, b.tokens+rate*now.Sub(b.last).Seconds())
+		b.tokens = min(burst, b.tokens+rate*float64(max(0, t-b.last))/1e9)
 	}
-	b.last = now
+	b.last = t
 	if b.tokens < cost {
 		return false
 	}
@@ -27,10 +28,14 @@ func (b *bucket) take(now time.Time, cost, rate, burst float64) bool {
 // bursts. Owned by the connection's reader goroutine.
 type rateState struct {
 	frames, bytes bucket
-	refused       int // frames refused since the last one let through
+	refused       int32     // frames refused since the last one let through
+	cut           *refusals // nil until a frame is refused
+}
 
-	// Refused frames per second over the last cutWindow seconds, by Unix
-	// second modulo cutWindow; newest is the second of the latest count.
+// refusals are the refused frames per second over the last cutWindow
+// seconds, by Unix second modulo cutWindow; newest is the second of the
+// latest count.
+type refusals struct {
 	window [cutWindow]int32
 	newest int64
 }
@@ -76,7 +81,11 @@ func (in *rateState) check(l *limits, now time.Time, size int) verdict {
 
 // count records one refused frame in second sec and returns the refused
 // frames of the last 3 and the last 10 seconds, sec included.
-func (in *rateState) count(sec int64) (last3, last10 int32) {
+func (st *rateState) count(sec int64) (last3, last10 int32) {
+	if st.cut == nil {
+		st.cut = new(refusals)
+	}
+	in := st.cut
 	if sec-in.newest >= cutWindow {
 		clear(in.window[:])
 	} else {

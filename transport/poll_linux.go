@@ -106,7 +106,11 @@ func (p *poller) run() {
 		p.mu.Lock()
 		for _, ev := range events[:n] {
 			if fd := int(ev.Fd); fd < len(p.conns) && p.conns[fd] != nil {
-				ready = append(ready, p.conns[fd])
+				c := p.conns[fd]
+				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+					c.w.hup.Store(true)
+				}
+				ready = append(ready, c)
 			}
 		}
 		p.mu.Unlock()

@@ -26,7 +26,7 @@ func (c *conn) wake() {
 		switch c.w.state.Load() {
 		case idle:
 			if c.w.state.CompareAndSwap(idle, running) {
-				go c.serveReady()
+				c.hub.workers.do(c.serveReady)
 				return
 			}
 		case running:
@@ -59,7 +59,7 @@ func (c *conn) pump() {
 	w := &c.w
 	limit := c.hub.maxMessage
 	for !w.finished {
-		err := w.fill(int(limit) + readChunk)
+		drained, err := w.fill(int(limit) + readChunk)
 		if err == errAgain {
 			if d := w.deadline.Load(); d == 0 || time.Now().UnixNano() < d {
 				w.release()
@@ -86,6 +86,13 @@ func (c *conn) pump() {
 			// gorilla reads what is left, then the socket's error.
 			w.fed, w.rerr = w.pending, err
 			c.readLoop()
+			return
+		}
+		if drained && !w.hup.Load() {
+			// A read that did not fill the buffer took all the socket had;
+			// what comes after it is a new edge, and a new wake. A hang-up
+			// comes with the edge of the data before it: only a read sees it.
+			w.release()
 			return
 		}
 	}

@@ -34,6 +34,7 @@ type wire struct {
 	unitLen   int           // bytes of pending the unit fed takes
 	synthetic bool          // the unit fed ends with our empty text frame
 	finished  bool          // the worker has finished the connection
+	hup       atomic.Bool   // the peer hung up or the socket failed: read to the end
 	state     atomic.Uint32 // idle, running or again: at most one worker
 	fd        int32         // the socket's descriptor while registered with the poller, else -1
 	deadline  atomic.Int64  // UnixNano after which an idle read fails; 0: none
@@ -82,15 +83,16 @@ const readChunk = 4096 + 256
 var chunks = sync.Pool{New: func() any { b := make([]byte, 0, readChunk); return &b }}
 
 // fill reads once from the socket, without blocking, onto pending, which
-// may grow to max bytes. It returns errAgain when there was nothing to read,
-// io.EOF when the peer closed, and the socket's error when it failed.
-func (w *wire) fill(max int) error {
+// may grow to max bytes; drained reports a read that left room, so took all
+// the socket had. It returns errAgain when there was nothing to read, io.EOF
+// when the peer closed, and the socket's error when it failed.
+func (w *wire) fill(max int) (drained bool, err error) {
 	if w.pending == nil {
 		w.pending = (*chunks.Get().(*[]byte))[:0]
 	}
 	if len(w.pending) == cap(w.pending) {
 		if len(w.pending) >= max {
-			return errTooBig
+			return false, errTooBig
 		}
 		grown := make([]byte, len(w.pending), min(max, 2*cap(w.pending)))
 		copy(grown, w.pending)
@@ -99,7 +101,8 @@ func (w *wire) fill(max int) error {
 	}
 	var n int
 	var rerr error
-	err := w.raw.Read(func(fd uintptr) bool {
+	room := cap(w.pending) - len(w.pending)
+	err = w.raw.Read(func(fd uintptr) bool {
 		for {
 			n, rerr = syscall.Read(int(fd), w.pending[len(w.pending):cap(w.pending)])
 			if rerr != syscall.EINTR {
@@ -109,16 +112,16 @@ func (w *wire) fill(max int) error {
 	})
 	switch {
 	case err != nil:
-		return err // closed by us
+		return false, err // closed by us
 	case rerr == syscall.EAGAIN:
-		return errAgain
+		return false, errAgain
 	case rerr != nil:
-		return &net.OpError{Op: "read", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: rerr}
+		return false, &net.OpError{Op: "read", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: rerr}
 	case n == 0:
-		return io.EOF
+		return false, io.EOF
 	}
 	w.pending = w.pending[:len(w.pending)+n]
-	return nil
+	return n < room, nil
 }
 
 // release gives pending's buffer back to the pool when it holds nothing, or

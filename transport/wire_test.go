@@ -94,7 +94,7 @@ func TestUnit(t *testing.T) {
 // itself, so it is never called.
 type fakeRaw struct{}
 
-func (fakeRaw) Control(func(uintptr)) error     { return errors.New("fake") }
+func (fakeRaw) Control(func(uintptr)) error    { return errors.New("fake") }
 func (fakeRaw) Read(func(uintptr) bool) error  { return errors.New("fake") }
 func (fakeRaw) Write(func(uintptr) bool) error { return errors.New("fake") }
 

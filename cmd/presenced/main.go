@@ -70,6 +70,7 @@ type options struct {
 	maxChannels     int
 	byteRate        int
 	queueBytes      int
+	parkReaders     bool
 
 	// addrFrom says where addr came from: "flag", "env", or the default
 	// for the mode.
@@ -119,6 +120,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&o.frameBurst, "frame-burst", transport.DefaultFrameBurst, "frames one connection may send at once")
 	fs.IntVar(&o.byteRate, "byte-rate", transport.DefaultByteRate, "bytes a second one connection may send on average, in bursts of 16 seconds' worth")
 	fs.IntVar(&o.queueBytes, "queue-bytes", transport.DefaultQueueBytes, "bytes queued for one connection before it is closed as a slow consumer (1008)")
+	fs.BoolVar(&o.parkReaders, "park-readers", false, "keep a goroutine per connection blocked in read instead of polling idle sockets with epoll")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " ($" + envName(f.Name) + ")" })
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: presenced [flags]\n\n"+
@@ -336,6 +338,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		FrameBurst:      o.frameBurst,
 		ByteRate:        o.byteRate,
 		QueueBytes:      o.queueBytes,
+		ParkReaders:     o.parkReaders,
 	})
 	if err != nil {
 		return errors.Join(err, closeEngine(context.Background()))
