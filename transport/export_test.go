@@ -8,3 +8,6 @@ func NewManual(cfg Config) (*Hub, error) { return newHub(cfg, true) }
 // step's work is done: idle pings and closes are queued, leases and grace
 // periods have stepped, and the tick's presence frames are queued.
 func (h *Hub) Step() { h.node.Step() }
+
+// LiveWorkers counts the workers alive in the process, idle or not.
+func LiveWorkers() int64 { return liveWorkers.Load() }

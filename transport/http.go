@@ -225,7 +225,10 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	uid := sess.UID
+	// A copy: the ID parsed from the request would keep its whole request
+	// line alive for as long as the connection.
+	uid := strings.Clone(sess.UID)
+	sess.UID = uid
 	if !h.reserve(uid) {
 		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
 		return

@@ -179,7 +179,7 @@ type Hub struct {
 	origins        *originPolicy
 	upgrader       websocket.Upgrader
 	poller         *poller // nil: every connection parks a reader
-	workers        workers
+	workers        *workers
 	log            *slog.Logger
 	m              *metrics
 	mux            *http.ServeMux // every route

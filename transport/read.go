@@ -72,10 +72,10 @@ func (c *conn) pump() {
 			c.finish(websocket.ErrReadLimit)
 			return
 		}
-		for w.next(limit) {
+		for w.in.next(limit) {
 			rerr := c.readMessage()
 			if rerr == nil {
-				rerr = w.drop()
+				rerr = w.in.drop()
 			}
 			if rerr != nil {
 				c.finish(rerr)
@@ -84,7 +84,7 @@ func (c *conn) pump() {
 		}
 		if err != nil {
 			// gorilla reads what is left, then the socket's error.
-			w.fed, w.rerr = w.pending, err
+			w.in.fed, w.in.rerr = w.in.pending, err
 			c.readLoop()
 			return
 		}
@@ -139,7 +139,7 @@ func (c *conn) readMessage() error {
 	if err != nil {
 		return err
 	}
-	if c.w.synthetic || c.stopped.Load() {
+	if c.w.synthetic() || c.stopped.Load() {
 		// Our frame ending a unit of control frames, or a closing
 		// connection reading on only to see the client's close frame.
 		_, err = io.Copy(io.Discard, r)
@@ -190,8 +190,7 @@ func (c *conn) finish(err error) {
 	if c.w.raw != nil {
 		h.poller.remove(c)
 		c.w.finished = true
-		c.w.fed, c.w.rerr = nil, nil
-		c.w.release()
+		c.w.discard()
 	}
 	if tooBig {
 		// gorilla has sent 1009, but the rest of the frame is unread; closing

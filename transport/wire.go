@@ -12,7 +12,7 @@ import (
 
 // wire is the net.Conn gorilla reads and writes through: the socket, with
 // reads that come, when the connection is polled, from what c's worker read
-// off the socket and handed over (fed) instead of from the socket itself.
+// off the socket and handed over instead of from the socket itself.
 //
 // A polled connection holds no goroutine while it is idle. When the poller
 // reports its socket readable, a worker reads everything the socket has
@@ -26,19 +26,27 @@ import (
 type wire struct {
 	net.Conn                 // the socket
 	raw      syscall.RawConn // nil: not polled, reads go to the socket
+	in       *inbound        // while a worker reads, or part of a frame waits; else nil
 
+	finished bool          // the worker has finished the connection
+	hup      atomic.Bool   // the peer hung up or the socket failed: read to the end
+	state    atomic.Uint32 // idle, running or again: at most one worker
+	fd       int32         // the socket's descriptor while registered with the poller, else -1
+	deadline atomic.Int64  // UnixNano after which an idle read fails; 0: none
+}
+
+// inbound is what a polled connection's worker reads with: pooled, so an
+// idle connection keeps none.
+type inbound struct {
 	pending []byte // read off the socket, not yet handed to gorilla
 	fed     []byte // handed to gorilla, not yet read by it
 	rerr    error  // what a read returns once fed is empty: the socket's error, or errStarved
 
-	unitLen   int           // bytes of pending the unit fed takes
-	synthetic bool          // the unit fed ends with our empty text frame
-	finished  bool          // the worker has finished the connection
-	hup       atomic.Bool   // the peer hung up or the socket failed: read to the end
-	state     atomic.Uint32 // idle, running or again: at most one worker
-	fd        int32         // the socket's descriptor while registered with the poller, else -1
-	deadline  atomic.Int64  // UnixNano after which an idle read fails; 0: none
+	unitLen   int  // bytes of pending the unit fed takes
+	synthetic bool // the unit fed ends with our empty text frame
 }
+
+var inbounds = sync.Pool{New: func() any { return new(inbound) }}
 
 // Worker states: a wake while a worker runs makes it look again before it
 // exits, so no readiness is missed and no two workers read one socket.
@@ -49,8 +57,9 @@ const (
 )
 
 // errStarved is what gorilla gets if it asks for more than the unit it was
-// fed, a bug in unit: the connection is then closed, never stalled.
-var errStarved = errors.New("transport: read past the frames handed over")
+// fed, or leaves part of it unread: a bug in unit. The connection is then
+// closed, never stalled.
+var errStarved = errors.New("transport: gorilla and the frame scanner disagree on where frames end")
 
 // errAgain: the socket has nothing more to read now.
 var errAgain = errors.New("transport: socket drained")
@@ -64,16 +73,20 @@ func (w *wire) Read(p []byte) (int, error) {
 	if w.raw == nil {
 		return w.Conn.Read(p)
 	}
-	if len(w.fed) == 0 {
-		if w.rerr != nil {
-			return 0, w.rerr
+	in := w.in
+	if in == nil || len(in.fed) == 0 {
+		if in != nil && in.rerr != nil {
+			return 0, in.rerr
 		}
 		return 0, errStarved
 	}
-	n := copy(p, w.fed)
-	w.fed = w.fed[n:]
+	n := copy(p, in.fed)
+	in.fed = in.fed[n:]
 	return n, nil
 }
+
+// synthetic reports whether the message gorilla is reading is ours.
+func (w *wire) synthetic() bool { return w.in != nil && w.in.synthetic }
 
 // readChunk is the buffer a worker reads the socket into: it holds the
 // largest message of the default MaxMessage with its frame headers. Larger
@@ -87,24 +100,28 @@ var chunks = sync.Pool{New: func() any { b := make([]byte, 0, readChunk); return
 // the socket had. It returns errAgain when there was nothing to read, io.EOF
 // when the peer closed, and the socket's error when it failed.
 func (w *wire) fill(max int) (drained bool, err error) {
-	if w.pending == nil {
-		w.pending = (*chunks.Get().(*[]byte))[:0]
+	if w.in == nil {
+		w.in = inbounds.Get().(*inbound)
 	}
-	if len(w.pending) == cap(w.pending) {
-		if len(w.pending) >= max {
+	in := w.in
+	if in.pending == nil {
+		in.pending = (*chunks.Get().(*[]byte))[:0]
+	}
+	if len(in.pending) == cap(in.pending) {
+		if len(in.pending) >= max {
 			return false, errTooBig
 		}
-		grown := make([]byte, len(w.pending), min(max, 2*cap(w.pending)))
-		copy(grown, w.pending)
-		putChunk(w.pending)
-		w.pending = grown
+		grown := make([]byte, len(in.pending), min(max, 2*cap(in.pending)))
+		copy(grown, in.pending)
+		putChunk(in.pending)
+		in.pending = grown
 	}
 	var n int
 	var rerr error
-	room := cap(w.pending) - len(w.pending)
+	room := cap(in.pending) - len(in.pending)
 	err = w.raw.Read(func(fd uintptr) bool {
 		for {
-			n, rerr = syscall.Read(int(fd), w.pending[len(w.pending):cap(w.pending)])
+			n, rerr = syscall.Read(int(fd), in.pending[len(in.pending):cap(in.pending)])
 			if rerr != syscall.EINTR {
 				return true // never wait: the poller waits
 			}
@@ -120,22 +137,38 @@ func (w *wire) fill(max int) (drained bool, err error) {
 	case n == 0:
 		return false, io.EOF
 	}
-	w.pending = w.pending[:len(w.pending)+n]
+	in.pending = in.pending[:len(in.pending)+n]
 	return n < room, nil
 }
 
-// release gives pending's buffer back to the pool when it holds nothing, or
-// keeps only what it holds: an idle connection keeps no read buffer.
+// release gives the read buffers back to their pools when they hold
+// nothing, or keeps only what they hold: an idle connection keeps no read
+// buffer, unless part of a frame waits for the rest.
 func (w *wire) release() {
+	in := w.in
+	if in == nil {
+		return
+	}
+	in.fed, in.rerr, in.unitLen, in.synthetic = nil, nil, 0, false
 	switch {
-	case len(w.pending) == 0:
-		putChunk(w.pending)
-		w.pending = nil
-	case cap(w.pending) == readChunk:
-		rest := make([]byte, len(w.pending))
-		copy(rest, w.pending)
-		putChunk(w.pending)
-		w.pending = rest
+	case len(in.pending) == 0:
+		putChunk(in.pending)
+		in.pending = nil
+		w.in = nil
+		inbounds.Put(in)
+	case cap(in.pending) == readChunk:
+		rest := make([]byte, len(in.pending))
+		copy(rest, in.pending)
+		putChunk(in.pending)
+		in.pending = rest
+	}
+}
+
+// discard drops whatever was read and not acted on: the connection is done.
+func (w *wire) discard() {
+	if w.in != nil {
+		w.in.pending = w.in.pending[:0]
+		w.release()
 	}
 }
 
@@ -153,40 +186,40 @@ func putChunk(b []byte) {
 // control frames that arrived on their own, or everything up to a frame
 // header gorilla will refuse (a bad frame, or a message over limit), at
 // which it stops with its own error and close code.
-func (w *wire) next(limit int64) bool {
-	end, controls := unit(w.pending, limit)
+func (in *inbound) next(limit int64) bool {
+	end, controls := unit(in.pending, limit)
 	switch {
 	case end > 0:
-		w.fed = w.pending[:end]
-		w.unitLen, w.synthetic = end, false
+		in.fed = in.pending[:end]
+		in.unitLen, in.synthetic = end, false
 		return true
 	case len(controls) == 0:
 		return false
 	}
 	fed := make([]byte, 0, 64)
-	kept := w.pending[:0]
+	kept := in.pending[:0]
 	last := 0
 	for _, s := range controls {
-		fed = append(fed, w.pending[s[0]:s[1]]...)
-		kept = append(kept, w.pending[last:s[0]]...)
+		fed = append(fed, in.pending[s[0]:s[1]]...)
+		kept = append(kept, in.pending[last:s[0]]...)
 		last = s[1]
 	}
-	kept = append(kept, w.pending[last:]...)
-	w.pending = kept
-	w.fed = append(fed, emptyTextFrame...)
-	w.unitLen, w.synthetic = 0, true // next took the control frames out already
+	kept = append(kept, in.pending[last:]...)
+	in.pending = kept
+	in.fed = append(fed, emptyTextFrame...)
+	in.unitLen, in.synthetic = 0, true // the control frames are out of pending already
 	return true
 }
 
 // drop removes from pending the unit gorilla has just read, and fails if
 // gorilla left part of it unread.
-func (w *wire) drop() error {
-	if len(w.fed) != 0 {
+func (in *inbound) drop() error {
+	if len(in.fed) != 0 {
 		return errStarved
 	}
-	w.fed = nil
-	w.pending = w.pending[:copy(w.pending, w.pending[w.unitLen:])]
-	w.unitLen, w.synthetic = 0, false
+	in.fed = nil
+	in.pending = in.pending[:copy(in.pending, in.pending[in.unitLen:])]
+	in.unitLen, in.synthetic = 0, false
 	return nil
 }
 

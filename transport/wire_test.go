@@ -160,7 +160,7 @@ func readOne(ws *websocket.Conn, w *wire, events *[]string) error {
 	if err != nil {
 		return err
 	}
-	if w == nil || !w.synthetic {
+	if w == nil || !w.synthetic() {
 		*events = append(*events, fmt.Sprintf("message %d %q", mt, data))
 	}
 	return nil
@@ -181,27 +181,28 @@ func directly(t testing.TB, stream []byte, limit int64) []string {
 // is handed over unit by unit as a polled connection's worker does; ok is
 // false if the worker would refuse the stream as too big before gorilla.
 func throughWire(t testing.TB, stream []byte, chunks []int, limit int64) (events []string, ok bool) {
-	w := &wire{raw: fakeRaw{}}
+	w := &wire{raw: fakeRaw{}, in: new(inbound)}
 	w.Conn = streamConn{}
+	in := w.in
 	ws := serverConn(t, w, limit, &events)
 	for _, n := range chunks {
 		n = min(n, len(stream))
-		w.pending = append(w.pending, stream[:n]...)
+		in.pending = append(in.pending, stream[:n]...)
 		stream = stream[n:]
-		if len(w.pending) >= int(limit)+readChunk {
+		if len(in.pending) >= int(limit)+readChunk {
 			return nil, false
 		}
-		for w.next(limit) {
+		for in.next(limit) {
 			err := readOne(ws, w, &events)
 			if err == nil {
-				err = w.drop()
+				err = in.drop()
 			}
 			if err != nil {
 				return append(events, "error "+err.Error()), true
 			}
 		}
 	}
-	w.fed, w.rerr = w.pending, io.EOF
+	in.fed, in.rerr = in.pending, io.EOF
 	for {
 		if err := readOne(ws, w, &events); err != nil {
 			return append(events, "error "+err.Error()), true

@@ -1,40 +1,83 @@
 package transport
 
-import "time"
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
-// workerIdle is how long a worker waits for another task before it exits.
+// workerIdle is how long an idle worker waits for another task before it
+// exits.
 const workerIdle = 2 * time.Second
 
 // workers runs short tasks (reading a polled socket's frames, writing a
 // connection's queue) on goroutines that outlive them: a goroutine new for
-// every task would grow a fresh stack each time, by copying, which costs
-// more than the task. Idle workers exit after workerIdle, so an idle server
-// keeps none.
+// every task grows a fresh stack each time, by copying, which costs more
+// than the task. The most recently idle worker takes the next task, so the
+// ones a burst left over starve and exit after workerIdle, and at most
+// maxIdle wait at all: a burst's workers do not stay for the next burst.
 type workers struct {
-	tasks chan func() // unbuffered: a send succeeds only to a waiting worker
+	mu      sync.Mutex
+	idle    []*worker // most recently idle last
+	maxIdle int
 }
 
-func newWorkers() workers { return workers{tasks: make(chan func())} }
+type worker struct {
+	task chan func() // buffered: a task handed over never blocks do
+}
+
+func newWorkers() *workers { return &workers{maxIdle: 8 * runtime.GOMAXPROCS(0)} }
+
+// liveWorkers counts the workers of every Hub in the process, for tests
+// that measure what idle connections cost without them.
+var liveWorkers atomic.Int64
 
 // do runs f on an idle worker, or on a new one if none is waiting.
-func (p workers) do(f func()) {
-	select {
-	case p.tasks <- f:
-	default:
-		go p.work(f)
+func (p *workers) do(f func()) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		w.task <- f
+		return
 	}
+	p.mu.Unlock()
+	go p.work(f)
 }
 
-func (p workers) work(f func()) {
+func (p *workers) work(f func()) {
+	liveWorkers.Add(1)
+	defer liveWorkers.Add(-1)
+	w := &worker{task: make(chan func(), 1)}
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()
 	for {
 		f()
+		p.mu.Lock()
+		if len(p.idle) >= p.maxIdle {
+			p.mu.Unlock()
+			return
+		}
+		p.idle = append(p.idle, w)
+		p.mu.Unlock()
 		t.Reset(workerIdle)
 		select {
-		case f = <-p.tasks:
+		case f = <-w.task:
 		case <-t.C:
-			return
+			p.mu.Lock()
+			i := slices.Index(p.idle, w)
+			if i >= 0 {
+				p.idle = slices.Delete(p.idle, i, i+1)
+			}
+			p.mu.Unlock()
+			if i >= 0 {
+				return
+			}
+			f = <-w.task // do took w off the list: its task is on the way
 		}
 	}
 }
