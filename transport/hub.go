@@ -109,8 +109,8 @@ type Config struct {
 	// rest are watched.
 	AuthorizeWatch func(uid, target string) bool
 	// OnMessage receives client frames of types the Hub does not handle,
-	// on the connection's reader goroutine (so in order, one at a time per
-	// connection), with a context that ends when the connection closes; an
+	// on the connection's reader (so in order, one at a time per
+	// connection; while it runs, that connection's frames wait), with a context that ends when the connection closes; an
 	// error it returns goes back to the client as an error frame. nil: such
 	// frames get an "unknown type" error frame.
 	OnMessage func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
