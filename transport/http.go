@@ -251,8 +251,17 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if tc, ok := c.w.Conn.(*net.TCPConn); ok && h.poller != nil {
-		if c.w.raw, err = tc.SyscallConn(); err != nil {
-			c.w.raw = nil
+		if raw, err := tc.SyscallConn(); err == nil {
+			// Registered now, before a writer can fail and close the socket,
+			// but read only once the handler is done: until then a wake just
+			// marks the socket for the worker it starts.
+			c.w.raw = raw
+			c.w.state.Store(running)
+			if err := h.poller.add(c); err != nil {
+				h.log.Debug("transport: not polled", "uid", uid, "err", err)
+				c.w.raw = nil
+				c.w.state.Store(idle)
+			}
 		}
 	}
 	if h.onMessage != nil {
@@ -267,6 +276,9 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 		if c.cancel != nil {
 			c.cancel()
+		}
+		if c.w.raw != nil {
+			h.poller.remove(c)
 		}
 		goingAway(ws, h.writeTimeout)
 		return
@@ -302,12 +314,8 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
 	if c.w.raw != nil {
-		if err := h.poller.add(c); err == nil {
-			c.wake() // for frames that came before the registration
-			return
-		}
-		h.log.Debug("transport: not polled", "uid", uid, "err", err)
-		c.w.raw = nil
+		h.workers.do(c.serveReady) // for what came, or was woken, meanwhile
+		return
 	}
 	go c.readLoop()
 }
