@@ -24,8 +24,8 @@ import (
 // owns session and rate: on a polled connection (the default on Linux) it
 // is a worker that exists while the socket has frames to read (serveReady),
 // elsewhere a goroutine parked in read for the connection's life
-// (readLoop). The writer is started when the queue becomes non-empty and
-// exits when it is empty again, so an idle polled connection holds no
+// (readLoop). The writer runs on a worker from when the queue becomes
+// non-empty until it is empty again, so an idle polled connection holds no
 // goroutine at all. The queue is bounded in bytes by Hub.queueBytes; a
 // client that falls that far behind is closed.
 type conn struct {

@@ -11,3 +11,9 @@ func (h *Hub) Step() { h.node.Step() }
 
 // LiveWorkers counts the workers alive in the process, idle or not.
 func LiveWorkers() int64 { return liveWorkers.Load() }
+
+// ClientFrame builds a frame as a client sends it: first is the first
+// header byte (FIN, RSV, opcode).
+func ClientFrame(first byte, payload []byte, masked bool) []byte {
+	return clientFrame(first, payload, masked)
+}

@@ -2,7 +2,6 @@ package transport_test
 
 import (
 	"bufio"
-	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/protocol"
+	"github.com/presenced/presenced/transport"
 )
 
 // Frame bits and opcodes of RFC 6455, for frames written by hand.
@@ -31,34 +31,7 @@ const (
 // clientFrame is a frame as a client sends it: masked, unless op carries
 // unmaskedFlag.
 func clientFrame(op int, payload []byte) []byte {
-	masked := op&unmaskedFlag == 0
-	b := []byte{byte(op)}
-	lenByte := func(v byte) byte {
-		if masked {
-			return v | 0x80
-		}
-		return v
-	}
-	switch n := len(payload); {
-	case n < 126:
-		b = append(b, lenByte(byte(n)))
-	case n < 1<<16:
-		b = append(b, lenByte(126))
-		b = binary.BigEndian.AppendUint16(b, uint16(n))
-	default:
-		b = append(b, lenByte(127))
-		b = binary.BigEndian.AppendUint64(b, uint64(n))
-	}
-	if !masked {
-		return append(b, payload...)
-	}
-	var key [4]byte
-	_, _ = rand.Read(key[:])
-	b = append(b, key[:]...)
-	for i, c := range payload {
-		b = append(b, c^key[i%4])
-	}
-	return b
+	return transport.ClientFrame(byte(op), payload, op&unmaskedFlag == 0)
 }
 
 // serverFrame reads one frame the server sent (unmasked, never fragmented).

@@ -20,22 +20,32 @@ import (
 
 // frame builds a client frame: first is the first header byte (FIN, RSV,
 // opcode), masked with a fixed key.
-func frame(first byte, payload string) []byte {
+func frame(first byte, payload string) []byte { return clientFrame(first, []byte(payload), true) }
+
+// clientFrame builds a frame as a client sends it, masked or not.
+func clientFrame(first byte, payload []byte, masked bool) []byte {
 	b := []byte{first}
+	var maskBit byte
+	if masked {
+		maskBit = 0x80
+	}
 	switch n := len(payload); {
 	case n < 126:
-		b = append(b, 0x80|byte(n))
+		b = append(b, maskBit|byte(n))
 	case n < 1<<16:
-		b = append(b, 0x80|126)
+		b = append(b, maskBit|126)
 		b = binary.BigEndian.AppendUint16(b, uint16(n))
 	default:
-		b = append(b, 0x80|127)
+		b = append(b, maskBit|127)
 		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	if !masked {
+		return append(b, payload...)
 	}
 	key := []byte{1, 2, 3, 4}
 	b = append(b, key...)
-	for i := range len(payload) {
-		b = append(b, payload[i]^key[i%4])
+	for i, c := range payload {
+		b = append(b, c^key[i%4])
 	}
 	return b
 }
