@@ -225,10 +225,13 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// A copy: the ID parsed from the request would keep its whole request
+	// Copies: a name parsed from the query would keep the whole request
 	// line alive for as long as the connection.
 	uid := strings.Clone(sess.UID)
 	sess.UID = uid
+	for i, ch := range channels {
+		channels[i] = strings.Clone(ch)
+	}
 	if !h.reserve(uid) {
 		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
 		return
