@@ -167,8 +167,9 @@ func logMemClasses(t *testing.T, before, after []metrics.Sample, n int) {
 }
 
 // runMemClients is the child: it opens the connections, one user each, in
-// the lobby and a room of 50, sends a ping, says "ready" and holds them
-// until its stdin closes: idle, but after a frame was handled.
+// the lobby and a room of 50, sends a ping, says "ready" and holds them,
+// reading what the server sends, until its stdin closes: idle, but after
+// a frame was handled.
 func runMemClients(t *testing.T, addr string) {
 	n, err := strconv.Atoi(os.Getenv("PRESENCED_MEMTEST_N"))
 	require.NoError(t, err)
@@ -193,6 +194,16 @@ func runMemClients(t *testing.T, addr string) {
 					os.Exit(1)
 				}
 				conns[i] = ws
+				// Keep reading, as a client does: the lobby's diffs for
+				// 15,000 joins would otherwise fill the socket buffers and
+				// hold the server's writers.
+				go func() {
+					for {
+						if _, _, err := ws.ReadMessage(); err != nil {
+							return
+						}
+					}
+				}()
 			}
 		}()
 	}
