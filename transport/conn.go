@@ -33,12 +33,11 @@ type conn struct {
 	uid string
 	ws  *websocket.Conn
 	w   wire // the socket, as gorilla sees it
-	// ctx ends when the connection closes: OnMessage gets it, and without
-	// OnMessage it is nil. The Hub's own waits are bounded by timeouts
-	// instead: a context derived from ctx would leave ctx a map of children
-	// for the life of the connection.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// life is the connection's context, which ends when it closes: it
+	// exists only for OnMessage. The Hub's own waits are bounded by
+	// timeouts instead: a context derived from it would leave it a map of
+	// children for the life of the connection.
+	life *lifetime
 
 	// session is nil when it limits nothing but the user ID (demo mode, a
 	// token without claims), so such connections keep none.
@@ -51,12 +50,38 @@ type conn struct {
 	mu       sync.Mutex
 	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping
 	queued   int                // bytes in queue
+	backlog  *backlog           // nil while nothing else waits, as on most connections
 	welcomed bool               // the welcome is queued; until then the writer waits
 	writing  bool               // a writer goroutine owns the socket's write side
 	closing  bool               // a close frame is due or sent: no more data frames
-	closeMsg []byte             // the close frame to send, once
-	chats    []pendingChat      // chats waiting to be handed to the engine
-	chatting bool               // a goroutine hands them over
+}
+
+type lifetime struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// backlog is what waits on a connection now and then: a close frame to
+// send, chats to hand to the engine.
+type backlog struct {
+	closeMsg []byte        // the close frame to send, once
+	chats    []pendingChat // chats waiting to be handed to the engine
+	chatting bool          // a goroutine hands them over
+}
+
+// backlogLocked returns c's backlog, made if c has none.
+func (c *conn) backlogLocked() *backlog {
+	if c.backlog == nil {
+		c.backlog = new(backlog)
+	}
+	return c.backlog
+}
+
+// tidyLocked drops c's backlog once nothing waits in it.
+func (c *conn) tidyLocked() {
+	if b := c.backlog; b != nil && b.closeMsg == nil && len(b.chats) == 0 && !b.chatting {
+		c.backlog = nil
+	}
 }
 
 // sess is the session c's user signed in with, or refreshed to.
@@ -191,7 +216,7 @@ func (c *conn) closeWith(code int, reason, metric string) {
 		c.mu.Unlock()
 		return
 	}
-	c.closeMsg = websocket.FormatCloseMessage(code, reason)
+	c.backlogLocked().closeMsg = websocket.FormatCloseMessage(code, reason)
 	c.welcomed = true // a close needs no welcome before it
 	if !c.writing {
 		c.writing = true
@@ -208,8 +233,11 @@ func (c *conn) writeLoop() {
 		batch := c.queue
 		c.queue, c.queued = nil, 0
 		if len(batch) == 0 {
-			closeMsg := c.closeMsg
-			c.closeMsg = nil
+			var closeMsg []byte
+			if c.backlog != nil {
+				closeMsg, c.backlog.closeMsg = c.backlog.closeMsg, nil
+				c.tidyLocked()
+			}
 			if closeMsg == nil {
 				c.writing = false
 				c.mu.Unlock()
@@ -249,7 +277,10 @@ func (c *conn) writeFailed(err error) {
 	}
 	c.mu.Lock()
 	c.markClosingLocked(reason)
-	c.closeMsg = nil
+	if c.backlog != nil {
+		c.backlog.closeMsg = nil
+		c.tidyLocked()
+	}
 	c.mu.Unlock()
 	c.closeSocket()
 }
@@ -315,14 +346,15 @@ func (c *conn) queueChat(f protocol.Chat) {
 		c.mu.Unlock()
 		return
 	}
-	if len(c.chats) >= maxPendingChats {
+	b := c.backlogLocked()
+	if len(b.chats) >= maxPendingChats {
 		c.mu.Unlock()
 		c.reply(protocol.Error{Error: "chat not delivered: too many chats waiting to be sent, try again", Channel: f.Channel, Ref: f.Ref})
 		return
 	}
-	c.chats = append(c.chats, pendingChat{f, time.Now().Add(chatHandover)})
-	start := !c.chatting
-	c.chatting = true
+	b.chats = append(b.chats, pendingChat{f, time.Now().Add(chatHandover)})
+	start := !b.chatting
+	b.chatting = true
 	c.mu.Unlock()
 	if start {
 		go c.chatLoop()
@@ -333,13 +365,15 @@ func (c *conn) chatLoop() {
 	h := c.hub
 	for {
 		c.mu.Lock()
-		if len(c.chats) == 0 {
-			c.chats, c.chatting = nil, false
+		b := c.backlog // not nil while chatting
+		if len(b.chats) == 0 {
+			b.chats, b.chatting = nil, false
+			c.tidyLocked()
 			c.mu.Unlock()
 			return
 		}
-		f := c.chats[0]
-		c.chats = c.chats[1:]
+		f := b.chats[0]
+		b.chats = b.chats[1:]
 		c.mu.Unlock()
 		ctx, cancel := context.WithDeadline(context.Background(), f.due)
 		err := h.node.Chat(ctx, c, f.Channel, f.Text)
@@ -416,7 +450,7 @@ func (c *conn) handle(data []byte) {
 			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")
 			return
 		}
-		if err := h.onMessage(c.ctx, c.uid, f.Kind, f.Raw); err != nil {
+		if err := h.onMessage(c.life.ctx, c.uid, f.Kind, f.Raw); err != nil {
 			c.replyError(err.Error(), "")
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -238,7 +239,6 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &conn{hub: h, uid: uid}
 	c.setSession(sess)
-	c.w.fd = -1
 	ws, err := h.upgrader.Upgrade(hijacker{w, &c.w}, r, nil)
 	if err != nil {
 		h.mu.Lock()
@@ -253,22 +253,14 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 			h.log.Debug("transport: set socket send buffer", "err", err)
 		}
 	}
-	if tc, ok := c.w.Conn.(*net.TCPConn); ok && h.poller != nil {
-		if raw, err := tc.SyscallConn(); err == nil {
-			// Registered now, before a writer can fail and close the socket,
-			// but read only once the handler is done: until then a wake just
-			// marks the socket for the worker it starts.
-			c.w.raw = raw
-			c.w.state.Store(running)
-			if err := h.poller.add(c); err != nil {
-				h.log.Debug("transport: not polled", "uid", uid, "err", err)
-				c.w.raw = nil
-				c.w.state.Store(idle)
-			}
+	if h.poller != nil {
+		if err := c.poll(); err != nil {
+			h.log.Debug("transport: not polled", "uid", uid, "err", err)
 		}
 	}
 	if h.onMessage != nil {
-		c.ctx, c.cancel = context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(context.Background())
+		c.life = &lifetime{ctx, cancel}
 	}
 	ws.SetPingHandler(c.pingHandler)
 	ws.SetPongHandler(c.pongHandler)
@@ -277,11 +269,8 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if h.closing {
 		h.releaseLocked(uid)
 		h.mu.Unlock()
-		if c.cancel != nil {
-			c.cancel()
-		}
-		if c.w.raw != nil {
-			h.poller.remove(c)
+		if c.life != nil {
+			c.life.cancel()
 		}
 		goingAway(ws, h.writeTimeout)
 		return
@@ -316,7 +305,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds()}))
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
-	if c.w.raw != nil {
+	if c.w.polled {
 		h.workers.do(c.serveReady) // for what came, or was woken, meanwhile
 		return
 	}
@@ -336,6 +325,28 @@ func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	h.w.Conn = nc
 	return h.w, brw, nil
+}
+
+// poll takes c's socket from package net and registers it with the
+// poller. It is registered now, before a writer can fail and close it, but
+// read only once the handler is done: until then a wake just marks it for
+// the worker the handler starts.
+func (c *conn) poll() error {
+	if _, ok := c.w.Conn.(*net.TCPConn); !ok {
+		return fmt.Errorf("transport: %T is not TCP", c.w.Conn)
+	}
+	if err := c.w.sock.adopt(c, c.w.Conn); err != nil {
+		return err
+	}
+	c.w.state.Store(running)
+	if err := c.hub.poller.add(c); err != nil {
+		c.w.sock.abandon()
+		c.w.state.Store(idle)
+		return err
+	}
+	c.w.Conn.Close()
+	c.w.Conn, c.w.polled = nil, true
+	return nil
 }
 
 // reserve counts a WebSocket of uid about to open, unless uid has

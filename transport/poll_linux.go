@@ -9,8 +9,9 @@ import (
 	"syscall"
 )
 
-// poller waits for readable sockets with one epoll instance, so that an
-// idle connection holds no goroutine. The epoll descriptor is itself waited
+// poller waits for readable sockets, and for writable ones under a
+// blocked write, with one epoll instance, so that an idle connection holds
+// no goroutine. The epoll descriptor is itself waited
 // on by the Go runtime's netpoller: no thread blocks in epoll_wait.
 //
 // Sockets are registered edge-triggered: a worker reads until the socket
@@ -50,40 +51,29 @@ func newPoller() (*poller, error) {
 func (p *poller) add(c *conn) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fd := -1
-	var err error
-	if cerr := c.w.raw.Control(func(s uintptr) {
-		fd = int(s)
-		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
-		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev)
-	}); cerr != nil {
-		return cerr
-	}
-	if err != nil {
+	fd := int(c.w.sock.fd)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
+	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	if fd >= len(p.conns) {
 		p.conns = append(p.conns, make([]*conn, fd+1-len(p.conns))...)
 	}
 	p.conns[fd] = c
-	c.w.fd = int32(fd)
 	return nil
 }
 
-// remove unregisters c's socket. Call it before the socket is closed, so
-// that its descriptor, once reused, cannot reach c.
+// remove unregisters c's socket. The socket calls it before it closes its
+// descriptor, so that once reused the descriptor cannot reach c.
 func (p *poller) remove(c *conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fd := int(c.w.fd)
-	if fd < 0 || fd >= len(p.conns) || p.conns[fd] != c {
+	fd := int(c.w.sock.fd)
+	if fd >= len(p.conns) || p.conns[fd] != c {
 		return
 	}
 	p.conns[fd] = nil
-	c.w.fd = -1
-	c.w.raw.Control(func(s uintptr) {
-		syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(s), nil)
-	})
+	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
 }
 
 // run wakes the connections whose sockets become readable, until close.
@@ -107,10 +97,18 @@ func (p *poller) run() {
 		for _, ev := range events[:n] {
 			if fd := int(ev.Fd); fd < len(p.conns) && p.conns[fd] != nil {
 				c := p.conns[fd]
-				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				failed := ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+				if failed {
 					c.w.hup.Store(true)
 				}
-				ready = append(ready, c)
+				if failed || ev.Events&syscall.EPOLLOUT != 0 {
+					c.w.sock.wakeWriter()
+				}
+				// Every edge reports the whole readiness: a socket that is
+				// writable reports EPOLLOUT with each read edge too.
+				if failed || ev.Events&syscall.EPOLLIN != 0 {
+					ready = append(ready, c)
+				}
 			}
 		}
 		p.mu.Unlock()

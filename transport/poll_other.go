@@ -2,7 +2,11 @@
 
 package transport
 
-import "errors"
+import (
+	"errors"
+	"net"
+	"time"
+)
 
 // poller exists only where epoll does: elsewhere every connection parks a
 // reader goroutine.
@@ -16,3 +20,20 @@ func (p *poller) add(*conn) error { return errors.New("transport: no poller") }
 func (p *poller) remove(*conn)    {}
 func (p *poller) run()            {}
 func (p *poller) close()          {}
+
+// socket is where a polled connection's descriptor lives on Linux; here no
+// connection is polled, so none is used.
+type socket struct{}
+
+var errNotPolled = errors.New("transport: no polled sockets on this system")
+
+func (s *socket) adopt(*conn, net.Conn) error { return errNotPolled }
+func (s *socket) abandon()                    {}
+func (s *socket) setWriteDeadline(time.Time)  {}
+func (s *socket) read([]byte) (int, error)    { return 0, errNotPolled }
+func (s *socket) write([]byte) (int, error)   { return 0, errNotPolled }
+func (s *socket) close() bool                 { return false }
+func (s *socket) wakeWriter()                 {}
+func (s *socket) drain(time.Time)             {}
+func (s *socket) localAddr() net.Addr         { return &net.TCPAddr{} }
+func (s *socket) remoteAddr() net.Addr        { return &net.TCPAddr{} }

@@ -100,19 +100,16 @@ func (c *conn) pump() {
 
 // closeSocket closes c's socket; its reader then finishes c.
 func (c *conn) closeSocket() {
-	if c.w.raw == nil {
-		c.w.Conn.Close()
-		return
+	c.w.Close()
+	if c.w.polled {
+		c.wake()
 	}
-	c.hub.poller.remove(c)
-	c.w.Conn.Close()
-	c.wake()
 }
 
 // setReadDeadline bounds the wait for c's next frame, as
 // net.Conn.SetReadDeadline does for a parked reader.
 func (c *conn) setReadDeadline(t time.Time) {
-	if c.w.raw == nil {
+	if !c.w.polled {
 		c.ws.SetReadDeadline(t)
 		return
 	}
@@ -183,12 +180,11 @@ func (c *conn) finish(err error) {
 	c.mu.Lock()
 	c.markClosingLocked(reason)
 	c.mu.Unlock()
-	if c.cancel != nil {
-		c.cancel()
+	if c.life != nil {
+		c.life.cancel()
 	}
 	h.node.Disconnect(c)
-	if c.w.raw != nil {
-		h.poller.remove(c)
+	if c.w.polled {
 		c.w.finished = true
 		c.w.discard()
 	}
@@ -196,10 +192,15 @@ func (c *conn) finish(err error) {
 		// gorilla has sent 1009, but the rest of the frame is unread; closing
 		// now would reset the connection and could destroy the close frame
 		// before the client reads it. Drain until the client hangs up.
-		c.w.Conn.SetReadDeadline(time.Now().Add(h.closeTimeout))
-		io.Copy(io.Discard, c.w.Conn)
+		deadline := time.Now().Add(h.closeTimeout)
+		if c.w.polled {
+			c.w.sock.drain(deadline)
+		} else {
+			c.w.Conn.SetReadDeadline(deadline)
+			io.Copy(io.Discard, c.w.Conn)
+		}
 	}
-	c.w.Conn.Close()
+	c.w.Close()
 	h.forget(c)
 	h.m.connections.Dec()
 	h.readers.Done()

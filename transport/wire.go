@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // wire is the net.Conn gorilla reads and writes through: the socket, with
@@ -24,15 +25,14 @@ import (
 // so control frames on their own are followed by an empty text frame of
 // ours, which the worker reads and drops (synthetic).
 type wire struct {
-	net.Conn                 // the socket
-	raw      syscall.RawConn // nil: not polled, reads go to the socket
-	in       *inbound        // while a worker reads, or part of a frame waits; else nil
-
-	finished bool          // the worker has finished the connection
-	hup      atomic.Bool   // the peer hung up or the socket failed: read to the end
-	state    atomic.Uint32 // idle, running or again: at most one worker
-	fd       int32         // the socket's descriptor while registered with the poller, else -1
+	net.Conn               // the socket until it is polled, then nil
+	sock     socket        // the socket once polled
+	in       *inbound      // while a worker reads, or part of a frame waits; else nil
 	deadline atomic.Int64  // UnixNano after which an idle read fails; 0: none
+	state    atomic.Uint32 // idle, running or again: at most one worker
+	hup      atomic.Bool   // the peer hung up or the socket failed: read to the end
+	polled   bool          // reads come from what the worker read
+	finished bool          // the worker has finished the connection
 }
 
 // inbound is what a polled connection's worker reads with: pooled, so an
@@ -70,7 +70,7 @@ var errTooBig = errors.New("transport: message too big")
 
 // Read is gorilla's read: from the socket, or from the unit fed.
 func (w *wire) Read(p []byte) (int, error) {
-	if w.raw == nil {
+	if !w.polled {
 		return w.Conn.Read(p)
 	}
 	in := w.in
@@ -83,6 +83,74 @@ func (w *wire) Read(p []byte) (int, error) {
 	n := copy(p, in.fed)
 	in.fed = in.fed[n:]
 	return n, nil
+}
+
+// Write is gorilla's write; gorilla has one writer at a time.
+func (w *wire) Write(p []byte) (int, error) {
+	if w.Conn != nil {
+		return w.Conn.Write(p)
+	}
+	n, err := w.sock.write(p)
+	if err != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Err: err}
+	}
+	return n, err
+}
+
+// Close closes the socket: a polled one once no read or write uses it.
+func (w *wire) Close() error {
+	if w.Conn != nil {
+		return w.Conn.Close()
+	}
+	if !w.sock.close() {
+		return net.ErrClosed
+	}
+	return nil
+}
+
+func (w *wire) LocalAddr() net.Addr {
+	if w.Conn != nil {
+		return w.Conn.LocalAddr()
+	}
+	return w.sock.localAddr()
+}
+
+func (w *wire) RemoteAddr() net.Addr {
+	if w.Conn != nil {
+		return w.Conn.RemoteAddr()
+	}
+	return w.sock.remoteAddr()
+}
+
+func (w *wire) SetDeadline(t time.Time) error {
+	w.SetReadDeadline(t)
+	return w.SetWriteDeadline(t)
+}
+
+// SetReadDeadline is gorilla's; a polled connection's reader sets its
+// deadline with conn.setReadDeadline, which also wakes it then.
+func (w *wire) SetReadDeadline(t time.Time) error {
+	if !w.polled {
+		return w.Conn.SetReadDeadline(t)
+	}
+	w.deadline.Store(unixNano(t))
+	return nil
+}
+
+func (w *wire) SetWriteDeadline(t time.Time) error {
+	if w.Conn != nil {
+		return w.Conn.SetWriteDeadline(t)
+	}
+	w.sock.setWriteDeadline(t)
+	return nil
+}
+
+// unixNano is t as a deadline: 0 for none.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // synthetic reports whether the message gorilla is reading is ours.
@@ -116,24 +184,15 @@ func (w *wire) fill(max int) (drained bool, err error) {
 		putChunk(in.pending)
 		in.pending = grown
 	}
-	var n int
-	var rerr error
 	room := cap(in.pending) - len(in.pending)
-	err = w.raw.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Read(int(fd), in.pending[len(in.pending):cap(in.pending)])
-			if rerr != syscall.EINTR {
-				return true // never wait: the poller waits
-			}
-		}
-	})
+	n, rerr := w.sock.read(in.pending[len(in.pending):cap(in.pending)])
 	switch {
-	case err != nil:
-		return false, err // closed by us
+	case rerr == net.ErrClosed:
+		return false, rerr // closed by us
 	case rerr == syscall.EAGAIN:
 		return false, errAgain
 	case rerr != nil:
-		return false, &net.OpError{Op: "read", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: rerr}
+		return false, &net.OpError{Op: "read", Net: "tcp", Err: rerr}
 	case n == 0:
 		return false, io.EOF
 	}

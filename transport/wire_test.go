@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
@@ -100,16 +99,6 @@ func TestUnit(t *testing.T) {
 	}
 }
 
-// fakeRaw stands for a polled socket's RawConn; the harness feeds pending
-// itself, so it is never called.
-type fakeRaw struct{}
-
-func (fakeRaw) Control(func(uintptr)) error    { return errors.New("fake") }
-func (fakeRaw) Read(func(uintptr) bool) error  { return errors.New("fake") }
-func (fakeRaw) Write(func(uintptr) bool) error { return errors.New("fake") }
-
-var _ syscall.RawConn = fakeRaw{}
-
 // streamConn is a socket that reads from a byte stream and swallows writes.
 type streamConn struct{ r io.Reader }
 
@@ -191,7 +180,7 @@ func directly(t testing.TB, stream []byte, limit int64) []string {
 // is handed over unit by unit as a polled connection's worker does; ok is
 // false if the worker would refuse the stream as too big before gorilla.
 func throughWire(t testing.TB, stream []byte, chunks []int, limit int64) (events []string, ok bool) {
-	w := &wire{raw: fakeRaw{}, in: new(inbound)}
+	w := &wire{polled: true, in: new(inbound)}
 	w.Conn = streamConn{}
 	in := w.in
 	ws := serverConn(t, w, limit, &events)

@@ -1,0 +1,249 @@
+//go:build linux
+
+package transport
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// socket is a polled connection's TCP descriptor, taken over from package
+// net once the WebSocket is open: net keeps, per connection, a poll
+// descriptor with two deadline timers outside the heap and the two
+// addresses on it, more than any other part of an idle connection that is
+// not gorilla's. Reads happen when the poller reports the socket readable;
+// a write that finds the send buffer full waits until the poller reports
+// it writable, or until its deadline.
+//
+// The descriptor is closed only once no read or write is using it: refs
+// counts those in flight, and closedRefs marks the socket closed, after
+// which none starts. So a descriptor number reused by the next accepted
+// connection never reaches this one's syscalls.
+type socket struct {
+	owner     *conn
+	fd        int32
+	refs      atomic.Int32
+	wdeadline atomic.Int64                  // UnixNano; 0: none
+	writable  atomic.Pointer[chan struct{}] // closed when a blocked write may go on
+}
+
+const closedRefs = 1 << 30
+
+// adopt takes a duplicate of nc's descriptor, which shares its open file
+// and so its non-blocking mode. The caller closes nc once the duplicate is
+// registered, which frees what net kept for it.
+func (s *socket) adopt(owner *conn, nc net.Conn) error {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("transport: %T has no descriptor", nc)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	fd := -1
+	var derr error
+	if err := raw.Control(func(f uintptr) {
+		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, f, syscall.F_DUPFD_CLOEXEC, 0)
+		if errno != 0 {
+			derr = os.NewSyscallError("fcntl", errno)
+			return
+		}
+		fd = int(r)
+	}); err != nil {
+		return err
+	}
+	if derr != nil {
+		return derr
+	}
+	s.owner, s.fd = owner, int32(fd)
+	return nil
+}
+
+// abandon closes a descriptor that adopt took and nothing else uses.
+func (s *socket) abandon() { syscall.Close(int(s.fd)) }
+
+func (s *socket) setWriteDeadline(t time.Time) { s.wdeadline.Store(unixNano(t)) }
+
+func (s *socket) acquire() bool {
+	for {
+		r := s.refs.Load()
+		if r&closedRefs != 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+func (s *socket) release() {
+	if s.refs.Add(-1) == closedRefs {
+		s.destroy()
+	}
+}
+
+// close marks s closed and wakes a blocked write; the descriptor goes when
+// the last read or write in flight ends. It reports false if s was closed
+// already.
+func (s *socket) close() bool {
+	for {
+		r := s.refs.Load()
+		if r&closedRefs != 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(r, r|closedRefs) {
+			s.wakeWriter()
+			if r == 0 {
+				s.destroy()
+			}
+			return true
+		}
+	}
+}
+
+// destroy unregisters the descriptor before closing it, so that once
+// reused it cannot reach the owner.
+func (s *socket) destroy() {
+	s.owner.hub.poller.remove(s.owner)
+	syscall.Close(int(s.fd))
+}
+
+func (s *socket) closed() bool { return s.refs.Load()&closedRefs != 0 }
+
+// read reads once without blocking; syscall.EAGAIN says there is nothing.
+func (s *socket) read(p []byte) (int, error) {
+	if !s.acquire() {
+		return 0, net.ErrClosed
+	}
+	defer s.release()
+	for {
+		n, err := syscall.Read(int(s.fd), p)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
+}
+
+// write writes all of p, waiting while the send buffer is full, until the
+// write deadline.
+func (s *socket) write(p []byte) (int, error) {
+	if !s.acquire() {
+		return 0, net.ErrClosed
+	}
+	defer s.release()
+	done := 0
+	var wake chan struct{}
+	for done < len(p) {
+		n, err := syscall.Write(int(s.fd), p[done:])
+		if n > 0 {
+			done += n
+		}
+		switch err {
+		case nil, syscall.EINTR:
+		case syscall.EAGAIN:
+			if wake == nil {
+				// Published before the next attempt: a buffer that drains
+				// after that attempt fails finds wake and closes it.
+				wake = make(chan struct{})
+				s.writable.Store(&wake)
+				if s.closed() {
+					return done, net.ErrClosed
+				}
+				continue
+			}
+			if err := s.waitWritable(wake); err != nil {
+				return done, err
+			}
+			wake = nil
+		default:
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+func (s *socket) waitWritable(wake chan struct{}) error {
+	var timeout <-chan time.Time
+	if d := s.wdeadline.Load(); d != 0 {
+		left := time.Until(time.Unix(0, d))
+		if left <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		t := time.NewTimer(left)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-wake:
+		if s.closed() {
+			return net.ErrClosed
+		}
+		return nil
+	case <-timeout:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+// wakeWriter lets a blocked write try again: the poller calls it when the
+// socket may take more, close when the write must end.
+func (s *socket) wakeWriter() {
+	if w := s.writable.Swap(nil); w != nil {
+		close(*w)
+	}
+}
+
+// drain reads and drops what the peer sends until it hangs up, fails or
+// the deadline passes, so that closing the socket does not reset the
+// connection while unread bytes wait. The wait blocks a thread: drain is
+// for a connection ending on a protocol error, which is rare.
+func (s *socket) drain(deadline time.Time) {
+	if !s.acquire() {
+		return
+	}
+	defer s.release()
+	var buf [512]byte
+	for {
+		n, err := syscall.Read(int(s.fd), buf[:])
+		switch {
+		case err == syscall.EINTR || n > 0:
+		case err == syscall.EAGAIN:
+			left := time.Until(deadline)
+			if left <= 0 {
+				return
+			}
+			pfd := struct {
+				fd             int32
+				events, revent int16
+			}{fd: s.fd, events: 0x1} // POLLIN
+			ts := syscall.NsecToTimespec(left.Nanoseconds())
+			syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		default:
+			return
+		}
+	}
+}
+
+// addr returns the socket's local or peer address.
+func (s *socket) addr(name func(int) (syscall.Sockaddr, error)) net.Addr {
+	var sa syscall.Sockaddr
+	if s.acquire() {
+		sa, _ = name(int(s.fd))
+		s.release()
+	}
+	switch sa := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+	case *syscall.SockaddrInet6:
+		return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+	}
+	return &net.TCPAddr{} // closed
+}
+
+func (s *socket) localAddr() net.Addr  { return s.addr(syscall.Getsockname) }
+func (s *socket) remoteAddr() net.Addr { return s.addr(syscall.Getpeername) }
