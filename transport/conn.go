@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -450,7 +451,8 @@ func (c *conn) handle(data []byte) {
 			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")
 			return
 		}
-		if err := h.onMessage(c.life.ctx, c.uid, f.Kind, f.Raw); err != nil {
+		// A copy: the message's buffer is reused once handle returns.
+		if err := h.onMessage(c.life.ctx, c.uid, f.Kind, bytes.Clone(f.Raw)); err != nil {
 			c.replyError(err.Error(), "")
 		}
 	}

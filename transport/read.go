@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -151,8 +153,11 @@ func (c *conn) readMessage() error {
 		n, err = io.Copy(io.Discard, r)
 	} else {
 		h.m.kaText.Inc()
-		data, err = io.ReadAll(r)
-		n = int64(len(data))
+		buf := messages.Get().(*bytes.Buffer)
+		defer messages.Put(buf)
+		buf.Reset()
+		n, err = buf.ReadFrom(r)
+		data = buf.Bytes()
 	}
 	if err != nil {
 		return err
@@ -167,6 +172,10 @@ func (c *conn) readMessage() error {
 	c.handle(data)
 	return nil
 }
+
+// messages hold a text message while it is handled: handle keeps nothing
+// of it.
+var messages = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // finish runs when the reader stops: c no longer counts, its context ends
 // and its socket is closed.
