@@ -275,7 +275,9 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		goingAway(ws, h.writeTimeout)
 		return
 	}
-	h.live[c] = struct{}{}
+	if !c.w.polled { // the poller's table has the others
+		h.live[c] = struct{}{}
+	}
 	h.readers.Add(1)
 	h.mu.Unlock()
 	h.m.connections.Inc()

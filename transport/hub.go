@@ -197,7 +197,7 @@ type Hub struct {
 	// mu guards the sockets' bookkeeping. Lock order: mu before a conn's
 	// mu; neither is held while calling the Node.
 	mu       sync.Mutex
-	live     map[*conn]struct{} // upgraded WebSockets not yet finished
+	live     map[*conn]struct{} // upgraded WebSockets not yet finished, unless the poller has them
 	livePeak int
 	perUser  map[string]int // WebSockets per user, counted from before the upgrade
 	userPeak int
@@ -408,6 +408,9 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	live := make([]*conn, 0, len(h.live))
 	for c := range h.live {
 		live = append(live, c)
+	}
+	if h.poller != nil {
+		live = h.poller.appendConns(live)
 	}
 	h.mu.Unlock()
 	if h.ownNode {

@@ -76,6 +76,18 @@ func (p *poller) remove(c *conn) {
 	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
 }
 
+// appendConns appends the connections registered to live.
+func (p *poller) appendConns(live []*conn) []*conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		if c != nil {
+			live = append(live, c)
+		}
+	}
+	return live
+}
+
 // run wakes the connections whose sockets become readable, until close.
 func (p *poller) run() {
 	events := make([]syscall.EpollEvent, 256)

@@ -16,10 +16,11 @@ func newPoller() (*poller, error) {
 	return nil, errors.New("transport: no poller on this system: one reader goroutine per connection")
 }
 
-func (p *poller) add(*conn) error { return errors.New("transport: no poller") }
-func (p *poller) remove(*conn)    {}
-func (p *poller) run()            {}
-func (p *poller) close()          {}
+func (p *poller) add(*conn) error                  { return errors.New("transport: no poller") }
+func (p *poller) remove(*conn)                     {}
+func (p *poller) appendConns(live []*conn) []*conn { return live }
+func (p *poller) run()                             {}
+func (p *poller) close()                           {}
 
 // socket is where a polled connection's descriptor lives on Linux; here no
 // connection is polled, so none is used.
