@@ -295,18 +295,30 @@ func (v *view) flush() {
 	for _, cv := range v.dirty {
 		v.flushChannel(cv)
 	}
-	clear(v.dirty)
-	v.dirty = v.dirty[:0]
+	v.dirty = reuse(v.dirty)
 	if len(v.userLog) > 0 {
 		v.flushStatus()
 	}
 	for _, ws := range v.rebased {
 		ws.base = 0
 	}
-	clear(v.rebased)
-	v.rebased = v.rebased[:0]
-	clear(v.userLog)
-	v.userLog = v.userLog[:0]
+	v.rebased = reuse(v.rebased)
+	v.userLog = reuse(v.userLog)
+}
+
+// keepLog is the most entries a per-tick list keeps room for between ticks.
+const keepLog = 64
+
+// reuse empties a per-tick list for the next tick. A list that once held a
+// burst (every member of a big channel joining at once) is let go rather
+// than kept at its peak for as long as its channel lives; a busy one grows
+// again within the tick, as it would anyway.
+func reuse[S ~[]E, E any](s S) S {
+	if cap(s) > keepLog {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 func (v *view) flushChannel(cv *channelView) {
@@ -328,8 +340,7 @@ func (v *view) flushChannel(cv *channelView) {
 		}
 		cv.subs[c] = sub{base: 0, seen: count}
 	}
-	clear(cv.log)
-	cv.log = cv.log[:0]
+	cv.log = reuse(cv.log)
 	v.dropIfUnused(cv)
 }
 
