@@ -141,6 +141,35 @@ func TestTwoTabsOfOneUserInOneChannel(t *testing.T) {
 	assert.Equal(t, 1, conns, "still online, in no channel")
 }
 
+// A user's connections are counted one by one, up and down, and the user
+// is listed once.
+func TestUserCountsEachConnection(t *testing.T) {
+	n := newNode(t, Config{})
+	ctx := context.Background()
+	conns := func(uid string) int {
+		c, err := n.User(ctx, uid)
+		require.NoError(t, err)
+		return c
+	}
+	tabs := []*client{connect(t, n, "alice"), connect(t, n, "alice"), connect(t, n, "alice")}
+	connect(t, n, "bob")
+	assert.Equal(t, 3, conns("alice"))
+	assert.Equal(t, 1, conns("bob"))
+	assert.Zero(t, conns("carol"))
+	count, users, err := n.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	assert.Equal(t, []string{"alice", "bob"}, users)
+	for i, want := range []int{2, 1, 0} {
+		n.Disconnect(tabs[i])
+		assert.Equal(t, want, conns("alice"), "after %d tabs closed", i+1)
+	}
+	count, users, err = n.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+	assert.Equal(t, []string{"bob"}, users)
+}
+
 func TestCountOnlyAboveThePresenceListLimit(t *testing.T) {
 	n := newNode(t, Config{PresenceLists: 3, MemberList: 2})
 	obs := connect(t, n, "obs", "big")
