@@ -22,16 +22,47 @@ type connState struct {
 // period conns is 0 and held lists the channels the last one had joined;
 // engine counts include the grace period as one connection.
 type userState struct {
-	conns     int         // live Clients, plus one for a lease
-	chans     []chanCount // the channels its live connections joined: a user joins few
+	conns int         // live Clients, plus one for a lease
+	chans []chanCount // the channels its live connections joined: a user joins few
+	extra *userExtra  // a lease, a grace period or a reprieve, which few users have
+}
+
+// userExtra is the part of a userState that most users never need, apart so
+// that they do not pay for it.
+type userExtra struct {
 	lease     *connState
 	inGrace   bool
 	held      []string
 	reprieved int64 // the stall (UnixNano) after which its lease or grace was put off
 }
 
+// ext returns u's extra, made if u had none.
+func (u *userState) ext() *userExtra {
+	if u.extra == nil {
+		u.extra = new(userExtra)
+	}
+	return u.extra
+}
+
+// tidy drops u's extra once it holds nothing. A reprieve keeps it: a
+// deadline is put off once per stall, also the deadline of a later lease.
+func (u *userState) tidy() {
+	if x := u.extra; x != nil && x.lease == nil && !x.inGrace && x.held == nil && x.reprieved == 0 {
+		u.extra = nil
+	}
+}
+
+func (u *userState) lease() *connState {
+	if u.extra == nil {
+		return nil
+	}
+	return u.extra.lease
+}
+
+func (u *userState) inGrace() bool { return u.extra != nil && u.extra.inGrace }
+
 func (u *userState) count() int {
-	if u.inGrace {
+	if u.inGrace() {
 		return u.conns + 1
 	}
 	return u.conns
@@ -70,7 +101,7 @@ func (u *userState) addJoined(channel string, d int) {
 
 func (u *userState) memberCount(channel string) int {
 	n := u.joined(channel)
-	if u.inGrace && slices.Contains(u.held, channel) {
+	if u.inGrace() && slices.Contains(u.extra.held, channel) {
 		n++
 	}
 	return n
@@ -190,8 +221,9 @@ func (n *Node) detachLocked(cs *connState) {
 	u.conns--
 	hold := u.conns == 0 && n.grace > 0 && !n.closing
 	if hold {
-		u.inGrace = true
-		u.held = append(u.held, cs.channels...)
+		x := u.ext()
+		x.inGrace = true
+		x.held = append(x.held, cs.channels...)
 		n.graces.TouchFor(cs.uid, n.grace)
 	}
 	for _, ch := range cs.channels {
@@ -215,13 +247,14 @@ func (n *Node) forgetLocked(uid string, u *userState) {
 // no live connection has joined are left, and with no connection left the
 // user goes offline.
 func (n *Node) endGraceLocked(uid string, u *userState) {
-	if !u.inGrace {
+	if !u.inGrace() {
 		return
 	}
 	n.graces.Remove(uid)
-	u.inGrace = false
-	held := u.held
-	u.held = nil
+	held := u.extra.held
+	u.extra.inGrace = false
+	u.extra.held = nil
+	u.tidy()
 	for _, ch := range held {
 		n.setMemberLocked(ch, uid, u.memberCount(ch))
 	}

@@ -237,11 +237,11 @@ func (n *Node) Shutdown() {
 	n.mu.Lock()
 	n.closing = true
 	for uid, u := range n.users {
-		if u.lease != nil {
+		if u.lease() != nil {
 			n.leases.Remove(uid)
 			n.endLeaseLocked(u)
 		}
-		if u.inGrace {
+		if u.inGrace() {
 			n.endGraceLocked(uid, u)
 			n.forgetLocked(uid, u)
 		}
