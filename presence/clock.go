@@ -150,7 +150,7 @@ func (n *Node) Heartbeat(uid string, channels []string) error {
 	for _, ch := range slices.Clone(cs.channels) {
 		if !slices.Contains(channels, ch) {
 			cs.channels = slices.DeleteFunc(cs.channels, func(s string) bool { return s == ch })
-			n.leaveCountLocked(uid, u, ch)
+			n.leaveCountLocked(cs, u, ch)
 		}
 	}
 	for _, ch := range channels {

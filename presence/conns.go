@@ -22,9 +22,14 @@ type connState struct {
 // period conns is 0 and held lists the channels the last one had joined;
 // engine counts include the grace period as one connection.
 type userState struct {
-	conns int         // live Clients, plus one for a lease
-	chans []chanCount // the channels its live connections joined: a user joins few
-	extra *userExtra  // a lease, a grace period or a reprieve, which few users have
+	conns int // live Clients, plus one for a lease
+	// How many of its live connections joined each channel: first by its
+	// own list of channels, each other one in chans (a user joins few), so
+	// a user with one connection needs no chans. first is nil once it went;
+	// the next connection to come takes its place.
+	first *connState
+	chans []chanCount
+	extra *userExtra // a lease, a grace period or a reprieve, which few users have
 }
 
 // userExtra is the part of a userState that most users never need, apart so
@@ -76,15 +81,20 @@ type chanCount struct {
 
 // joined returns how many of u's live connections joined channel.
 func (u *userState) joined(channel string) int {
+	n := 0
+	if u.first != nil && slices.Contains(u.first.channels, channel) {
+		n = 1
+	}
 	for _, c := range u.chans {
 		if c.channel == channel {
-			return c.n
+			return n + c.n
 		}
 	}
-	return 0
+	return n
 }
 
-// addJoined adds d to the connections of u that joined channel.
+// addJoined adds d to the connections of u other than first that joined
+// channel.
 func (u *userState) addJoined(channel string, d int) {
 	for i := range u.chans {
 		if u.chans[i].channel == channel {
@@ -208,6 +218,9 @@ func (n *Node) attachLocked(cs *connState) *userState {
 		u = &userState{}
 		n.users[cs.uid] = u
 	}
+	if u.first == nil {
+		u.first = cs // it has joined nothing yet: chans stays right
+	}
 	u.conns++
 	n.setUserLocked(cs.uid, u.count())
 	return u
@@ -226,10 +239,14 @@ func (n *Node) detachLocked(cs *connState) {
 		x.held = append(x.held, cs.channels...)
 		n.graces.TouchFor(cs.uid, n.grace)
 	}
-	for _, ch := range cs.channels {
-		n.leaveCountLocked(cs.uid, u, ch)
-	}
+	left := cs.channels
 	cs.channels = nil
+	for _, ch := range left {
+		n.leaveCountLocked(cs, u, ch)
+	}
+	if u.first == cs {
+		u.first = nil
+	}
 	if !hold {
 		n.setUserLocked(cs.uid, u.count())
 		n.forgetLocked(cs.uid, u)
@@ -265,14 +282,20 @@ func (n *Node) endGraceLocked(uid string, u *userState) {
 func (n *Node) joinCountLocked(cs *connState, u *userState, channel string) {
 	if !slices.Contains(cs.channels, channel) {
 		cs.channels = append(cs.channels, channel)
-		u.addJoined(channel, 1)
+		if cs != u.first {
+			u.addJoined(channel, 1)
+		}
 		n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
 	}
 }
 
-func (n *Node) leaveCountLocked(uid string, u *userState, channel string) {
-	u.addJoined(channel, -1)
-	n.setMemberLocked(channel, uid, u.memberCount(channel))
+// leaveCountLocked counts cs out of channel, once channel is out of its
+// list.
+func (n *Node) leaveCountLocked(cs *connState, u *userState, channel string) {
+	if cs != u.first {
+		u.addJoined(channel, -1)
+	}
+	n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
 }
 
 // Join joins c to channel and sends c a joined snapshot; joining again sends
@@ -327,7 +350,7 @@ func (n *Node) Leave(c Client, channel string) error {
 	i := slices.Index(cs.channels, channel)
 	if i >= 0 {
 		cs.channels = slices.Delete(cs.channels, i, i+1)
-		n.leaveCountLocked(cs.uid, n.users[cs.uid], channel)
+		n.leaveCountLocked(cs, n.users[cs.uid], channel)
 	}
 	n.mu.Unlock()
 	n.sendOps()
