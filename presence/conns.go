@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unique"
 
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/protocol"
@@ -281,6 +282,9 @@ func (n *Node) endGraceLocked(uid string, u *userState) {
 // joinCountLocked counts cs in channel, if it had not joined it.
 func (n *Node) joinCountLocked(cs *connState, u *userState, channel string) {
 	if !slices.Contains(cs.channels, channel) {
+		// One copy of the name for all its members, not one per connection
+		// for as long as it lasts (a name from a request is a copy of its own).
+		channel = unique.Make(channel).Value()
 		cs.channels = append(cs.channels, channel)
 		if cs != u.first {
 			u.addJoined(channel, 1)
