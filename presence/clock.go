@@ -85,8 +85,8 @@ func (n *Node) step(took time.Duration) {
 	}
 	n.mu.Lock()
 	for _, uid := range n.leases.Advance() {
-		if u := n.users[uid]; u != nil && u.lease != nil {
-			if n.reprieveLocked(&u.reprieved) {
+		if u := n.users[uid]; u != nil && u.lease() != nil {
+			if n.reprieveLocked(&u.extra.reprieved) {
 				n.leases.TouchFor(uid, 2*n.tick)
 				continue
 			}
@@ -94,8 +94,8 @@ func (n *Node) step(took time.Duration) {
 		}
 	}
 	for _, uid := range n.graces.Advance() {
-		if u := n.users[uid]; u != nil && u.inGrace {
-			if n.reprieveLocked(&u.reprieved) {
+		if u := n.users[uid]; u != nil && u.inGrace() {
+			if n.reprieveLocked(&u.extra.reprieved) {
 				n.graces.TouchFor(uid, 2*n.tick)
 				continue
 			}
@@ -141,16 +141,16 @@ func (n *Node) Heartbeat(uid string, channels []string) error {
 		return ErrClosing
 	}
 	u := n.users[uid]
-	if u == nil || u.lease == nil {
+	if u == nil || u.lease() == nil {
 		cs := &connState{uid: uid}
 		u = n.attachLocked(cs)
-		u.lease = cs
+		u.ext().lease = cs
 	}
-	cs := u.lease
+	cs := u.lease()
 	for _, ch := range slices.Clone(cs.channels) {
 		if !slices.Contains(channels, ch) {
 			cs.channels = slices.DeleteFunc(cs.channels, func(s string) bool { return s == ch })
-			n.leaveCountLocked(uid, u, ch)
+			n.leaveCountLocked(cs, u, ch)
 		}
 	}
 	for _, ch := range channels {
@@ -165,7 +165,8 @@ func (n *Node) Heartbeat(uid string, channels []string) error {
 
 // endLeaseLocked ends u's heartbeat lease as a connection that went.
 func (n *Node) endLeaseLocked(u *userState) {
-	cs := u.lease
-	u.lease = nil
+	cs := u.extra.lease
+	u.extra.lease = nil
 	n.detachLocked(cs)
+	u.tidy()
 }

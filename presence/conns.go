@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unique"
 
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/protocol"
@@ -22,16 +23,52 @@ type connState struct {
 // period conns is 0 and held lists the channels the last one had joined;
 // engine counts include the grace period as one connection.
 type userState struct {
-	conns     int         // live Clients, plus one for a lease
-	chans     []chanCount // the channels its live connections joined: a user joins few
+	conns int // live Clients, plus one for a lease
+	// How many of its live connections joined each channel: first by its
+	// own list of channels, each other one in chans (a user joins few), so
+	// a user with one connection needs no chans. first is nil once it went;
+	// the next connection to come takes its place.
+	first *connState
+	chans []chanCount
+	extra *userExtra // a lease, a grace period or a reprieve, which few users have
+}
+
+// userExtra is the part of a userState that most users never need, apart so
+// that they do not pay for it.
+type userExtra struct {
 	lease     *connState
 	inGrace   bool
 	held      []string
 	reprieved int64 // the stall (UnixNano) after which its lease or grace was put off
 }
 
+// ext returns u's extra, made if u had none.
+func (u *userState) ext() *userExtra {
+	if u.extra == nil {
+		u.extra = new(userExtra)
+	}
+	return u.extra
+}
+
+// tidy drops u's extra once it holds nothing. A reprieve keeps it: a
+// deadline is put off once per stall, also the deadline of a later lease.
+func (u *userState) tidy() {
+	if x := u.extra; x != nil && x.lease == nil && !x.inGrace && x.held == nil && x.reprieved == 0 {
+		u.extra = nil
+	}
+}
+
+func (u *userState) lease() *connState {
+	if u.extra == nil {
+		return nil
+	}
+	return u.extra.lease
+}
+
+func (u *userState) inGrace() bool { return u.extra != nil && u.extra.inGrace }
+
 func (u *userState) count() int {
-	if u.inGrace {
+	if u.inGrace() {
 		return u.conns + 1
 	}
 	return u.conns
@@ -45,15 +82,20 @@ type chanCount struct {
 
 // joined returns how many of u's live connections joined channel.
 func (u *userState) joined(channel string) int {
+	n := 0
+	if u.first != nil && slices.Contains(u.first.channels, channel) {
+		n = 1
+	}
 	for _, c := range u.chans {
 		if c.channel == channel {
-			return c.n
+			return n + c.n
 		}
 	}
-	return 0
+	return n
 }
 
-// addJoined adds d to the connections of u that joined channel.
+// addJoined adds d to the connections of u other than first that joined
+// channel.
 func (u *userState) addJoined(channel string, d int) {
 	for i := range u.chans {
 		if u.chans[i].channel == channel {
@@ -70,7 +112,7 @@ func (u *userState) addJoined(channel string, d int) {
 
 func (u *userState) memberCount(channel string) int {
 	n := u.joined(channel)
-	if u.inGrace && slices.Contains(u.held, channel) {
+	if u.inGrace() && slices.Contains(u.extra.held, channel) {
 		n++
 	}
 	return n
@@ -177,6 +219,9 @@ func (n *Node) attachLocked(cs *connState) *userState {
 		u = &userState{}
 		n.users[cs.uid] = u
 	}
+	if u.first == nil {
+		u.first = cs // it has joined nothing yet: chans stays right
+	}
 	u.conns++
 	n.setUserLocked(cs.uid, u.count())
 	return u
@@ -190,14 +235,19 @@ func (n *Node) detachLocked(cs *connState) {
 	u.conns--
 	hold := u.conns == 0 && n.grace > 0 && !n.closing
 	if hold {
-		u.inGrace = true
-		u.held = append(u.held, cs.channels...)
+		x := u.ext()
+		x.inGrace = true
+		x.held = append(x.held, cs.channels...)
 		n.graces.TouchFor(cs.uid, n.grace)
 	}
-	for _, ch := range cs.channels {
-		n.leaveCountLocked(cs.uid, u, ch)
-	}
+	left := cs.channels
 	cs.channels = nil
+	for _, ch := range left {
+		n.leaveCountLocked(cs, u, ch)
+	}
+	if u.first == cs {
+		u.first = nil
+	}
 	if !hold {
 		n.setUserLocked(cs.uid, u.count())
 		n.forgetLocked(cs.uid, u)
@@ -215,13 +265,14 @@ func (n *Node) forgetLocked(uid string, u *userState) {
 // no live connection has joined are left, and with no connection left the
 // user goes offline.
 func (n *Node) endGraceLocked(uid string, u *userState) {
-	if !u.inGrace {
+	if !u.inGrace() {
 		return
 	}
 	n.graces.Remove(uid)
-	u.inGrace = false
-	held := u.held
-	u.held = nil
+	held := u.extra.held
+	u.extra.inGrace = false
+	u.extra.held = nil
+	u.tidy()
 	for _, ch := range held {
 		n.setMemberLocked(ch, uid, u.memberCount(ch))
 	}
@@ -231,15 +282,24 @@ func (n *Node) endGraceLocked(uid string, u *userState) {
 // joinCountLocked counts cs in channel, if it had not joined it.
 func (n *Node) joinCountLocked(cs *connState, u *userState, channel string) {
 	if !slices.Contains(cs.channels, channel) {
+		// One copy of the name for all its members, not one per connection
+		// for as long as it lasts (a name from a request is a copy of its own).
+		channel = unique.Make(channel).Value()
 		cs.channels = append(cs.channels, channel)
-		u.addJoined(channel, 1)
+		if cs != u.first {
+			u.addJoined(channel, 1)
+		}
 		n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
 	}
 }
 
-func (n *Node) leaveCountLocked(uid string, u *userState, channel string) {
-	u.addJoined(channel, -1)
-	n.setMemberLocked(channel, uid, u.memberCount(channel))
+// leaveCountLocked counts cs out of channel, once channel is out of its
+// list.
+func (n *Node) leaveCountLocked(cs *connState, u *userState, channel string) {
+	if cs != u.first {
+		u.addJoined(channel, -1)
+	}
+	n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
 }
 
 // Join joins c to channel and sends c a joined snapshot; joining again sends
@@ -294,7 +354,7 @@ func (n *Node) Leave(c Client, channel string) error {
 	i := slices.Index(cs.channels, channel)
 	if i >= 0 {
 		cs.channels = slices.Delete(cs.channels, i, i+1)
-		n.leaveCountLocked(cs.uid, n.users[cs.uid], channel)
+		n.leaveCountLocked(cs, n.users[cs.uid], channel)
 	}
 	n.mu.Unlock()
 	n.sendOps()

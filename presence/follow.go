@@ -7,17 +7,41 @@ import (
 	"github.com/presenced/presenced/internal/shrink"
 )
 
-// topicRef counts one topic's followers on this node: its connections that
-// joined the channel, hold the user or watch it. The Engine hears of a
+// followers counts each topic's followers on this node: its connections
+// that joined the channel, hold the user or watch it. The Engine hears of a
 // topic only when the count goes 0->1 (Follow) and 1->0 (Unfollow).
-type topicRef struct {
-	n int
-	// done, while an Engine call for the topic's last 0<->1 change is under
-	// way, is closed when it returns: a call waits for the one before it,
-	// so the calls for one topic never overlap and come in the order the
-	// counts changed. nil once it returned, so a followed topic costs no
-	// channel.
-	done chan struct{}
+type followers struct {
+	// The counts, by channel and by user: a topic is one or the other, and
+	// a string key is half the size of a Topic. Absent: none.
+	byChannel, byUser map[string]int
+	// calls holds, for a topic whose last 0<->1 change has an Engine call
+	// under way, a channel closed when it returns: a call waits for the one
+	// before it, so the calls for one topic never overlap and come in the
+	// order the counts changed. A topic leaves it once its call returned,
+	// so a followed topic costs its count only.
+	calls map[Topic]chan struct{}
+
+	channelsPeak, usersPeak, callsPeak int
+}
+
+func (f *followers) count(t Topic) int {
+	if t.Channel != "" {
+		return f.byChannel[t.Channel]
+	}
+	return f.byUser[t.UID]
+}
+
+func (f *followers) set(t Topic, n int) {
+	m, peak, key := &f.byUser, &f.usersPeak, t.UID
+	if t.Channel != "" {
+		m, peak, key = &f.byChannel, &f.channelsPeak, t.Channel
+	}
+	if n > 0 {
+		(*m)[key] = n
+		return
+	}
+	delete(*m, key)
+	*m = shrink.Map(*m, peak)
 }
 
 func channelTopics(channels []string) []Topic {
@@ -48,20 +72,21 @@ func (n *Node) follow(ctx context.Context, topics []Topic) {
 	var mine chan struct{} // made only if this call makes an Engine call
 	n.mu.Lock()
 	for _, t := range topics {
-		r := n.refs[t]
-		if r.n++; r.n == 1 {
-			if r.done != nil {
-				before = append(before, r.done)
+		count := n.refs.count(t) + 1
+		n.refs.set(t, count)
+		call := n.refs.calls[t]
+		if count == 1 {
+			if call != nil {
+				before = append(before, call)
 			}
 			if mine == nil {
 				mine = make(chan struct{})
 			}
-			r.done = mine
+			n.refs.calls[t] = mine
 			first = append(first, t)
-		} else if r.done != nil {
-			wait = append(wait, r.done) // the first follower's Follow may still wait for the state
+		} else if call != nil {
+			wait = append(wait, call) // the first follower's Follow may still wait for the state
 		}
-		n.refs[t] = r
 	}
 	n.mu.Unlock()
 	if len(first) > 0 {
@@ -93,21 +118,21 @@ func (n *Node) unfollow(topics []Topic) {
 	var mine chan struct{} // made only if this call makes an Engine call
 	n.mu.Lock()
 	for _, t := range topics {
-		r, ok := n.refs[t]
-		if !ok || r.n == 0 {
+		count := n.refs.count(t)
+		if count == 0 {
 			continue
 		}
-		if r.n--; r.n == 0 {
-			if r.done != nil {
-				before = append(before, r.done)
+		n.refs.set(t, count-1)
+		if count == 1 {
+			if call := n.refs.calls[t]; call != nil {
+				before = append(before, call)
 			}
 			if mine == nil {
 				mine = make(chan struct{})
 			}
-			r.done = mine
+			n.refs.calls[t] = mine
 			last = append(last, t)
 		}
-		n.refs[t] = r
 	}
 	n.mu.Unlock()
 	if len(last) == 0 {
@@ -133,23 +158,15 @@ func (n *Node) unfollow(topics []Topic) {
 	call()
 }
 
-// settled marks the Engine call for topics, made under done, as returned:
-// topics nobody follows are forgotten, and the others keep no channel.
+// settled marks the Engine call for topics, made under done, as returned.
 func (n *Node) settled(topics []Topic, done chan struct{}) {
 	close(done)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, t := range topics {
-		r, ok := n.refs[t]
-		switch {
-		case !ok || r.done != done:
-			// A later call is under way.
-		case r.n == 0:
-			delete(n.refs, t)
-			n.refs = shrink.Map(n.refs, &n.refsPeak)
-		default:
-			r.done = nil
-			n.refs[t] = r
+		if n.refs.calls[t] == done { // else a later call is under way
+			delete(n.refs.calls, t)
+			n.refs.calls = shrink.Map(n.refs.calls, &n.refs.callsPeak)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 // edge and message to the Relay at once, on the caller's goroutine, so what
 // a client did is visible to the next tick.
 func NewMemoryEngine() Engine {
-	return &memoryEngine{users: make(map[string]int), channels: make(map[string]*sortedset.Set)}
+	return &memoryEngine{multi: make(map[string]int), channels: make(map[string]*sortedset.Set)}
 }
 
 type memoryEngine struct {
@@ -22,12 +22,12 @@ type memoryEngine struct {
 	// mu guards the state below. It is never held while calling the Relay:
 	// the Node makes one SetUser or SetMember call at a time, so edges
 	// reach the Relay in the order they happened without it.
-	mu           sync.Mutex
-	users        map[string]int // uid -> connections; absent means offline
-	online       sortedset.Set  // the keys of users, in order for listings
-	channels     map[string]*sortedset.Set
-	usersPeak    int
-	channelsPeak int
+	mu       sync.Mutex
+	online   sortedset.Set  // the users online, in order for listings
+	multi    map[string]int // uid -> connections, for the users online with more than one
+	channels map[string]*sortedset.Set
+
+	multiPeak, channelsPeak int
 }
 
 func (e *memoryEngine) Attach(r Relay) { e.relay = r }
@@ -40,14 +40,17 @@ func (e *memoryEngine) Run(ctx context.Context) error {
 
 func (e *memoryEngine) SetUser(uid string, n int) {
 	e.mu.Lock()
-	_, was := e.users[uid]
-	if n <= 0 {
-		delete(e.users, uid)
-		e.users = shrink.Map(e.users, &e.usersPeak)
-		e.online.Remove(uid)
+	var was bool
+	if n > 0 {
+		was = !e.online.Add(uid)
 	} else {
-		e.users[uid] = n
-		e.online.Add(uid)
+		was = e.online.Remove(uid)
+	}
+	if n > 1 {
+		e.multi[uid] = n
+	} else if _, ok := e.multi[uid]; ok {
+		delete(e.multi, uid)
+		e.multi = shrink.Map(e.multi, &e.multiPeak)
 	}
 	e.mu.Unlock()
 	if was != (n > 0) {
@@ -87,14 +90,20 @@ func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 func (e *memoryEngine) User(ctx context.Context, uid string) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.users[uid], nil
+	if n, ok := e.multi[uid]; ok {
+		return n, nil
+	}
+	if e.online.Has(uid) {
+		return 1, nil
+	}
+	return 0, nil
 }
 
 // Users lists from an ordered index: O(limit), whatever the count.
 func (e *memoryEngine) Users(ctx context.Context, limit int) (int, []string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.users), e.online.First(limit), nil
+	return e.online.Len(), e.online.First(limit), nil
 }
 
 func (e *memoryEngine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {

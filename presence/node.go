@@ -138,9 +138,8 @@ type Node struct {
 	users     map[string]*userState
 	connsPeak int
 	usersPeak int
-	refs      map[Topic]topicRef // followed topics, counted
-	refsPeak  int
-	out       outbox // engine calls not yet made, in order
+	refs      followers // followed topics, counted
+	out       outbox    // engine calls not yet made, in order
 	closing   bool
 
 	v view
@@ -161,7 +160,11 @@ func New(cfg Config) (*Node, error) {
 		onStep:      cfg.OnStep,
 		conns:       make(map[Client]*connState),
 		users:       make(map[string]*userState),
-		refs:        make(map[Topic]topicRef),
+		refs: followers{
+			byChannel: make(map[string]int),
+			byUser:    make(map[string]int),
+			calls:     make(map[Topic]chan struct{}),
+		},
 	}
 	if err := n.makeClock(cfg.Slots, cfg.Tick); err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
@@ -234,11 +237,11 @@ func (n *Node) Shutdown() {
 	n.mu.Lock()
 	n.closing = true
 	for uid, u := range n.users {
-		if u.lease != nil {
+		if u.lease() != nil {
 			n.leases.Remove(uid)
 			n.endLeaseLocked(u)
 		}
-		if u.inGrace {
+		if u.inGrace() {
 			n.endGraceLocked(uid, u)
 			n.forgetLocked(uid, u)
 		}

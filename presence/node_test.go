@@ -141,6 +141,35 @@ func TestTwoTabsOfOneUserInOneChannel(t *testing.T) {
 	assert.Equal(t, 1, conns, "still online, in no channel")
 }
 
+// A user's connections are counted one by one, up and down, and the user
+// is listed once.
+func TestUserCountsEachConnection(t *testing.T) {
+	n := newNode(t, Config{})
+	ctx := context.Background()
+	conns := func(uid string) int {
+		c, err := n.User(ctx, uid)
+		require.NoError(t, err)
+		return c
+	}
+	tabs := []*client{connect(t, n, "alice"), connect(t, n, "alice"), connect(t, n, "alice")}
+	connect(t, n, "bob")
+	assert.Equal(t, 3, conns("alice"))
+	assert.Equal(t, 1, conns("bob"))
+	assert.Zero(t, conns("carol"))
+	count, users, err := n.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	assert.Equal(t, []string{"alice", "bob"}, users)
+	for i, want := range []int{2, 1, 0} {
+		n.Disconnect(tabs[i])
+		assert.Equal(t, want, conns("alice"), "after %d tabs closed", i+1)
+	}
+	count, users, err = n.Users(ctx, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+	assert.Equal(t, []string{"bob"}, users)
+}
+
 func TestCountOnlyAboveThePresenceListLimit(t *testing.T) {
 	n := newNode(t, Config{PresenceLists: 3, MemberList: 2})
 	obs := connect(t, n, "obs", "big")
@@ -348,6 +377,91 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 				slices.Sort(believed)
 				require.Equal(t, members, orEmpty(believed), "tick %d, %s's view of %s", tick, s.c.name, ch)
 			}
+		}
+	}
+}
+
+// A model check of the counts: random connects, joins, leaves, disconnects
+// and heartbeats of a few users, each with several connections at a time.
+// A user is online and a member of a channel exactly while one of its
+// connections or its lease is, and counts each of them.
+func TestMembersAreTheUsersConnectionsJoined(t *testing.T) {
+	n := newNode(t, Config{Slots: 1000}) // no lease ends within the test
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	channels := []string{"a", "b", "c", "d"}
+	type conn struct {
+		c      *client
+		uid    string
+		joined []string
+	}
+	var live []*conn
+	leases := map[string][]string{} // uid -> its lease's channels
+	for step := range 3000 {
+		uid := fmt.Sprintf("u%d", rng.IntN(4))
+		ch := channels[rng.IntN(len(channels))]
+		switch op := rng.IntN(10); {
+		case op < 3 || len(live) == 0:
+			c := &conn{c: &client{name: uid}, uid: uid}
+			for _, ch := range channels {
+				if rng.IntN(3) == 0 {
+					c.joined = append(c.joined, ch)
+				}
+			}
+			require.NoError(t, n.Connect(ctx, c.c, uid, c.joined))
+			live = append(live, c)
+		case op < 5:
+			i := rng.IntN(len(live))
+			n.Disconnect(live[i].c)
+			live = slices.Delete(live, i, i+1)
+		case op < 7:
+			c := live[rng.IntN(len(live))]
+			require.NoError(t, n.Join(ctx, c.c, ch))
+			if !slices.Contains(c.joined, ch) {
+				c.joined = append(c.joined, ch)
+			}
+		case op < 9:
+			c := live[rng.IntN(len(live))]
+			require.NoError(t, n.Leave(c.c, ch))
+			c.joined = slices.DeleteFunc(c.joined, func(x string) bool { return x == ch })
+		default:
+			var chs []string
+			for _, ch := range channels {
+				if rng.IntN(2) == 0 {
+					chs = append(chs, ch)
+				}
+			}
+			require.NoError(t, n.Heartbeat(uid, chs))
+			leases[uid] = chs
+		}
+		conns := map[string]int{}
+		members := map[string][]string{}
+		join := func(uid string, joined []string) {
+			conns[uid]++
+			for _, ch := range joined {
+				if !slices.Contains(members[ch], uid) {
+					members[ch] = append(members[ch], uid)
+				}
+			}
+		}
+		for _, c := range live {
+			join(c.uid, c.joined)
+		}
+		for uid, chs := range leases {
+			join(uid, chs)
+		}
+		for i := range 4 {
+			uid := fmt.Sprintf("u%d", i)
+			got, err := n.User(ctx, uid)
+			require.NoError(t, err)
+			require.Equal(t, conns[uid], got, "step %d: connections of %s", step, uid)
+		}
+		for _, ch := range channels {
+			_, got, err := n.Members(ctx, ch, 10)
+			require.NoError(t, err)
+			want := members[ch]
+			slices.Sort(want)
+			require.Equal(t, orEmpty(want), got, "step %d: members of %s", step, ch)
 		}
 	}
 }

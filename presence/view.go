@@ -23,10 +23,10 @@ type view struct {
 	notify                    notifier // OnPresence
 
 	mu       sync.Mutex
-	online   map[string]struct{}
+	users    map[string]userView
+	others   map[string][]Client // the clients of a user after its first, for the few with more here
 	channels map[string]*channelView
 	dirty    []*channelView // channels with a non-empty log
-	byUser   map[string][]Client
 
 	watchers map[string]map[Client]struct{} // uid -> clients watching it
 	watching map[Client]*watchState
@@ -34,7 +34,15 @@ type view struct {
 	rebased  []*watchState
 
 	// The peak sizes of the maps, so they give memory back after churn.
-	onlinePeak, channelsPeak, byUserPeak, watchersPeak, watchingPeak int
+	usersPeak, othersPeak, channelsPeak, watchersPeak, watchingPeak int
+}
+
+// userView is what the view keeps of a user while it is online or has a
+// client on this node: one entry for both, and the first client inline, as
+// most users have one client here. Only a user with a client has others.
+type userView struct {
+	c      Client // nil: none here
+	online bool
 }
 
 type edge struct {
@@ -50,9 +58,10 @@ type channelView struct {
 }
 
 // sub is one client's subscription to a channel: base is the log position
-// its snapshot reflects, seen the count it was last told.
+// its snapshot reflects, seen the count it was last told. A channel keeps
+// one per subscriber, and neither number gets near 2^31.
 type sub struct {
-	base, seen int
+	base, seen int32
 }
 
 type watchState struct {
@@ -64,9 +73,9 @@ type watchState struct {
 func (v *view) init(memberList, presenceLists int) {
 	v.memberList, v.presenceLists = memberList, presenceLists
 	v.notify.idle.L = &v.notify.mu
-	v.online = make(map[string]struct{})
+	v.users = make(map[string]userView)
+	v.others = make(map[string][]Client)
 	v.channels = make(map[string]*channelView)
-	v.byUser = make(map[string][]Client)
 	v.watchers = make(map[string]map[Client]struct{})
 	v.watching = make(map[Client]*watchState)
 }
@@ -82,15 +91,12 @@ func (v *view) Produced(uid string, online bool) {
 func (v *view) UserChanged(uid string, online bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, was := v.online[uid]; was == online {
+	u := v.users[uid]
+	if u.online == online {
 		return
 	}
-	if online {
-		v.online[uid] = struct{}{}
-	} else {
-		delete(v.online, uid)
-		v.online = shrink.Map(v.online, &v.onlinePeak)
-	}
+	u.online = online
+	v.putUser(uid, u)
 	if len(v.watchers[uid]) > 0 {
 		v.userLog = append(v.userLog, edge{uid, online})
 	}
@@ -165,7 +171,10 @@ func (v *view) Deliver(m Message) {
 		return
 	}
 	if !m.Disconnect {
-		for _, c := range v.byUser[m.UID] {
+		if c := v.users[m.UID].c; c != nil {
+			c.Send(m.Frame)
+		}
+		for _, c := range v.others[m.UID] {
 			c.Send(m.Frame)
 		}
 		v.mu.Unlock()
@@ -173,7 +182,10 @@ func (v *view) Deliver(m Message) {
 	}
 	// Closing a client disconnects it from the Node, which calls the
 	// Engine: a Relay never does that on the Engine's goroutine.
-	kick := slices.Clone(v.byUser[m.UID])
+	var kick []Client
+	if c := v.users[m.UID].c; c != nil {
+		kick = append([]Client{c}, v.others[m.UID]...)
+	}
 	v.mu.Unlock()
 	if len(kick) > 0 {
 		go func() {
@@ -184,10 +196,26 @@ func (v *view) Deliver(m Message) {
 	}
 }
 
+// putUser stores what the view keeps of uid, or forgets uid if it is
+// neither online nor has a client here.
+func (v *view) putUser(uid string, u userView) {
+	if u != (userView{}) {
+		v.users[uid] = u
+		return
+	}
+	delete(v.users, uid)
+	v.users = shrink.Map(v.users, &v.usersPeak)
+}
+
 func (v *view) addClient(c Client, uid string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.byUser[uid] = append(v.byUser[uid], c)
+	if u := v.users[uid]; u.c == nil {
+		u.c = c
+		v.putUser(uid, u)
+	} else {
+		v.others[uid] = append(v.others[uid], c)
+	}
 }
 
 // removeClient forgets c: its subscriptions, its watch list and its place
@@ -195,12 +223,21 @@ func (v *view) addClient(c Client, uid string) {
 func (v *view) removeClient(c Client, uid string, channels []string) (watched []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	cs := slices.DeleteFunc(v.byUser[uid], func(x Client) bool { return x == c })
-	if len(cs) == 0 {
-		delete(v.byUser, uid)
-		v.byUser = shrink.Map(v.byUser, &v.byUserPeak)
+	u, more := v.users[uid], v.others[uid]
+	if u.c == c {
+		u.c = nil
+		if len(more) > 0 {
+			u.c, more = more[0], slices.Delete(more, 0, 1)
+		}
+		v.putUser(uid, u)
 	} else {
-		v.byUser[uid] = cs
+		more = slices.DeleteFunc(more, func(x Client) bool { return x == c })
+	}
+	if len(more) > 0 {
+		v.others[uid] = more
+	} else if _, ok := v.others[uid]; ok {
+		delete(v.others, uid)
+		v.others = shrink.Map(v.others, &v.othersPeak)
 	}
 	for _, ch := range channels {
 		if cv := v.channels[ch]; cv != nil {
@@ -226,7 +263,7 @@ func (v *view) subscribe(c Client, channel string) {
 		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
-	cv.subs[c] = sub{base: len(cv.log), seen: cv.members.Len()}
+	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(cv.members.Len())}
 	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: cv.members.First(v.memberList)}))
 }
 
@@ -259,7 +296,7 @@ func (v *view) watch(c Client, uids []string) (old []string) {
 			v.watchers[uid] = w
 		}
 		w[c] = struct{}{}
-		if _, on := v.online[uid]; on {
+		if v.users[uid].online {
 			online = append(online, uid)
 		}
 	}
@@ -295,18 +332,30 @@ func (v *view) flush() {
 	for _, cv := range v.dirty {
 		v.flushChannel(cv)
 	}
-	clear(v.dirty)
-	v.dirty = v.dirty[:0]
+	v.dirty = reuse(v.dirty)
 	if len(v.userLog) > 0 {
 		v.flushStatus()
 	}
 	for _, ws := range v.rebased {
 		ws.base = 0
 	}
-	clear(v.rebased)
-	v.rebased = v.rebased[:0]
-	clear(v.userLog)
-	v.userLog = v.userLog[:0]
+	v.rebased = reuse(v.rebased)
+	v.userLog = reuse(v.userLog)
+}
+
+// keepLog is the most entries a per-tick list keeps room for between ticks.
+const keepLog = 64
+
+// reuse empties a per-tick list for the next tick. A list that once held a
+// burst (every member of a big channel joining at once) is let go rather
+// than kept at its peak for as long as its channel lives; a busy one grows
+// again within the tick, as it would anyway.
+func reuse[S ~[]E, E any](s S) S {
+	if cap(s) > keepLog {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 func (v *view) flushChannel(cv *channelView) {
@@ -314,9 +363,9 @@ func (v *view) flushChannel(cv *channelView) {
 	lists := count <= v.presenceLists
 	frames := make(map[int]*protocol.Encoded) // by base with lists, by count seen without
 	for c, s := range cv.subs {
-		key := s.seen
+		key := int(s.seen)
 		if lists {
-			key = s.base
+			key = int(s.base)
 		}
 		frame, ok := frames[key]
 		if !ok {
@@ -326,10 +375,9 @@ func (v *view) flushChannel(cv *channelView) {
 		if frame != nil {
 			c.Send(*frame)
 		}
-		cv.subs[c] = sub{base: 0, seen: count}
+		cv.subs[c] = sub{base: 0, seen: int32(count)}
 	}
-	clear(cv.log)
-	cv.log = cv.log[:0]
+	cv.log = reuse(cv.log)
 	v.dropIfUnused(cv)
 }
 
@@ -337,13 +385,13 @@ func (v *view) flushChannel(cv *channelView) {
 // subscriber at the same place; nil if it has nothing to learn.
 func (v *view) diff(cv *channelView, s sub, count int, lists bool) *protocol.Encoded {
 	if !lists {
-		if s.seen == count {
+		if int(s.seen) == count {
 			return nil
 		}
 		f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, CountOnly: true})
 		return &f
 	}
-	joins, leaves := netEdges(cv.log[min(s.base, len(cv.log)):], cv.members.Has)
+	joins, leaves := netEdges(cv.log[min(int(s.base), len(cv.log)):], cv.members.Has)
 	if len(joins) == 0 && len(leaves) == 0 {
 		return nil
 	}
@@ -375,7 +423,7 @@ func netEdges(log []edge, now func(uid string) bool) (in, out []string) {
 }
 
 func (v *view) flushStatus() {
-	isOnline := func(uid string) bool { _, on := v.online[uid]; return on }
+	isOnline := func(uid string) bool { return v.users[uid].online }
 	type status struct{ online, offline []string }
 	out := make(map[Client]*status)
 	add := func(c Client, uid string, online bool) {

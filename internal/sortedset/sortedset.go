@@ -53,20 +53,30 @@ func (s *Set) Add(x string) bool {
 	if found {
 		return false
 	}
-	blk := slices.Insert(s.blocks[b], i, x)
+	blk := s.blocks[b]
+	if len(blk) == cap(blk) {
+		blk = withRoom(blk)
+	}
+	blk = slices.Insert(blk, i, x)
 	if len(blk) > blockSize {
-		// Split in two halves, each with room to grow.
 		half := len(blk) / 2
-		hi := append(make([]string, 0, blockSize), blk[half:]...)
-		blk = blk[:half:half]
-		lo := append(make([]string, 0, blockSize), blk...)
-		s.blocks[b] = lo
-		s.blocks = slices.Insert(s.blocks, b+1, hi)
+		s.blocks[b] = withRoom(blk[:half])
+		s.blocks = slices.Insert(s.blocks, b+1, withRoom(blk[half:]))
 	} else {
 		s.blocks[b] = blk
 	}
 	s.n++
 	return true
+}
+
+// withRoom returns a copy of blk with room for an eighth more. The blocks
+// are most of a set's memory: grown by append's doubling, or split into
+// halves of a full block's capacity, they would sit half empty where
+// inserts do not come evenly (and most sets grow in a few places).
+func withRoom(blk []string) []string {
+	out := make([]string, len(blk), len(blk)+len(blk)/8+4)
+	copy(out, blk)
+	return out
 }
 
 // Remove takes x out of the set and reports whether it was there.

@@ -61,6 +61,20 @@ func TestAgainstAModel(t *testing.T) {
 	assert.Nil(t, s.blocks)
 }
 
+// Inserts that come in a few places (here: IDs numbered in order, which
+// sort apart) leave the blocks nearly full, not half empty.
+func TestBlocksStayFull(t *testing.T) {
+	var s Set
+	for i := range 15_000 {
+		s.Add(fmt.Sprintf("m%d", i))
+	}
+	room := 0
+	for _, blk := range s.blocks {
+		room += cap(blk)
+	}
+	assert.Less(t, float64(room), 1.2*float64(s.Len()), "strings the blocks have room for, %d held", s.Len())
+}
+
 func BenchmarkFirst100Of200k(b *testing.B) {
 	var s Set
 	for i := range 200_000 {
