@@ -17,9 +17,10 @@ const workerIdle = 2 * time.Second
 // every task grows a fresh stack each time, by copying, which costs more
 // than the task. The most recently idle worker takes the next task, so the
 // ones a burst left over starve and exit after workerIdle. Up to maxIdle
-// wait: enough for the bursts that clients pinging on a common period
-// bring every second (with fewer, most of a burst's tasks started a
-// goroutine and grew its stack: 12% of the CPU at 5,000 connections).
+// wait: with 8 per core, most tasks of the bursts that clients pinging on
+// a common period bring every second started a goroutine and grew its
+// stack (12% of the CPU at 5,000 connections); every idle worker keeps a
+// stack, so the cap trades that CPU for memory.
 type workers struct {
 	mu      sync.Mutex
 	idle    []*worker // most recently idle last
@@ -30,7 +31,7 @@ type worker struct {
 	task chan func() // buffered: a task handed over never blocks do
 }
 
-func newWorkers() *workers { return &workers{maxIdle: 128 * runtime.GOMAXPROCS(0)} }
+func newWorkers() *workers { return &workers{maxIdle: 64 * runtime.GOMAXPROCS(0)} }
 
 // liveWorkers counts the workers of every Hub in the process, for tests
 // that measure what idle connections cost without them.
