@@ -27,11 +27,12 @@ import (
 const memClientsEnv = "PRESENCED_MEMTEST_DIAL"
 
 // The bounds on what an idle connection may cost (heap and stacks after
-// GC, 500 connections), with headroom over what it costs today: 3.2 KB,
-// 3.7 KB under -race. A parked reader goroutine alone would add 4 KB.
+// GC, 500 connections), with headroom over what it costs today: 2.6 to
+// 2.8 KB, the same under -race. A parked reader goroutine alone would add
+// 4 KB, and net's socket state taken back about 0.3 KB.
 const (
-	maxBytesPerIdleConn     = 4096.0
-	maxBytesPerIdleConnRace = 4608.0
+	maxBytesPerIdleConn     = 3584.0
+	maxBytesPerIdleConnRace = 4096.0
 )
 
 // TestMemoryPerIdleConnection measures what an idle WebSocket costs the
