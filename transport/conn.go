@@ -57,6 +57,7 @@ type conn struct {
 	closing  bool               // a close frame is due or sent: no more data frames
 }
 
+// lifetime is a connection's context and what ends it.
 type lifetime struct {
 	ctx    context.Context
 	cancel context.CancelFunc

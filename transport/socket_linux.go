@@ -193,6 +193,11 @@ func (s *socket) waitWritable(wake chan struct{}) error {
 // wakeWriter lets a blocked write try again: the poller calls it when the
 // socket may take more, close when the write must end.
 func (s *socket) wakeWriter() {
+	// A load first: every read edge reports EPOLLOUT too, and almost never
+	// finds a write waiting.
+	if s.writable.Load() == nil {
+		return
+	}
 	if w := s.writable.Swap(nil); w != nil {
 		close(*w)
 	}

@@ -13,7 +13,8 @@ import (
 
 // wire is the net.Conn gorilla reads and writes through: the socket, with
 // reads that come, when the connection is polled, from what c's worker read
-// off the socket and handed over instead of from the socket itself.
+// off the socket and handed over instead of from the socket itself, and
+// writes that go to the descriptor the connection took over (socket).
 //
 // A polled connection holds no goroutine while it is idle. When the poller
 // reports its socket readable, a worker reads everything the socket has
