@@ -151,12 +151,21 @@ func (s *shard[K]) drop(tb *table[K], i int) {
 	s.live--
 }
 
-// shrinkable reports whether the table is mostly empty after churn: then a
-// rehash to the live entries' size gives the memory back. Growth happens
-// above 81% load, shrinking below 1/8, so the two never alternate.
-func (s *shard[K]) shrinkable() bool {
+// wasteful reports whether a rehash would give memory back: the table is
+// mostly empty after churn, or its tombstones outnumber 1/16 of the live
+// entries. A tombstone keeps its key, for lock-free readers and for the
+// key's return, and with it whatever the key points to: a closed
+// connection's state, when the keys are connections. Growth happens above
+// 81% load, shrinking below 1/8, so the two never alternate; a step that
+// expires a slot's share of keys (1/31 by default), which come back as
+// the same keys, stays under the tombstone bound.
+func (s *shard[K]) wasteful() bool {
 	tb := s.tab.Load()
-	return tb != nil && len(tb.entries) > 8*minTable && s.live*8 < len(tb.entries)
+	if tb == nil {
+		return false
+	}
+	return len(tb.entries) > 8*minTable && s.live*8 < len(tb.entries) ||
+		s.used-s.live > s.live/16+minTable
 }
 
 // rehash copies the live entries to a new table about 2.25 times their

@@ -332,6 +332,9 @@ func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool
 	l := (now - 1) % t.slots
 	list := s.lists[l]
 	if len(list) == 0 {
+		if s.wasteful() {
+			s.rehash(t.seed, t.slots) // no entry is due in this slot
+		}
 		return expired
 	}
 	tb := s.tab.Load()
@@ -387,7 +390,7 @@ func (t *Tracker[K]) stepShard(s *shard[K], now int64, expired []K, collect bool
 	clear(evs)
 	t.scratch = evs[:0]
 	s.spare = list[:0]
-	if s.shrinkable() {
+	if s.wasteful() {
 		// The step is complete for this shard: every live entry's next
 		// check lies in the coming turn, as rehash needs.
 		s.rehash(t.seed, t.slots)

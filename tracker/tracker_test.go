@@ -616,3 +616,56 @@ func TestTablesShrinkAfterChurn(t *testing.T) {
 	}
 	assert.Zero(t, tr.Len())
 }
+
+// A removed or expired key is not kept reachable by its tombstone past the
+// next step, beyond a bound of 1/16 of the live keys (and minTable) per
+// shard: keys that are connections would keep every closed connection's
+// state alive.
+func TestGoneKeysAreNotKept(t *testing.T) {
+	type conn struct{ state [256]byte }
+	tr, err := New(Config[*conn]{Slots: 5})
+	require.NoError(t, err)
+	defer tr.Close()
+	var freed atomic.Int64
+	add := func(n int) []*conn {
+		cs := make([]*conn, n)
+		for i := range cs {
+			cs[i] = new(conn)
+			runtime.AddCleanup(cs[i], func(struct{}) { freed.Add(1) }, struct{}{})
+			tr.Touch(cs[i])
+		}
+		return cs
+	}
+	const stays, gone = 4000, 4000
+	stay := add(stays)
+	leave := add(gone / 2)
+	silent := add(gone / 2)
+	for _, c := range leave {
+		tr.Remove(c)
+	}
+	leave = nil
+	tr.Advance()
+	for range 4 {
+		for _, c := range stay {
+			tr.Touch(c)
+		}
+		if expired := tr.Advance(); len(expired) > 0 {
+			assert.Len(t, expired, len(silent))
+			silent = nil
+		}
+	}
+	require.Nil(t, silent, "the silent keys timed out")
+	kept := 0 // at most, by shards of stays/nShards keys, rounded up
+	for range nShards {
+		kept += (stays/nShards+1)/16 + minTable
+	}
+	want := int64(gone - kept)
+	if !assert.Eventually(t, func() bool {
+		runtime.GC()
+		return freed.Load() >= want
+	}, 10*time.Second, 10*time.Millisecond) {
+		t.Logf("%d of %d gone keys freed, %d wanted", freed.Load(), gone, want)
+	}
+	assert.Equal(t, stays, tr.Len())
+	runtime.KeepAlive(stay)
+}
