@@ -3,10 +3,12 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // poller waits for readable sockets, and for writable ones under a
@@ -24,6 +26,14 @@ type poller struct {
 
 	mu    sync.Mutex
 	conns []*conn // by socket descriptor; nil where none is registered
+	// expiring are the connections whose read deadline (a close frame's
+	// answer) the loop wakes them at, in deadline order: every one is the
+	// Hub's CloseTimeout after its close frame, so appending keeps the order.
+	// The epoll file's read deadline is the first one's. A timer per
+	// connection would start a goroutine per expiry, and a tick that closes
+	// thousands of silent clients would leave as many goroutine records
+	// behind, which the runtime never frees.
+	expiring []*conn
 }
 
 // epollET is EPOLLET as an event mask (syscall declares it negative).
@@ -88,7 +98,41 @@ func (p *poller) appendConns(live []*conn) []*conn {
 	return live
 }
 
-// run wakes the connections whose sockets become readable, until close.
+// expire has run wake c at its read deadline t.
+func (p *poller) expire(c *conn, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expiring = append(p.expiring, c)
+	if len(p.expiring) == 1 {
+		p.file.SetReadDeadline(t)
+	}
+}
+
+// appendExpired moves the connections whose read deadline has passed (or
+// was lifted) to ready, and arms the file's deadline for the next one.
+// p.mu is held.
+func (p *poller) appendExpired(ready []*conn) []*conn {
+	now := time.Now().UnixNano()
+	i := 0
+	for ; i < len(p.expiring); i++ {
+		if d := p.expiring[i].w.deadline.Load(); d > now {
+			break
+		}
+	}
+	ready = append(ready, p.expiring[:i]...)
+	n := copy(p.expiring, p.expiring[i:])
+	clear(p.expiring[n:])
+	p.expiring = p.expiring[:n]
+	next := time.Time{}
+	if n > 0 {
+		next = time.Unix(0, p.expiring[0].w.deadline.Load())
+	}
+	p.file.SetReadDeadline(next)
+	return ready
+}
+
+// run wakes the connections whose sockets become readable or whose read
+// deadline passes, until close.
 func (p *poller) run() {
 	events := make([]syscall.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
@@ -99,13 +143,17 @@ func (p *poller) run() {
 		return n > 0 || werr != nil
 	}
 	for {
-		if err := p.raw.Read(wait); err != nil {
+		err := p.raw.Read(wait)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return // closed
 		}
-		if werr != nil {
-			continue // EINTR; nothing else can fail on a valid descriptor
-		}
 		p.mu.Lock()
+		if err != nil {
+			ready = p.appendExpired(ready)
+			n = 0
+		} else if werr != nil {
+			n = 0 // EINTR; nothing else can fail on a valid descriptor
+		}
 		for _, ev := range events[:n] {
 			if fd := int(ev.Fd); fd < len(p.conns) && p.conns[fd] != nil {
 				c := p.conns[fd]

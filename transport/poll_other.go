@@ -18,6 +18,7 @@ func newPoller() (*poller, error) {
 
 func (p *poller) add(*conn) error                  { return errors.New("transport: no poller") }
 func (p *poller) remove(*conn)                     {}
+func (p *poller) expire(*conn, time.Time)          {}
 func (p *poller) appendConns(live []*conn) []*conn { return live }
 func (p *poller) run()                             {}
 func (p *poller) close()                           {}

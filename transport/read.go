@@ -116,7 +116,7 @@ func (c *conn) setReadDeadline(t time.Time) {
 		return
 	}
 	c.w.deadline.Store(t.UnixNano())
-	time.AfterFunc(time.Until(t), c.wake)
+	c.hub.poller.expire(c, t)
 }
 
 // readLoop reads frames until the socket fails or closes: the reader of a

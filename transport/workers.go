@@ -12,32 +12,68 @@ import (
 // exits.
 const workerIdle = 2 * time.Second
 
+// The pool grows when tasks are queued and no worker finished one for
+// workerStall (the workers are blocked: writes to clients that stopped
+// reading), or when the oldest has waited workerSlow (they are slow: an
+// application's OnMessage).
+const (
+	workerStall = 10 * time.Millisecond
+	workerSlow  = 100 * time.Millisecond
+)
+
 // workers runs short tasks (reading a polled socket's frames, writing a
 // connection's queue) on goroutines that outlive them: a goroutine new for
 // every task grows a fresh stack each time, by copying, which costs more
-// than the task. The most recently idle worker takes the next task, so the
-// ones a burst left over starve and exit after workerIdle. Up to maxIdle
-// wait: with 8 per core, most tasks of the bursts that clients pinging on
-// a common period bring every second started a goroutine and grew its
-// stack (12% of the CPU at 5,000 connections); every idle worker keeps a
-// stack, so the cap trades that CPU for memory.
+// than the task. At most max run; beyond, tasks queue and the workers take
+// them in order as they finish, without a goroutine or a handover each.
+// Bursts are common: clients pinging on a common period bring one every
+// second, and a tick that closes thousands of silent clients posts a task
+// for each and for every member told. A goroutine per task of such a burst
+// spent 12% of the CPU on stack growth at 5,000 connections, and left the
+// process larger for good: the runtime never frees a goroutine's record.
+// When the queue stalls (see workerStall), as many workers start as are
+// running, at most one per queued task, so tasks that block or are slow
+// hold the others back for a bounded time. The most recently idle worker
+// takes the next task, so the ones a burst added starve and exit after
+// workerIdle; up to maxIdle stay, with their stacks.
 type workers struct {
-	mu      sync.Mutex
-	idle    []*worker // most recently idle last
-	maxIdle int
+	mu         sync.Mutex
+	idle       []*worker // most recently idle last
+	maxIdle    int
+	max        int // running workers, idle or not, before tasks queue
+	running    int
+	queue      []queued // oldest first, from head
+	head       int
+	finished   uint64 // tasks finished
+	seen       uint64 // finished when the stall timer was last armed
+	stallAfter time.Duration
+	slowAfter  time.Duration
+	stall      *time.Timer // armed while tasks are queued
 }
 
 type worker struct {
 	task chan func() // buffered: a task handed over never blocks do
 }
 
-func newWorkers() *workers { return &workers{maxIdle: 64 * runtime.GOMAXPROCS(0)} }
+type queued struct {
+	f  func()
+	at time.Time
+}
+
+func newWorkers() *workers {
+	p := &workers{maxIdle: 8 * runtime.GOMAXPROCS(0), stallAfter: workerStall, slowAfter: workerSlow}
+	p.max = p.maxIdle
+	p.stall = time.AfterFunc(time.Hour, p.unstall)
+	p.stall.Stop()
+	return p
+}
 
 // liveWorkers counts the workers of every Hub in the process, for tests
 // that measure what idle connections cost without them.
 var liveWorkers atomic.Int64
 
-// do runs f on an idle worker, or on a new one if none is waiting.
+// do runs f on an idle worker, on a new one while fewer than max run, or
+// queues it for the next worker that finishes.
 func (p *workers) do(f func()) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
@@ -48,8 +84,62 @@ func (p *workers) do(f func()) {
 		w.task <- f
 		return
 	}
+	if p.running < p.max {
+		p.running++
+		p.mu.Unlock()
+		go p.work(f)
+		return
+	}
+	p.queue = append(p.queue, queued{f, time.Now()})
+	if p.head == len(p.queue)-1 {
+		p.armLocked()
+	}
 	p.mu.Unlock()
-	go p.work(f)
+}
+
+// nextLocked takes the oldest queued task, or returns nil.
+func (p *workers) nextLocked() func() {
+	if p.head == len(p.queue) {
+		return nil
+	}
+	f := p.queue[p.head].f
+	p.queue[p.head] = queued{}
+	p.head++
+	if p.head == len(p.queue) {
+		p.head = 0
+		p.queue = p.queue[:0]
+		if cap(p.queue) > 1024 {
+			p.queue = nil // a burst's queue is not kept
+		}
+		p.stall.Stop()
+	}
+	return f
+}
+
+func (p *workers) armLocked() {
+	p.seen = p.finished
+	p.stall.Reset(p.stallAfter)
+}
+
+// unstall runs stallAfter after the queue was last checked: if it stalled,
+// it starts as many workers as are running, at most one per queued task.
+func (p *workers) unstall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.head == len(p.queue) {
+		return
+	}
+	if p.finished == p.seen || time.Since(p.queue[p.head].at) >= p.slowAfter {
+		for n := p.running; n > 0; n-- {
+			f := p.nextLocked()
+			if f == nil {
+				return
+			}
+			p.running++
+			go p.work(f)
+		}
+	}
+	p.armLocked()
 }
 
 func (p *workers) work(f func()) {
@@ -61,7 +151,13 @@ func (p *workers) work(f func()) {
 	for {
 		f()
 		p.mu.Lock()
+		p.finished++
+		if f = p.nextLocked(); f != nil {
+			p.mu.Unlock()
+			continue
+		}
 		if len(p.idle) >= p.maxIdle {
+			p.running--
 			p.mu.Unlock()
 			return
 		}
@@ -75,6 +171,7 @@ func (p *workers) work(f func()) {
 			i := slices.Index(p.idle, w)
 			if i >= 0 {
 				p.idle = slices.Delete(p.idle, i, i+1)
+				p.running--
 			}
 			p.mu.Unlock()
 			if i >= 0 {
