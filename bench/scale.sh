@@ -24,6 +24,7 @@
 #              BIG connections, all in one channel [1000]; 0: no extra run
 #   SLOTS TICK presenced ring [31, 1s]; the baseline gets the same timeout
 #   SERVERS    ["presenced baseline"]
+#   SERVER_ENV environment for the servers only, e.g. "GOGC=50" or "GOMEMLIMIT=48MiB" [""]
 #   SOAK_SECS SOAK_CONNS SOAK_CHURN  soak length, steady clients, clients per churn round [600, 5000, 1000]
 #   OUT        directory for binaries and logs [a new temporary directory]
 #   PRESENCED_BIN  use this presenced binary instead of building ./cmd/presenced
@@ -92,10 +93,12 @@ start_server() { # name -> sets SERVER_PID and URL
 	local name=$1 port
 	if [[ $name == presenced ]]; then
 		port=$P_PORT
-		"$OUT/presenced" -addr "127.0.0.1:$port" -slots "$SLOTS" -tick "$TICK" >"$OUT/$name.log" 2>&1 &
+		# shellcheck disable=SC2086 # SERVER_ENV is words: NAME=value ...
+		env ${SERVER_ENV:-} "$OUT/presenced" -addr "127.0.0.1:$port" -slots "$SLOTS" -tick "$TICK" >"$OUT/$name.log" 2>&1 &
 	else
 		port=$B_PORT
-		"$OUT/baseline" -addr "127.0.0.1:$port" -timeout "${TIMEOUT_MS}ms" >"$OUT/$name.log" 2>&1 &
+		# shellcheck disable=SC2086
+		env ${SERVER_ENV:-} "$OUT/baseline" -addr "127.0.0.1:$port" -timeout "${TIMEOUT_MS}ms" >"$OUT/$name.log" 2>&1 &
 	fi
 	SERVER_PID=$!
 	URL="ws://127.0.0.1:$port/ws"
@@ -208,6 +211,7 @@ print_table() {
 	echo "ramp ${RAMP}s, hold ${HOLD}s (largest: ${HOLD_MAX}s), app ping every ${EVERY}, ${SILENT_PCT}% silent, ${USERS_PER} connections per user,"
 	echo "rooms of ${ROOM} (client i in room-<i/${ROOM}>)$( ((BIG > 0)) && echo "; extra run: presenced, ${BIG} connections in one channel")."
 	echo "Detection target: timeout + tick + 100 ms = $((TIMEOUT_MS + tick_ms + 100)) ms (p99)."
+	if [[ -n ${SERVER_ENV:-} ]]; then echo "Servers' environment: $SERVER_ENV."; fi
 	echo
 	echo "| server | conns | connected | RSS/conn mid-hold (KB) | RSS/conn end (KB) | CPU s / 1k keepalives | hold CPU / keepalives | detect p50 / p99 / max (ms) | silent closed (4408) | false closes | slow closes | frames sent / received (per client) | loadgen |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
