@@ -10,7 +10,7 @@ import (
 
 // makeClock builds the Node's rings; the tracker applies the Slots and Tick
 // defaults.
-func (n *Node) makeClock(slots int, tick time.Duration) error {
+func (n *Node) makeClock(slots int, tick, lastSeenTTL time.Duration) error {
 	ring, err := tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick})
 	if err != nil {
 		return err
@@ -37,6 +37,11 @@ func (n *Node) makeClock(slots int, tick time.Duration) error {
 	if n.graces, err = tracker.New(bare); err != nil {
 		return err
 	}
+	seen, err := tracker.New(bare)
+	if err != nil {
+		return err
+	}
+	n.seen.init(seen, lastSeenTTL)
 	n.expiry, err = tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick})
 	return err
 }
@@ -104,6 +109,7 @@ func (n *Node) step(took time.Duration) {
 		}
 	}
 	n.mu.Unlock()
+	n.seen.step()
 	n.sendOps()
 	for _, c := range expired {
 		c.Close(protocol.CloseTokenExpired, protocol.ReasonTokenExpired)

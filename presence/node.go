@@ -88,6 +88,10 @@ type Config struct {
 	// at a time, in the order of the edges.
 	OnPresence func(uid string, online bool)
 
+	// LastSeenTTL is how long the Node keeps when a user went offline, for
+	// LastSeen; 0 means DefaultLastSeenTTL (24 hours).
+	LastSeenTTL time.Duration
+
 	// OnStep, if set, is called after every step of the clock, once the
 	// step's timeouts are handled and its changes sent, with how long the
 	// step took. It runs on the clock's callback goroutine.
@@ -127,6 +131,7 @@ type Node struct {
 	expiry *tracker.Tracker[Client] // sessions, due when their token expires
 	// stalled says when the clock last stalled: ring.Stalled.
 	stalled func() time.Time
+	seen    lastSeen // when users went offline, on a ring of its own
 
 	// Lock order: mu, then the view's v.mu. The Node holds neither while it
 	// calls the Engine or a Client's Close or Probe. Client.Send is the one
@@ -148,8 +153,8 @@ type Node struct {
 // New returns a Node for cfg, or an error if cfg is invalid. It hands the
 // Engine its Relay; nothing steps until Run or Step.
 func New(cfg Config) (*Node, error) {
-	if cfg.Grace < 0 || cfg.MemberList < 0 || cfg.PresenceLists < 0 || cfg.MaxWatch < 0 || cfg.MaxChannels < 0 {
-		return nil, errors.New("presence: Config: Grace, MemberList, PresenceLists, MaxWatch and MaxChannels must not be negative")
+	if cfg.Grace < 0 || cfg.MemberList < 0 || cfg.PresenceLists < 0 || cfg.MaxWatch < 0 || cfg.MaxChannels < 0 || cfg.LastSeenTTL < 0 {
+		return nil, errors.New("presence: Config: Grace, MemberList, PresenceLists, MaxWatch, MaxChannels and LastSeenTTL must not be negative")
 	}
 	n := &Node{
 		engine:      cfg.Engine,
@@ -166,7 +171,7 @@ func New(cfg Config) (*Node, error) {
 			calls:     make(map[Topic]chan struct{}),
 		},
 	}
-	if err := n.makeClock(cfg.Slots, cfg.Tick); err != nil {
+	if err := n.makeClock(cfg.Slots, cfg.Tick, cmp.Or(cfg.LastSeenTTL, DefaultLastSeenTTL)); err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
 	}
 	if n.engine == nil {
@@ -178,8 +183,20 @@ func New(cfg Config) (*Node, error) {
 	n.out.done.L = &n.mu
 	n.v.init(cmp.Or(cfg.MemberList, DefaultMemberList), cmp.Or(cfg.PresenceLists, DefaultPresenceLists))
 	n.v.notify.fn = cfg.OnPresence
+	n.v.seen = &n.seen
 	n.engine.Attach(&n.v)
 	return n, nil
+}
+
+// LastSeen returns when uid last went offline (its last connection closed or
+// timed out), if this node produced that edge within Config.LastSeenTTL.
+// With the in-memory engine every edge is this node's.
+func (n *Node) LastSeen(uid string) (t time.Time, ok bool) {
+	ms, ok := n.seen.get(uid)
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // Engine returns the Engine the Node reports to.

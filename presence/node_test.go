@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -42,8 +43,19 @@ func (c *client) record(s string) {
 	c.mu.Unlock()
 }
 
-// take returns the frames received since the last take.
+// take returns the frames received since the last take, without status
+// frames' last-seen times, which are wall clock (takeRaw keeps them).
 func (c *client) take() []string {
+	f := c.takeRaw()
+	for i := range f {
+		f[i] = lastSeenField.ReplaceAllString(f[i], "")
+	}
+	return f
+}
+
+var lastSeenField = regexp.MustCompile(`,"last_seen":\{[^}]*\}`)
+
+func (c *client) takeRaw() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := c.frames
@@ -200,10 +212,17 @@ func TestWatchListsGetCoalescedStatus(t *testing.T) {
 	assert.Equal(t, []string{`{"type":"watching","online":["bob"]}`}, w.take())
 
 	connect(t, n, "carol")
+	before := time.Now().UnixMilli()
 	n.Disconnect(bob)
+	after := time.Now().UnixMilli()
 	connect(t, n, "dave") // not watched
 	n.Step()
-	assert.Equal(t, []string{`{"type":"status","online":["carol"],"offline":["bob"]}`}, w.take())
+	st := onlyStatus(t, w.takeRaw())
+	assert.Equal(t, []string{"carol"}, st.Online)
+	assert.Equal(t, []string{"bob"}, st.Offline)
+	require.Contains(t, st.LastSeen, "bob")
+	assert.Len(t, st.LastSeen, 1, "last seen for the offline users only")
+	assert.True(t, st.LastSeen["bob"] >= before && st.LastSeen["bob"] <= after, "bob's last seen %d within [%d, %d]", st.LastSeen["bob"], before, after)
 
 	bob = connect(t, n, "bob")
 	n.Disconnect(bob)
@@ -217,7 +236,10 @@ func TestWatchListsGetCoalescedStatus(t *testing.T) {
 	assert.Equal(t, []string{`{"type":"watching","online":["bob"]}`}, late.take())
 	n.Disconnect(bob)
 	n.Step()
-	assert.Equal(t, []string{`{"type":"status","online":[],"offline":["bob"]}`}, late.take())
+	st = onlyStatus(t, late.takeRaw())
+	assert.Equal(t, []string{}, st.Online)
+	assert.Equal(t, []string{"bob"}, st.Offline)
+	assert.Contains(t, st.LastSeen, "bob")
 	assert.Empty(t, w.take(), "for w, bob was offline before and after")
 
 	require.ErrorIs(t, n.Watch(context.Background(), w, make([]string, 2000)), nil, "duplicates are dropped before the limit")
@@ -226,6 +248,58 @@ func TestWatchListsGetCoalescedStatus(t *testing.T) {
 		many[i] = fmt.Sprint(i)
 	}
 	assert.ErrorIs(t, n.Watch(context.Background(), w, many), ErrTooManyWatched)
+}
+
+// onlyStatus decodes frames, which must be one status frame.
+func onlyStatus(t *testing.T, frames []string) protocol.Status {
+	t.Helper()
+	require.Len(t, frames, 1)
+	var st struct {
+		Type string `json:"type"`
+		protocol.Status
+	}
+	require.NoError(t, json.Unmarshal([]byte(frames[0]), &st))
+	require.Equal(t, "status", st.Type)
+	return st.Status
+}
+
+// A user who went offline has a last-seen time until LastSeenTTL runs out
+// on the ring, whether it closed or timed out.
+func TestLastSeenIsKeptForItsTTL(t *testing.T) {
+	n := newNode(t, Config{Tick: time.Second, LastSeenTTL: 5 * time.Second})
+	_, ok := n.LastSeen("bob")
+	assert.False(t, ok, "never seen")
+	bob := connect(t, n, "bob")
+	before := time.Now()
+	n.Disconnect(bob)
+	seen, ok := n.LastSeen("bob")
+	require.True(t, ok)
+	assert.WithinRange(t, seen, before.Truncate(time.Millisecond), time.Now())
+
+	carol := connect(t, n, "carol")
+	for range 3 { // a 3-slot ring: silent for the timeout
+		n.Step()
+	}
+	require.NotEmpty(t, carol.closes, "carol timed out")
+	n.Disconnect(carol) // as the transport does on Close
+	_, ok = n.LastSeen("carol")
+	assert.True(t, ok, "timed out")
+
+	for range 3 { // 6 steps since bob left: past its 5 s
+		n.Step()
+	}
+	_, ok = n.LastSeen("bob")
+	assert.False(t, ok, "forgotten after LastSeenTTL")
+	_, ok = n.LastSeen("carol")
+	assert.True(t, ok, "3 steps since carol left")
+
+	bob = connect(t, n, "bob")
+	n.Disconnect(bob)
+	for range 5 {
+		n.Step()
+	}
+	_, ok = n.LastSeen("bob")
+	assert.True(t, ok, "a new offline edge starts a new record")
 }
 
 func TestHeartbeatLeaseAndChannels(t *testing.T) {

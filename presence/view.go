@@ -3,6 +3,7 @@ package presence
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/internal/sortedset"
@@ -20,7 +21,8 @@ import (
 // net of what followed.
 type view struct {
 	memberList, presenceLists int
-	notify                    notifier // OnPresence
+	notify                    notifier  // OnPresence
+	seen                      *lastSeen // the Node's, for the offline edges it produced
 
 	mu       sync.Mutex
 	users    map[string]userView
@@ -30,7 +32,8 @@ type view struct {
 
 	watchers map[string]map[Client]struct{} // uid -> clients watching it
 	watching map[Client]*watchState
-	userLog  []edge // edges of watched users this tick
+	userLog  []edge           // edges of watched users this tick
+	offAt    map[string]int64 // when the watched users offline in userLog went, Unix ms
 	rebased  []*watchState
 
 	// The peak sizes of the maps, so they give memory back after churn.
@@ -82,6 +85,9 @@ func (v *view) init(memberList, presenceLists int) {
 
 // Produced passes an edge this node made on to OnPresence.
 func (v *view) Produced(uid string, online bool) {
+	if !online && v.seen != nil {
+		v.seen.record(uid, time.Now())
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.notify.push(uid, online)
@@ -99,6 +105,12 @@ func (v *view) UserChanged(uid string, online bool) {
 	v.putUser(uid, u)
 	if len(v.watchers[uid]) > 0 {
 		v.userLog = append(v.userLog, edge{uid, online})
+		if !online {
+			if v.offAt == nil {
+				v.offAt = make(map[string]int64)
+			}
+			v.offAt[uid] = time.Now().UnixMilli()
+		}
 	}
 }
 
@@ -341,6 +353,7 @@ func (v *view) flush() {
 	}
 	v.rebased = reuse(v.rebased)
 	v.userLog = reuse(v.userLog)
+	v.offAt = nil
 }
 
 // keepLog is the most entries a per-tick list keeps room for between ticks.
@@ -424,7 +437,10 @@ func netEdges(log []edge, now func(uid string) bool) (in, out []string) {
 
 func (v *view) flushStatus() {
 	isOnline := func(uid string) bool { return v.users[uid].online }
-	type status struct{ online, offline []string }
+	type status struct {
+		online, offline []string
+		lastSeen        map[string]int64
+	}
 	out := make(map[Client]*status)
 	add := func(c Client, uid string, online bool) {
 		st := out[c]
@@ -434,8 +450,14 @@ func (v *view) flushStatus() {
 		}
 		if online {
 			st.online = append(st.online, uid)
-		} else {
-			st.offline = append(st.offline, uid)
+			return
+		}
+		st.offline = append(st.offline, uid)
+		if at, ok := v.offAt[uid]; ok {
+			if st.lastSeen == nil {
+				st.lastSeen = make(map[string]int64)
+			}
+			st.lastSeen[uid] = at
 		}
 	}
 	fromStart := func(uids []string, online bool) {
@@ -468,6 +490,6 @@ func (v *view) flushStatus() {
 		}
 	}
 	for c, st := range out {
-		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline}))
+		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline, LastSeen: st.lastSeen}))
 	}
 }

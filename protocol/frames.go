@@ -82,10 +82,12 @@ type (
 	Watching struct {
 		Online []string `json:"online"`
 	}
-	// Status reports watched users' edges over one tick.
+	// Status reports watched users' edges over one tick. LastSeen holds,
+	// for each user in Offline, when it went offline (Unix milliseconds).
 	Status struct {
-		Online  []string `json:"online"`
-		Offline []string `json:"offline"`
+		Online   []string         `json:"online"`
+		Offline  []string         `json:"offline"`
+		LastSeen map[string]int64 `json:"last_seen,omitempty"`
 	}
 	// Publish carries a message the server side published to a channel.
 	Publish struct {
@@ -166,7 +168,7 @@ func (p *Presence) UnmarshalJSON(data []byte) error {
 // MarshalJSON writes the lists as arrays, empty ones included.
 func (s Status) MarshalJSON() ([]byte, error) {
 	type plain Status
-	return json.Marshal(plain{Online: orEmpty(s.Online), Offline: orEmpty(s.Offline)})
+	return json.Marshal(plain{Online: orEmpty(s.Online), Offline: orEmpty(s.Offline), LastSeen: s.LastSeen})
 }
 
 // MarshalJSON writes the list as an array, empty or not.

@@ -81,6 +81,7 @@ func TestEncodeAndParseServer(t *testing.T) {
 		{Presence{Channel: "big", Count: 5000, CountOnly: true}, `{"type":"presence","channel":"big","count":5000}`},
 		{Watching{}, `{"type":"watching","online":[]}`},
 		{Status{Offline: []string{"bob"}}, `{"type":"status","online":[],"offline":["bob"]}`},
+		{Status{Offline: []string{"bob"}, LastSeen: map[string]int64{"bob": 1764000000000}}, `{"type":"status","online":[],"offline":["bob"],"last_seen":{"bob":1764000000000}}`},
 		{Chat{Channel: "lobby", From: "alice", Text: "hi"}, `{"type":"chat","channel":"lobby","from":"alice","text":"hi"}`},
 		{Publish{Channel: "lobby", Data: json.RawMessage(`{"n":1}`)}, `{"type":"publish","channel":"lobby","data":{"n":1}}`},
 		{Message{Data: json.RawMessage(`"psst"`)}, `{"type":"message","data":"psst"}`},

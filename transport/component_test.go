@@ -49,7 +49,7 @@ func TestHubPiecesMountAlone(t *testing.T) {
 	}
 	status, body := get("/api/presence/alice")
 	assert.Equal(t, http.StatusOK, status)
-	assert.JSONEq(t, `{"uid":"alice","online":true,"connections":1}`, body)
+	assert.JSONEq(t, `{"uid":"alice","online":true,"connections":1,"state":"active"}`, body)
 	status, body = get("/healthz")
 	assert.Equal(t, http.StatusOK, status)
 	assert.JSONEq(t, `{"status":"ok"}`, body)

@@ -66,7 +66,7 @@ func Example() {
 	// {"type":"welcome","uid":"alice","timeout_ms":30000}
 	// {"type":"joined","channel":"lobby","count":1,"members":["alice"]}
 	// {"type":"chat","channel":"lobby","from":"alice","text":"hello"}
-	// {"uid":"alice","online":true,"connections":1}
+	// {"uid":"alice","online":true,"connections":1,"state":"active"}
 	// websocket: close 1001 (going away): server shutdown
 	// <nil>
 }

@@ -454,11 +454,20 @@ func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	answer := struct {
 		UID         string `json:"uid"`
 		Online      bool   `json:"online"`
 		Connections int    `json:"connections"`
-	}{uid, n > 0, n})
+		State       string `json:"state"`
+		LastSeen    int64  `json:"last_seen,omitempty"`
+	}{UID: uid, Online: n > 0, Connections: n, State: "active"}
+	if n == 0 {
+		answer.State = "offline"
+		if t, ok := h.node.LastSeen(uid); ok {
+			answer.LastSeen = t.UnixMilli()
+		}
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 // serveChannel answers a channel's member count and its first members.

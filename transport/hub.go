@@ -75,6 +75,9 @@ type Config struct {
 	// connection had joined, after that connection is gone, so a page reload
 	// does not flap presence. It is rounded up to whole ticks.
 	Grace time.Duration
+	// LastSeenTTL is how long the Hub remembers when a user went offline,
+	// for GET /api/presence/{uid} and status frames; 0 means 24 hours.
+	LastSeenTTL time.Duration
 	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
 	// runs it until Shutdown; releasing a networked engine after that is
 	// the caller's job.
@@ -279,7 +282,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	if h.node == nil {
 		h.ownNode = true
 		h.node, err = presence.New(presence.Config{
-			Engine: cfg.Engine, Slots: cfg.Slots, Tick: cfg.Tick, Grace: cfg.Grace,
+			Engine: cfg.Engine, Slots: cfg.Slots, Tick: cfg.Tick, Grace: cfg.Grace, LastSeenTTL: cfg.LastSeenTTL,
 			MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists,
 			MaxWatch: cfg.MaxWatch, MaxChannels: cfg.MaxChannels,
 			OnPresence: cfg.OnPresence, OnStep: m.observeStep, Logger: log,

@@ -282,3 +282,70 @@ func (s *testServer) online(t *testing.T, uid string) bool {
 	require.NoError(t, err)
 	return n > 0
 }
+
+// A user's presence says its state and, once it is offline, when it was
+// last seen: after its connection closed and after one timed out.
+func TestUserPresenceHasStateAndLastSeen(t *testing.T) {
+	s := startServer(t, testConfig())
+	type presence struct {
+		UID         string `json:"uid"`
+		Online      bool   `json:"online"`
+		Connections int    `json:"connections"`
+		State       string `json:"state"`
+		LastSeen    int64  `json:"last_seen"`
+	}
+	user := func(uid string) presence {
+		var p presence
+		require.Equal(t, http.StatusOK, s.getJSON(t, "/api/presence/"+uid, &p))
+		return p
+	}
+	assert.Equal(t, presence{UID: "bob", State: "offline"}, user("bob"), "never seen")
+
+	bob, _ := s.dial(t, "bob")
+	assert.Equal(t, presence{UID: "bob", Online: true, Connections: 1, State: "active"}, user("bob"))
+	before := time.Now().UnixMilli()
+	require.NoError(t, bob.Close())
+	require.Eventually(t, func() bool { return !user("bob").Online }, waitLong, 10*time.Millisecond)
+	p := user("bob")
+	assert.Equal(t, "offline", p.State)
+	assert.True(t, p.LastSeen >= before && p.LastSeen <= time.Now().UnixMilli(), "last seen %d, closed after %d", p.LastSeen, before)
+
+	carol, _ := s.dial(t, "carol")
+	before = time.Now().UnixMilli()
+	s.step(31) // silent for the timeout; the test does not read, so no pong
+	assert.Equal(t, protocol.CloseIdleTimeout, readClose(t, carol).Code)
+	require.Eventually(t, func() bool { return !user("carol").Online }, waitLong, 10*time.Millisecond)
+	p = user("carol")
+	assert.Equal(t, "offline", p.State)
+	assert.GreaterOrEqual(t, p.LastSeen, before, "timed out")
+}
+
+// A watcher's status frame says when each user in offline was last seen.
+func TestStatusFramesSayWhenLastSeen(t *testing.T) {
+	s := startServer(t, testConfig())
+	w, _ := s.dial(t, "w")
+	send(t, w, `{"type":"watch","uids":["bob"]}`)
+	readUntil(t, w, `{"type":"watching","online":[]}`)
+	bob, _ := s.dial(t, "bob")
+	s.step(1)
+	readUntil(t, w, `{"type":"status","online":["bob"],"offline":[]}`)
+	before := time.Now().UnixMilli()
+	require.NoError(t, bob.Close())
+	require.Eventually(t, func() bool {
+		var p struct{ Online bool }
+		s.getJSON(t, "/api/presence/bob", &p)
+		return !p.Online
+	}, waitLong, 10*time.Millisecond)
+	after := time.Now().UnixMilli()
+	s.step(1)
+	var st struct {
+		Type     string           `json:"type"`
+		Offline  []string         `json:"offline"`
+		LastSeen map[string]int64 `json:"last_seen"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(readRaw(t, w)), &st))
+	assert.Equal(t, "status", st.Type)
+	assert.Equal(t, []string{"bob"}, st.Offline)
+	require.Contains(t, st.LastSeen, "bob")
+	assert.True(t, st.LastSeen["bob"] >= before && st.LastSeen["bob"] <= after, "last seen %d within [%d, %d]", st.LastSeen["bob"], before, after)
+}

@@ -58,6 +58,7 @@ type options struct {
 	jwtSecret  string
 	apiKey     string
 	grace      time.Duration
+	lastSeen   time.Duration
 	redis      string
 	node       string
 
@@ -110,6 +111,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.jwtSecret, "jwt-secret", "", "HS256 secret for client tokens; empty: demo mode, ?uid= is trusted")
 	fs.StringVar(&o.apiKey, "api-key", "", "key of the server API (/api/presence, /api/channels, /api/publish, /api/send): requests need \"Authorization: apikey <key>\"")
 	fs.DurationVar(&o.grace, "grace", 0, "delay before a user whose last connection closed is reported offline")
+	fs.DurationVar(&o.lastSeen, "last-seen-ttl", presence.DefaultLastSeenTTL, "how long to remember when a user went offline (GET /api/presence/{uid}, status frames)")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
@@ -186,6 +188,8 @@ func (o options) check() error {
 		return fmt.Errorf("-max-message %d: at least 1 byte", o.maxMessage)
 	case o.grace < 0:
 		return fmt.Errorf("-grace %v: not negative", o.grace)
+	case o.lastSeen < time.Second:
+		return fmt.Errorf("-last-seen-ttl %v: at least 1s", o.lastSeen)
 	case o.memberList < 1:
 		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
 	case o.presenceLists < 1:
@@ -318,16 +322,17 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	hub, err := transport.New(transport.Config{
-		Slots:      o.slots,
-		Tick:       o.tick,
-		Auth:       auth,
-		APIKey:     o.apiKey,
-		Origins:    o.origins,
-		Grace:      o.grace,
-		Engine:     engine,
-		MaxMessage: o.maxMessage,
-		Logger:     log,
-		Registerer: reg,
+		Slots:       o.slots,
+		Tick:        o.tick,
+		Auth:        auth,
+		APIKey:      o.apiKey,
+		Origins:     o.origins,
+		Grace:       o.grace,
+		Engine:      engine,
+		LastSeenTTL: o.lastSeen,
+		MaxMessage:  o.maxMessage,
+		Logger:      log,
+		Registerer:  reg,
 
 		MemberList:    o.memberList,
 		PresenceLists: o.presenceLists,

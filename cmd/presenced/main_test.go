@@ -26,7 +26,7 @@ const waitLong = 10 * time.Second
 // defaults is what parseFlags returns with nothing set, changed by edit.
 func defaults(edit func(*options)) options {
 	o := options{addr: "127.0.0.1:8080", addrFrom: "default in demo mode: loopback only", slots: 31, tick: time.Second,
-		maxMessage: 4096, memberList: 100, presenceLists: 1000,
+		maxMessage: 4096, memberList: 100, presenceLists: 1000, lastSeen: 24 * time.Hour,
 		maxConnsPerUser: 100, frameRate: 50, frameBurst: 100, maxChannels: 100, byteRate: 64 << 10, queueBytes: 1 << 20}
 	if edit != nil {
 		edit(&o)
@@ -44,19 +44,19 @@ func TestParseFlags(t *testing.T) {
 		{name: "defaults: loopback in demo mode", want: defaults(nil)},
 		{name: "all flags", args: []string{"-addr", "127.0.0.1:9", "-slots", "61", "-tick", "500ms", "-max-message", "100",
 			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-api-key", "k", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
-			"-member-list", "5", "-presence-lists", "50", "-max-conns-per-user", "7", "-frame-rate", "2.5", "-frame-burst", "9",
+			"-last-seen-ttl", "1h", "-member-list", "5", "-presence-lists", "50", "-max-conns-per-user", "7", "-frame-rate", "2.5", "-frame-burst", "9",
 			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3"},
 			want: options{addr: "127.0.0.1:9", addrFrom: "-addr", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1",
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour,
 				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000}},
 		{name: "every flag from the environment", env: map[string]string{
 			"PRESENCED_ADDR": "127.0.0.1:9", "PRESENCED_SLOTS": "61", "PRESENCED_TICK": "500ms", "PRESENCED_MAX_MESSAGE": "100",
 			"PRESENCED_ORIGINS": "https://a.example,b.example:8443", "PRESENCED_JWT_SECRET": "s", "PRESENCED_API_KEY": "k",
-			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1",
+			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1", "PRESENCED_LAST_SEEN_TTL": "1h",
 			"PRESENCED_MEMBER_LIST": "5", "PRESENCED_PRESENCE_LISTS": "50", "PRESENCED_MAX_CONNS_PER_USER": "7",
 			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3"},
 			want: options{addr: "127.0.0.1:9", addrFrom: "$PRESENCED_ADDR", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1",
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour,
 				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000}},
 		{name: "secret from env: all interfaces by default", env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
 			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "e", ":8080", "default" })},
@@ -228,7 +228,7 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 	for _, tc := range []struct{ path, want string }{
 		{"/healthz", `"status":"ok"`},
 		{"/api/presence", `{"count":1,"users":["alice"]}`},
-		{"/api/presence/alice", `{"uid":"alice","online":true,"connections":1}`},
+		{"/api/presence/alice", `{"uid":"alice","online":true,"connections":1,"state":"active"}`},
 		{"/api/channels/lobby", `{"channel":"lobby","count":1,"members":["alice"]}`},
 		{"/api/ring", `"slots":11,"tick_ms":2000`},
 		{"/metrics", "presenced_connections 1"},
