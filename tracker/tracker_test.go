@@ -622,7 +622,7 @@ func TestTablesShrinkAfterChurn(t *testing.T) {
 // shard: keys that are connections would keep every closed connection's
 // state alive.
 func TestGoneKeysAreNotKept(t *testing.T) {
-	type conn struct{ state [256]byte }
+	type conn [256]byte // what a closed connection would keep alive
 	tr, err := New(Config[*conn]{Slots: 5})
 	require.NoError(t, err)
 	defer tr.Close()
