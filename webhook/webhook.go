@@ -1,0 +1,235 @@
+// Package webhook POSTs the presence edges a node produced to the embedder's
+// backend, in batches, in the order they happened.
+//
+// A Sender holds the edges in a bounded queue. Add puts them at its back and
+// never waits; Run takes up to Config.MaxBatch from its front as one batch
+// and POSTs it as
+//
+//	{"events":[{"type":"online","uid":"bob","at":1764000000000},
+//	  {"type":"join","channel":"lobby","uid":"bob","at":1764000000000}]}
+//
+// with Content-Type application/json and, given a Secret, a header
+// X-Presenced-Signature: sha256=<hex HMAC-SHA256 of the body>. A batch not
+// answered with a 2xx status within Config.Timeout is sent again, byte for
+// byte, after an exponential backoff with full jitter, and no later batch is
+// sent before it succeeds. While the backend is down the queue fills; past
+// Config.Queue events the oldest waiting ones are dropped, counted in
+// presenced_webhook_events_dropped_total and logged.
+//
+// Delivery is at least once: a batch whose 2xx answer was lost (a timeout
+// after the backend took it, or Run stopped mid-request) is sent again, with
+// the same body and signature, so a backend may drop repeats by the body's
+// hash. A Sender sends what it is given; in a cluster each node hands it
+// only the edges that node produced, so that each edge is sent once.
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults used when a Config field is zero.
+const (
+	DefaultQueue      = 100_000
+	DefaultTimeout    = 5 * time.Second
+	DefaultMaxBatch   = 1_000
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body,
+// keyed with Config.Secret.
+const SignatureHeader = "X-Presenced-Signature"
+
+// Event is one presence edge.
+type Event struct {
+	Type    string `json:"type"`              // online, offline, join, leave, away, active
+	Channel string `json:"channel,omitempty"` // join and leave only
+	UID     string `json:"uid"`
+	At      int64  `json:"at"` // Unix milliseconds
+}
+
+// Config configures a Sender. Only URL is required.
+type Config struct {
+	URL    string // required: absolute http or https URL
+	Secret string // "": no signature header
+
+	// Queue bounds the events waiting to be sent, not counting the batch
+	// being delivered; 0 means DefaultQueue. Past it Add drops the oldest.
+	Queue int
+	// Timeout bounds one POST, from dialing to the end of its answer; 0
+	// means DefaultTimeout.
+	Timeout time.Duration
+	// MaxBatch bounds the events of one POST; 0 means DefaultMaxBatch.
+	MaxBatch int
+	// MinBackoff and MaxBackoff bound the wait before a batch is sent
+	// again; 0 means DefaultMinBackoff and DefaultMaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+
+	// Client makes the POSTs; nil means a client of the Sender's own, which
+	// does not follow redirects: a 3xx answer is a failure, retried, since
+	// following a 301, 302 or 303 would turn the POST into a GET and take
+	// its answer for a delivery.
+	Client *http.Client
+	// Logger gets a warning for each failed attempt, a line when a batch
+	// goes through after failures, and the drops, at most one line every
+	// 10 s; nil means silent.
+	Logger *slog.Logger
+
+	// Registerer, if set, registers the Sender's metrics, named
+	// MetricsNamespace_webhook_... ("presenced" if empty): events_sent_total,
+	// events_retried_total, events_dropped_total and queue_length. Two
+	// Senders may share a Registerer under different namespaces.
+	Registerer       prometheus.Registerer
+	MetricsNamespace string
+}
+
+// Sender delivers events to one URL. Create one with New, feed it with Add
+// and run its delivery with Run.
+//
+// Add is safe from any goroutine, at any time, before, during and after Run.
+// Run delivers on the goroutine that calls it; one Run at a time (a second
+// concurrent call returns an error), and a Run called after another returned
+// resumes with the batch that one was delivering.
+type Sender struct {
+	url     string // as given, for requests
+	logURL  string // without its password, for logs
+	secret  []byte
+	limit   int
+	timeout time.Duration
+	batch   int
+	minWait time.Duration
+	maxWait time.Duration
+	client  *http.Client
+	owned   bool // client made by New: Run closes its idle connections
+	log     *slog.Logger
+	m       *metrics
+
+	// wake tells Run that Add queued events (or dropped some); capacity 1,
+	// so Add never waits on it.
+	wake chan struct{}
+
+	mu          sync.Mutex
+	q           ring  // events waiting, oldest first
+	unlogged    int64 // dropped, not yet in a log line
+	dropped     int64 // dropped in all
+	lastDropLog time.Time
+
+	// Run's own, guarded by running.
+	running  atomic.Bool
+	cur      *batch // the batch being delivered, held apart from q
+	failures int    // consecutive failed attempts at cur
+}
+
+// New checks cfg and returns a Sender for it; Run starts delivery.
+func New(cfg Config) (*Sender, error) {
+	u, err := checkURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"Queue", int64(cfg.Queue)}, {"MaxBatch", int64(cfg.MaxBatch)}, {"Timeout", int64(cfg.Timeout)},
+		{"MinBackoff", int64(cfg.MinBackoff)}, {"MaxBackoff", int64(cfg.MaxBackoff)},
+	} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("webhook: negative %s", f.name)
+		}
+	}
+	s := &Sender{
+		url:     cfg.URL,
+		logURL:  u.Redacted(),
+		secret:  []byte(cfg.Secret),
+		limit:   orDefault(cfg.Queue, DefaultQueue),
+		timeout: orDefault(cfg.Timeout, DefaultTimeout),
+		batch:   orDefault(cfg.MaxBatch, DefaultMaxBatch),
+		minWait: orDefault(cfg.MinBackoff, DefaultMinBackoff),
+		maxWait: orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
+		client:  cfg.Client,
+		log:     cfg.Logger,
+		wake:    make(chan struct{}, 1),
+	}
+	if s.minWait > s.maxWait {
+		return nil, fmt.Errorf("webhook: MinBackoff %v is above MaxBackoff %v (a zero field means its default)", s.minWait, s.maxWait)
+	}
+	s.q.limit = s.limit
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.client == nil {
+		s.owned = true
+		s.client = &http.Client{
+			Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second},
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
+	}
+	ns := cfg.MetricsNamespace
+	if ns == "" {
+		ns = "presenced"
+	}
+	if s.m, err = newMetrics(cfg.Registerer, ns); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkURL parses raw and requires an absolute http or https URL with a host.
+func checkURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("webhook: no URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: URL: %w", err)
+	}
+	if !u.IsAbs() || u.Host == "" {
+		return nil, fmt.Errorf("webhook: URL %q is not absolute (want http://host/... or https://host/...)", u.Redacted())
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("webhook: URL %q: scheme %q is not http or https", u.Redacted(), u.Scheme)
+	}
+	return u, nil
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Add queues events behind those already waiting, in their order. It never
+// waits on the network or on Run: past Config.Queue waiting events it drops
+// the oldest ones (which may be some of these), counts them and leaves the
+// log line to Run, at most one every 10 s, so a long outage does not log
+// once per event.
+func (s *Sender) Add(events ...Event) {
+	if len(events) == 0 {
+		return
+	}
+	s.mu.Lock()
+	dropped := s.q.push(events)
+	s.unlogged += int64(dropped)
+	s.dropped += int64(dropped)
+	s.m.queue.Set(float64(s.q.n))
+	s.mu.Unlock()
+	if dropped > 0 {
+		s.m.dropped.Add(float64(dropped))
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default: // Run is already woken
+	}
+}
