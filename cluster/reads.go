@@ -39,6 +39,36 @@ func (e *Engine) Members(ctx context.Context, channel string, limit int) (int, [
 	return e.listing(ctx, "members", func(k shardKeys) string { return k.members(channel) }, []shardKeys{k}, limit)
 }
 
+// MembersAfter returns how many members channel has on any node and up to
+// limit of their IDs greater than after ("": from the first), in ascending
+// order, in one round trip. Called by presence.Node; an embedder does not
+// call it.
+func (e *Engine) MembersAfter(ctx context.Context, channel, after string, limit int) (int, []string, error) {
+	key := e.keys[e.shard(channel)].members(channel)
+	start := "-"
+	if after != "" {
+		start = "(" + after // members sort by their bytes (score 0): strictly after
+	}
+	// MULTI, so the count and the page are of one moment; the key is one
+	// cluster slot.
+	pipe := e.rdb.TxPipeline()
+	card := pipe.ZCard(ctx, key)
+	var page *redis.StringSliceCmd
+	if limit > 0 {
+		page = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: start, Stop: "+", ByLex: true, Count: int64(limit)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		e.health.fail("members", err)
+		return 0, nil, fmt.Errorf("cluster: page members of %q: %w", channel, err)
+	}
+	e.health.ok()
+	members := []string{}
+	if page != nil {
+		members = append(members, page.Val()...)
+	}
+	return int(card.Val()), members, nil
+}
+
 // listing counts and lists, in order, the sorted sets named by key in shards.
 func (e *Engine) listing(ctx context.Context, op string, key func(shardKeys) string, shards []shardKeys, limit int) (int, []string, error) {
 	pipe := e.rdb.Pipeline()

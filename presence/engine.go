@@ -50,6 +50,10 @@ type Engine interface {
 	// Members returns how many members channel has on all nodes and up to
 	// limit of their IDs in ascending order.
 	Members(ctx context.Context, channel string, limit int) (count int, members []string, err error)
+	// MembersAfter returns how many members channel has on all nodes and up
+	// to limit of their IDs greater than after, in ascending order: a page
+	// of a listing that goes on from after ("": from the first).
+	MembersAfter(ctx context.Context, channel, after string, limit int) (count int, members []string, err error)
 
 	// Publish delivers m to the Relays of the nodes that follow its topic,
 	// this one included.

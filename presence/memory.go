@@ -116,6 +116,16 @@ func (e *memoryEngine) Members(ctx context.Context, channel string, limit int) (
 	return members.Len(), members.First(limit), nil
 }
 
+func (e *memoryEngine) MembersAfter(ctx context.Context, channel, after string, limit int) (int, []string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	members := e.channels[channel]
+	if members == nil {
+		return 0, []string{}, nil
+	}
+	return members.Len(), members.After(after, limit), nil
+}
+
 // Publish hands m to the Relay on the caller's goroutine.
 func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	if err := ctx.Err(); err != nil {

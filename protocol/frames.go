@@ -31,6 +31,14 @@ type (
 	Refresh struct {
 		Token string `json:"token"`
 	}
+	// Members asks for a page of a joined channel's members: up to Limit
+	// IDs after After ("": from the first), in ascending order. The answer
+	// is a MembersPage, or Error.
+	Members struct {
+		Channel string `json:"channel"`
+		After   string `json:"after"`
+		Limit   int    `json:"limit"`
+	}
 	// Silence (demo mode only) stops the connection's control frames from
 	// counting as keepalives until its next data frame.
 	Silence struct{}
@@ -64,6 +72,14 @@ type (
 		Channel string   `json:"channel"`
 		Count   int      `json:"count"`
 		Members []string `json:"members"`
+	}
+	// MembersPage answers Members: Count is exact, Members sorted, and Next,
+	// set when more members follow, is the After of the next page.
+	MembersPage struct {
+		Channel string   `json:"channel"`
+		Count   int      `json:"count"`
+		Members []string `json:"members"`
+		Next    string   `json:"next,omitempty"`
 	}
 	// Left confirms a Leave.
 	Left struct {
@@ -130,6 +146,10 @@ func (Publish) Type() string  { return "publish" }
 func (Message) Type() string  { return "message" }
 func (Chat) Type() string     { return "chat" }
 
+// Paging a channel's members: the request and its answer share a type.
+func (Members) Type() string     { return "members" }
+func (MembersPage) Type() string { return "members" }
+
 // presenceJSON is Presence on the wire: both lists, or neither.
 type presenceJSON struct {
 	Channel string    `json:"channel"`
@@ -182,6 +202,13 @@ func (j Joined) MarshalJSON() ([]byte, error) {
 	type plain Joined
 	j.Members = orEmpty(j.Members)
 	return json.Marshal(plain(j))
+}
+
+// MarshalJSON writes the list as an array, empty or not.
+func (p MembersPage) MarshalJSON() ([]byte, error) {
+	type plain MembersPage
+	p.Members = orEmpty(p.Members)
+	return json.Marshal(plain(p))
 }
 
 func orEmpty(s []string) []string {

@@ -35,6 +35,8 @@ func ParseClient(data []byte) (Frame, error) {
 	}
 	switch *head.Type {
 	case "ping", "silence", "join", "leave", "chat", "watch", "refresh":
+	case "members":
+		return parseMembers(data)
 	default:
 		return Custom{Kind: *head.Type, Raw: data}, nil
 	}
@@ -86,6 +88,51 @@ func ParseClient(data []byte) (Frame, error) {
 	}
 }
 
+// Limits of a page of members.
+const (
+	DefaultPageLimit = 100  // members in a page whose request sets no limit
+	MaxPageLimit     = 1000 // most members in one page
+)
+
+// parseMembers reads a members frame: "channel" required, "after" a user ID
+// or "" (absent: ""), "limit" 1 to MaxPageLimit (absent: DefaultPageLimit).
+func parseMembers(data []byte) (Frame, error) {
+	var w struct {
+		Channel *string         `json:"channel"`
+		After   json.RawMessage `json:"after"`
+		Limit   json.RawMessage `json:"limit"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, JSONError(err)
+	}
+	if w.Channel == nil || *w.Channel == "" {
+		return nil, errors.New(`members needs a "channel"`)
+	}
+	if !ValidChannel(*w.Channel) {
+		return nil, ErrInvalidChannel
+	}
+	f := Members{Channel: *w.Channel, Limit: DefaultPageLimit}
+	if !absent(w.After) {
+		if err := json.Unmarshal(w.After, &f.After); err != nil {
+			return nil, errors.New(`invalid frame: "after" must be a string, a user ID or ""`)
+		}
+		if f.After != "" && !ValidUID(f.After) {
+			return nil, fmt.Errorf(`invalid user ID %q in "after": 1 to 64 letters, digits or _.-@, or "" for the first page`, Truncate(f.After))
+		}
+	}
+	if !absent(w.Limit) {
+		if err := json.Unmarshal(w.Limit, &f.Limit); err != nil || f.Limit < 1 || f.Limit > MaxPageLimit {
+			return nil, fmt.Errorf(`members "limit" must be a whole number from 1 to %d`, MaxPageLimit)
+		}
+	}
+	return f, nil
+}
+
+// absent reports whether a field was left out or null.
+func absent(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
 // JSONError says what was wrong with a JSON document a client sent, in the
 // protocol's words rather than Go's.
 func JSONError(err error) error {
@@ -119,6 +166,7 @@ var serverFrames = map[string]func() Frame{
 	"chat":     func() Frame { return new(Chat) },
 	"publish":  func() Frame { return new(Publish) },
 	"message":  func() Frame { return new(Message) },
+	"members":  func() Frame { return new(MembersPage) },
 }
 
 // ParseServer reads one text frame the server sent, as a client does.

@@ -26,6 +26,12 @@ func TestParseClient(t *testing.T) {
 		{"watch", `{"type":"watch","uids":["bob","carol"]}`, Watch{UIDs: []string{"bob", "carol"}}, ""},
 		{"watch nobody", `{"type":"watch","uids":[]}`, Watch{UIDs: []string{}}, ""},
 		{"refresh", `{"type":"refresh","token":"t"}`, Refresh{Token: "t"}, ""},
+		{"members", `{"type":"members","channel":"lobby","after":"bob","limit":50}`, Members{Channel: "lobby", After: "bob", Limit: 50}, ""},
+		{"members from the first", `{"type":"members","channel":"lobby","after":""}`, Members{Channel: "lobby", Limit: DefaultPageLimit}, ""},
+		{"members defaults", `{"type":"members","channel":"lobby"}`, Members{Channel: "lobby", Limit: DefaultPageLimit}, ""},
+		{"members nulls", `{"type":"members","channel":"lobby","after":null,"limit":null}`, Members{Channel: "lobby", Limit: DefaultPageLimit}, ""},
+		{"members most", `{"type":"members","channel":"lobby","limit":1000}`, Members{Channel: "lobby", Limit: MaxPageLimit}, ""},
+		{"members least", `{"type":"members","channel":"lobby","limit":1}`, Members{Channel: "lobby", Limit: 1}, ""},
 		{"an application's type", `{"type":"typing","channel":5,"text":[1]}`, Custom{Kind: "typing", Raw: json.RawMessage(`{"type":"typing","channel":5,"text":[1]}`)}, ""},
 
 		{"refresh without token", `{"type":"refresh"}`, nil, `refresh needs a "token"`},
@@ -44,6 +50,18 @@ func TestParseClient(t *testing.T) {
 		{"empty chat", `{"type":"chat","channel":"x","text":""}`, nil, `chat needs a non-empty "text"`},
 		{"watch without uids", `{"type":"watch"}`, nil, `watch needs "uids"`},
 		{"watch bad uid", `{"type":"watch","uids":["a b"]}`, nil, `invalid user ID "a b"`},
+		{"members without channel", `{"type":"members","limit":10}`, nil, `members needs a "channel"`},
+		{"members bad channel", `{"type":"members","channel":"a b"}`, nil, "invalid channel name"},
+		{"members channel not a string", `{"type":"members","channel":7}`, nil, `"channel" must be a string`},
+		{"members limit 0", `{"type":"members","channel":"lobby","limit":0}`, nil, `"limit" must be a whole number from 1 to 1000`},
+		{"members limit negative", `{"type":"members","channel":"lobby","limit":-5}`, nil, `"limit" must be a whole number from 1 to 1000`},
+		{"members limit too big", `{"type":"members","channel":"lobby","limit":1001}`, nil, `"limit" must be a whole number from 1 to 1000`},
+		{"members limit huge", `{"type":"members","channel":"lobby","limit":1e30}`, nil, `"limit" must be a whole number from 1 to 1000`},
+		{"members limit fraction", `{"type":"members","channel":"lobby","limit":2.5}`, nil, `"limit" must be a whole number from 1 to 1000`},
+		{"members limit a string", `{"type":"members","channel":"lobby","limit":"10"}`, nil, `"limit" must be a whole number from 1 to 1000`},
+		{"members bad after", `{"type":"members","channel":"lobby","after":"a b"}`, nil, `invalid user ID "a b" in "after"`},
+		{"members long after", `{"type":"members","channel":"lobby","after":"` + strings.Repeat("u", 65) + `"}`, nil, `in "after"`},
+		{"members after a number", `{"type":"members","channel":"lobby","after":5}`, nil, `"after" must be a string`},
 		{"watch too many", `{"type":"watch","uids":[` + strings.Repeat(`"u",`, MaxWatch) + `"u"]}`, nil, "watch list too long"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,6 +95,9 @@ func TestEncodeAndParseServer(t *testing.T) {
 		{Joined{Channel: "lobby", Count: 0}, `{"type":"joined","channel":"lobby","count":0,"members":[]}`},
 		{Joined{Channel: "lobby", Count: 3, Members: []string{"a", "b"}}, `{"type":"joined","channel":"lobby","count":3,"members":["a","b"]}`},
 		{Left{Channel: "lobby"}, `{"type":"left","channel":"lobby"}`},
+		{MembersPage{Channel: "lobby", Count: 3, Members: []string{"a", "b"}, Next: "b"}, `{"type":"members","channel":"lobby","count":3,"members":["a","b"],"next":"b"}`},
+		{MembersPage{Channel: "lobby", Count: 3, Members: []string{"c"}}, `{"type":"members","channel":"lobby","count":3,"members":["c"]}`},
+		{MembersPage{Channel: "empty"}, `{"type":"members","channel":"empty","count":0,"members":[]}`},
 		{Presence{Channel: "lobby", Count: 4, Joins: []string{"dave"}}, `{"type":"presence","channel":"lobby","count":4,"joins":["dave"],"leaves":[]}`},
 		{Presence{Channel: "big", Count: 5000, CountOnly: true}, `{"type":"presence","channel":"big","count":5000}`},
 		{Watching{}, `{"type":"watching","online":[]}`},
@@ -120,6 +141,9 @@ func FuzzParseClient(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"ping"}`, `{"type":"chat","channel":"a","text":"hi"}`, `{"type":"silence"}`, `{"type":"x"}`,
 		`{"type":"join","channel":"lobby"}`, `{"type":"watch","uids":["a"]}`,
+		`{"type":"members","channel":"lobby"}`, `{"type":"members","channel":"lobby","after":"bob","limit":1000}`,
+		`{"type":"members","channel":"lobby","after":"","limit":0}`, `{"type":"members","channel":"a","limit":1.5e3}`,
+		`{"type":"members","channel":"a","after":"\u0000"}`,
 		`{`, `null`, `[]`, `"str"`, `{"type":"chat","channel":"a","text":"\ud800"}`, "\xff\xfe", `{"type":"chat","text":null}`,
 	} {
 		f.Add([]byte(s))
@@ -145,6 +169,10 @@ func FuzzParseClient(f *testing.F) {
 		case Chat:
 			require.True(t, ValidChannel(f.Channel))
 			require.NotEmpty(t, f.Text)
+		case Members:
+			require.True(t, ValidChannel(f.Channel))
+			require.True(t, f.After == "" || ValidUID(f.After))
+			require.True(t, 1 <= f.Limit && f.Limit <= MaxPageLimit)
 		case Watch:
 			require.NotNil(t, f.UIDs)
 			require.LessOrEqual(t, len(f.UIDs), MaxWatch)

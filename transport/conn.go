@@ -440,6 +440,11 @@ func (c *conn) handle(data []byte) {
 		if len(refused) > 0 {
 			c.replyError(notAllowedToWatch(refused), "")
 		}
+	case protocol.Members:
+		// From the node's view, queued in order with the channel's diffs.
+		if err := h.node.SendMembers(c, f.Channel, f.After, f.Limit); err != nil {
+			c.replyError(err.Error(), f.Channel)
+		}
 	case protocol.Refresh:
 		if err := c.refresh(f.Token); err != nil {
 			c.replyError(err.Error(), "")

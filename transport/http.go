@@ -470,10 +470,11 @@ func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, answer)
 }
 
-// serveChannel answers a channel's member count and its first members.
+// serveChannel answers a page of a channel's members: its count, up to
+// ?limit= members after ?after= in order, and the next page's after.
 func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 	channel := r.PathValue("channel")
-	limit, ok := queryLimit(w, r)
+	limit, after, ok := pageQuery(w, r)
 	if !ok {
 		return
 	}
@@ -483,7 +484,7 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	count, members, err := h.node.Members(ctx, channel, limit)
+	count, members, next, err := h.node.MembersPage(ctx, channel, after, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
@@ -492,7 +493,30 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 		Channel string   `json:"channel"`
 		Count   int      `json:"count"`
 		Members []string `json:"members"`
-	}{channel, count, members})
+		Next    string   `json:"next,omitempty"`
+	}{channel, count, members, next})
+}
+
+// pageQuery reads ?limit= and ?after= of a page of members: limit 1 to
+// protocol.MaxPageLimit (absent: protocol.DefaultPageLimit), after a user ID
+// or empty. It answers 400 itself when either is invalid.
+func pageQuery(w http.ResponseWriter, r *http.Request) (limit int, after string, ok bool) {
+	q := r.URL.Query()
+	limit = protocol.DefaultPageLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > protocol.MaxPageLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 to %d", protocol.MaxPageLimit))
+			return 0, "", false
+		}
+		limit = n
+	}
+	after = q.Get("after")
+	if after != "" && !protocol.ValidUID(after) {
+		writeError(w, http.StatusBadRequest, "after must be a user ID (1 to 64 letters, digits or _.-@), or empty for the first page")
+		return 0, "", false
+	}
+	return limit, after, true
 }
 
 func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {

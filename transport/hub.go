@@ -383,6 +383,14 @@ func (h *Hub) Members(ctx context.Context, channel string, limit int) (count int
 	return h.node.Members(ctx, channel, limit)
 }
 
+// MembersPage returns a page of channel's members: how many there are, up to
+// limit of their IDs greater than after ("": from the first) in ascending
+// order, and next, the after of the next page, or "" on the last page.
+// after must be "" or a valid user ID, limit at least 1.
+func (h *Hub) MembersPage(ctx context.Context, channel, after string, limit int) (count int, members []string, next string, err error) {
+	return h.node.MembersPage(ctx, channel, after, limit)
+}
+
 // Shutdown closes every WebSocket with 1001, refuses new ones with 503,
 // reports this node's users offline and waits until every connection is
 // gone or ctx is done; then it closes the remaining sockets and, if the Hub

@@ -37,7 +37,7 @@ type metrics struct {
 
 // frameTypes are the "type" label values of presenced_frames_sent_total:
 // the frames the server sends, and "other" for any the protocol adds.
-var frameTypes = []string{"welcome", "joined", "left", "presence", "watching", "status", "chat", "publish", "message", "pong", "error", "other"}
+var frameTypes = []string{"welcome", "joined", "left", "presence", "watching", "status", "chat", "publish", "message", "pong", "error", "members", "other"}
 
 // sent counts an outbound text frame by its type.
 func (m *metrics) sent(typ string) {

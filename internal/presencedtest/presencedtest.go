@@ -1,5 +1,7 @@
 // Package presencedtest runs the presenced binary for tests that need a real
-// process: signals, restarts, several nodes on one Redis.
+// process: signals, restarts, several nodes on one Redis. Its MemberList
+// keeps a channel's members from the frames a client receives, for tests of
+// paging through big channels.
 package presencedtest
 
 import (

@@ -3,6 +3,7 @@
 package sortedset
 
 import (
+	"iter"
 	"slices"
 	"strings"
 )
@@ -116,4 +117,41 @@ func (s *Set) First(n int) []string {
 		out = append(out, blk[:min(len(blk), cap(out)-len(out))]...)
 	}
 	return out
+}
+
+// After returns up to n of the strings greater than x, in order, in a new
+// slice: a page of a listing that goes on from x. It costs O(log blocks + n).
+func (s *Set) After(x string, n int) []string {
+	out := make([]string, 0, min(max(n, 0), s.n))
+	if len(out) == cap(out) {
+		return out
+	}
+	for v := range s.Above(x) {
+		out = append(out, v)
+		if len(out) == cap(out) {
+			break
+		}
+	}
+	return out
+}
+
+// Above yields the strings greater than x, in order. The set must not change
+// while it runs.
+func (s *Set) Above(x string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if s.n == 0 {
+			return
+		}
+		b, i, found := s.find(x)
+		if found {
+			i++
+		}
+		for ; b < len(s.blocks); b, i = b+1, 0 {
+			for _, v := range s.blocks[b][i:] {
+				if !yield(v) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -25,6 +25,22 @@ func TestAgainstAModel(t *testing.T) {
 		require.Equal(t, len(want), s.Len())
 		require.Equal(t, want, s.First(len(want)+5))
 		require.Equal(t, want[:min(7, len(want))], s.First(7))
+		// Paging through with After ends with the whole set, from any
+		// starting point, members and absent strings alike.
+		var paged []string
+		for page := s.After("", 333); len(page) > 0; page = s.After(page[len(page)-1], 333) {
+			require.LessOrEqual(t, len(page), 333)
+			paged = append(paged, page...)
+		}
+		require.True(t, slices.Equal(want, paged), "paged through: %d of %d", len(paged), len(want))
+		for _, from := range []string{"", "u", "u10000", "u10000x", "u1", "v"} {
+			i, _ := slices.BinarySearch(want, from)
+			if i < len(want) && want[i] == from {
+				i++
+			}
+			require.Equal(t, want[i:min(i+5, len(want))], s.After(from, 5), "after %q", from)
+			require.True(t, slices.Equal(want[i:], slices.Collect(s.Above(from))), "above %q", from)
+		}
 		for _, blk := range s.blocks {
 			require.NotEmpty(t, blk)
 			require.LessOrEqual(t, len(blk), blockSize)
