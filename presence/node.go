@@ -3,8 +3,8 @@
 //
 // A Node is one server process's side of it, and its one clock: it holds the
 // deadlines of everything it counts on rings of its own (a connection's
-// keepalives, an HTTP-heartbeat lease, a grace period, a token's expiry),
-// stepped by Run. Its connections are Clients of any kind (the transport
+// keepalives, an HTTP-heartbeat lease, a grace period, a token's expiry, a
+// last-seen record), stepped by Run. Its connections are Clients of any kind (the transport
 // package's WebSockets): each keepalive is a Touch, and the Node probes a
 // silent connection and closes it when it times out. A user is online while
 // at least one of its connections, or a heartbeat lease, is live, and a
