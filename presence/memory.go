@@ -107,13 +107,7 @@ func (e *memoryEngine) Users(ctx context.Context, limit int) (int, []string, err
 }
 
 func (e *memoryEngine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	members := e.channels[channel]
-	if members == nil {
-		return 0, []string{}, nil
-	}
-	return members.Len(), members.First(limit), nil
+	return e.MembersAfter(ctx, channel, "", limit)
 }
 
 func (e *memoryEngine) MembersAfter(ctx context.Context, channel, after string, limit int) (int, []string, error) {

@@ -92,35 +92,20 @@ func (v *view) page(c Client, channel, after string, limit int) bool {
 
 // pageAt returns how many members cv had at position base of this tick's
 // log, and up to n of those greater than after, in order. The members now
-// are the members at base but for the users with edges since: each one's
-// first edge since says where it was, out before a join, in before a leave
-// (as the tick's diff, netted the same way, will tell the subscriber). It
-// costs O(log since base + n).
+// are the members at base but for the users the log since nets in or out,
+// as the tick's diff will tell the subscriber: those who came in are left
+// out, those who went are put back. It costs O(log since base + n).
 func (cv *channelView) pageAt(base int, after string, n int) (int, []string) {
-	log := cv.log[min(base, len(cv.log)):]
-	if len(log) == 0 {
+	came, gone := netEdges(cv.log[min(base, len(cv.log)):], cv.members.Has)
+	if len(came) == 0 && len(gone) == 0 {
 		return cv.members.Len(), cv.members.After(after, n)
 	}
-	was := make(map[string]bool, len(log))
-	for _, e := range log {
-		if _, seen := was[e.uid]; !seen {
-			was[e.uid] = !e.on
-		}
+	count := cv.members.Len() - len(came) + len(gone)
+	i, found := slices.BinarySearch(gone, after)
+	if found {
+		i++
 	}
-	count := cv.members.Len()
-	var gone []string // in at base, out now, and after after: they belong in the page
-	for uid, in := range was {
-		switch now := cv.members.Has(uid); {
-		case in && !now:
-			count++
-			if uid > after {
-				gone = append(gone, uid)
-			}
-		case !in && now:
-			count--
-		}
-	}
-	slices.Sort(gone)
+	gone = gone[i:] // in at base, out now, and after after: they belong in the page
 	out := make([]string, 0, min(n, count))
 	for uid := range cv.members.Above(after) {
 		for len(gone) > 0 && gone[0] < uid && len(out) < n {
@@ -129,7 +114,7 @@ func (cv *channelView) pageAt(base int, after string, n int) (int, []string) {
 		if len(out) == n {
 			break
 		}
-		if in, edged := was[uid]; edged && !in {
+		if _, since := slices.BinarySearch(came, uid); since {
 			continue // came in since base
 		}
 		out = append(out, uid)

@@ -76,7 +76,8 @@ type Config struct {
 	// does not flap presence. It is rounded up to whole ticks.
 	Grace time.Duration
 	// LastSeenTTL is how long the Hub remembers when a user went offline,
-	// for GET /api/presence/{uid} and status frames; 0 means 24 hours.
+	// for GET /api/presence/{uid}; 0 means 24 hours. A status frame says
+	// when the users in its offline list went, whatever the TTL.
 	LastSeenTTL time.Duration
 	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
 	// runs it until Shutdown; releasing a networked engine after that is
