@@ -3,8 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // claim marks the nodes that stopped renewing as dead and reaps their
@@ -90,12 +93,12 @@ func (w *writer) produced(vals []any) {
 	for i := 0; i+1 < len(vals); i += 2 {
 		uid, _ := vals[i].(string)
 		on := flag(vals[i+1])
-		kind := "offline"
+		kind := presence.EdgeOffline
 		if on {
-			kind = "online"
+			kind = presence.EdgeOnline
 		}
-		w.m.edges.WithLabelValues(kind).Inc()
-		r.Produced(uid, on)
+		w.m.edges.WithLabelValues(kind.String()).Inc()
+		r.Produced(presence.Edge{Kind: kind, UID: uid, At: time.Now()})
 	}
 }
 

@@ -57,13 +57,13 @@ func TestMeasureRedisCost(t *testing.T) {
 		if on {
 			conns = 1 + i%3
 		}
-		n.SetUser(uid, conns)
+		n.SetUser(uid, conns, 0)
 		for j := range perUser {
 			c := 0
 			if on {
 				c = 1
 			}
-			n.SetMember("room"+strconv.Itoa((i*perUser+j*7919)%channels), uid, c)
+			n.SetMember("room"+strconv.Itoa((i*perUser+j*7919)%channels), uid, c, false)
 		}
 	}
 	for i := range users {

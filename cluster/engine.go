@@ -159,11 +159,13 @@ func (b *base) opTimeout() time.Duration { return b.cfg.Timeout / 2 }
 // discard is the Relay before Attach.
 type discard struct{}
 
-func (discard) UserChanged(string, bool)           {}
-func (discard) Produced(string, bool)              {}
-func (discard) MemberChanged(string, string, bool) {}
-func (discard) SetMembers(string, []string)        {}
-func (discard) Deliver(presence.Message)           {}
+func (discard) UserChanged(string, bool)              {}
+func (discard) ActivityChanged(string, bool)          {}
+func (discard) Produced(presence.Edge)                {}
+func (discard) MemberChanged(string, string, bool)    {}
+func (discard) MemberActivity(string, string, bool)   {}
+func (discard) SetMembers(string, []string, []string) {}
+func (discard) Deliver(presence.Message)              {}
 
 // New validates cfg and starts the goroutines that write this node's records
 // and publish its messages. It does not contact Redis: a node starts, and
@@ -273,7 +275,7 @@ func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
 // blocks on Redis: changes are coalesced and written in batches. A user
 // arriving on this node is in the Relay when it returns, if the node follows
 // the user. Called by presence.Node; an embedder does not call it.
-func (e *Engine) SetUser(uid string, n int) {
+func (e *Engine) SetUser(uid string, n, away int) {
 	if e.w.setUser(uid, n) && n > 0 {
 		e.r.own(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true) })
 	}
@@ -283,7 +285,7 @@ func (e *Engine) SetUser(uid string, n int) {
 // channel; like SetUser, it never blocks on Redis, and a membership arriving
 // on this node is in the Relay when it returns. Called by presence.Node; an
 // embedder does not call it.
-func (e *Engine) SetMember(channel, uid string, n int) {
+func (e *Engine) SetMember(channel, uid string, n int, away bool) {
 	if e.w.setMember(channel, uid, n > 0) && n > 0 {
 		e.r.own(presence.Topic{Channel: channel}, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
 	}

@@ -64,7 +64,7 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	a.follow(t, "alice")
 	b.follow(t, "alice")
 
-	a.SetUser("alice", 1)
+	a.SetUser("alice", 1, 0)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "alice online on "+n.Node(), func() bool { return n.rec.count("alice", true) == 1 })
 	}
@@ -73,7 +73,7 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	assert.Equal(t, 1, conns)
 
 	// A second node and more tabs: connections add up, no new edge.
-	b.SetUser("alice", 2)
+	b.SetUser("alice", 2, 0)
 	a.rec.waitFor(t, testWait, "alice has 3 connections", func() bool {
 		n, err := a.User(ctx, "alice")
 		return err == nil && n == 3
@@ -84,12 +84,12 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	assert.Equal(t, []string{"alice"}, users)
 
 	// Leaving node a keeps alice online through node b.
-	a.SetUser("alice", 0)
+	a.SetUser("alice", 0, 0)
 	b.rec.waitFor(t, testWait, "alice down to 2 connections", func() bool {
 		n, err := b.User(ctx, "alice")
 		return err == nil && n == 2
 	})
-	b.SetUser("alice", 0)
+	b.SetUser("alice", 0, 0)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "alice offline on "+n.Node(), func() bool { return n.rec.count("alice", false) == 1 })
 	}
@@ -124,9 +124,9 @@ func TestUsersAcrossShardsInOrder(t *testing.T) {
 		uid := fmt.Sprintf("u%02d", i)
 		want = append(want, uid)
 		if i%2 == 0 {
-			a.SetUser(uid, 1)
+			a.SetUser(uid, 1, 0)
 		} else {
-			b.SetUser(uid, 1)
+			b.SetUser(uid, 1, 0)
 		}
 	}
 	a.rec.waitFor(t, testWait, "40 users online", func() bool {
@@ -192,9 +192,9 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	ctx := context.Background()
 	b.follow(t, "bob", "carol")
-	a.SetUser("bob", 1)
-	b.SetUser("bob", 1)
-	a.SetUser("carol", 1) // only on the node that dies: the control
+	a.SetUser("bob", 1, 0)
+	b.SetUser("bob", 1, 0)
+	a.SetUser("carol", 1, 0) // only on the node that dies: the control
 	b.rec.waitFor(t, testWait, "bob has 2 connections", func() bool {
 		n, err := b.User(ctx, "bob")
 		return err == nil && n == 2
@@ -231,10 +231,10 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 		o.follow(t, append(uids, "#lobby")...)
 	}
 	for _, uid := range uids {
-		dead.SetUser(uid, 1)
-		dead.SetMember("lobby", uid, 1)
+		dead.SetUser(uid, 1, 0)
+		dead.SetMember("lobby", uid, 1, false)
 	}
-	obs[1].SetUser("u0", 1) // u0 has a tab on a live node too
+	obs[1].SetUser("u0", 1, 0) // u0 has a tab on a live node too
 	for _, o := range obs {
 		o.rec.waitFor(t, testWait, "all online and in the lobby", func() bool {
 			return len(o.rec.all()) == users && len(o.rec.membersOf("lobby")) == users
@@ -307,9 +307,9 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	cfg.Node = "b"
 	b := startNode(t, cfg)
 	b.follow(t, "dave", "erin")
-	a.SetUser("dave", 2)
-	a.SetUser("erin", 1)
-	b.SetUser("erin", 1)
+	a.SetUser("dave", 2, 0)
+	a.SetUser("erin", 1, 0)
+	b.SetUser("erin", 1, 0)
 	b.rec.waitFor(t, testWait, "dave and erin online", func() bool {
 		n, err := b.User(context.Background(), "erin")
 		return err == nil && n == 2 && b.rec.count("dave", true) == 1
@@ -325,7 +325,7 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	assert.Equal(t, 1, n)
 	assert.Equal(t, 0, b.rec.count("erin", false))
 	require.NoError(t, a.Close(context.Background()), "Close is idempotent")
-	a.SetUser("dave", 1) // ignored after Close: nothing is queued for Redis
+	a.SetUser("dave", 1, 0) // ignored after Close: nothing is queued for Redis
 	assert.Zero(t, testutil.ToFloat64(a.m.pending))
 	for s := range 4 {
 		assert.Zero(t, aliveExpiry(t, b.rdb, newShardKeys("t", s), "a"), "a's liveness in shard %d", s)

@@ -31,10 +31,10 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		n.follow(t, "stays-a", "stays-b", "leaves", "arrives", "late", "#room")
 	}
-	a.SetUser("stays-a", 1)
-	a.SetMember("room", "stays-a", 1)
-	b.SetUser("stays-b", 1)
-	a.SetUser("leaves", 1)
+	a.SetUser("stays-a", 1, 0)
+	a.SetMember("room", "stays-a", 1, false)
+	b.SetUser("stays-b", 1, 0)
+	a.SetUser("leaves", 1, 0)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "three online on "+n.Node(), func() bool {
 			return len(n.rec.all()) == 3 && len(n.rec.membersOf("room")) == 1
@@ -45,8 +45,8 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	require.Error(t, a.Health(ctx))
 	// A write that succeeded just before the kill may report after Health.
 	a.rec.waitFor(t, testWait, "redis down", func() bool { return testutil.ToFloat64(a.m.redisUp) == 0 })
-	a.SetUser("leaves", 0)      // goes offline while Redis is away
-	b.SetUser("arrives", 1)     // comes online while Redis is away
+	a.SetUser("leaves", 0, 0)   // goes offline while Redis is away
+	b.SetUser("arrives", 1, 0)  // comes online while Redis is away
 	time.Sleep(2 * testTimeout) // an outage longer than a lease
 	assert.Positive(t, testutil.ToFloat64(a.m.pending), "changes wait for Redis")
 	srv.restart()
@@ -79,7 +79,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		assert.Equal(t, []string{"+"}, n.rec.joinEdges("room", "stays-a"), "no false leave on %s", n.Node())
 	}
 	// And the cluster still works after the restart.
-	a.SetUser("late", 1)
+	a.SetUser("late", 1, 0)
 	b.rec.waitFor(t, testWait, "late online", func() bool { return b.rec.count("late", true) == 1 })
 }
 
@@ -95,7 +95,7 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 	a := startNode(t, testConfig(ca, "a"))
 	a.follow(t, "frank")
 	b.follow(t, "frank")
-	a.SetUser("frank", 1)
+	a.SetUser("frank", 1, 0)
 	b.rec.waitFor(t, testWait, "frank online", func() bool { return b.rec.count("frank", true) == 1 })
 
 	p.cut(true)
@@ -123,8 +123,8 @@ func TestRedisStalledLongerThanLease(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		n.follow(t, "on-a", "on-b")
 	}
-	a.SetUser("on-a", 1)
-	b.SetUser("on-b", 1)
+	a.SetUser("on-a", 1, 0)
+	b.SetUser("on-b", 1, 0)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "both online on "+n.Node(), func() bool { return len(n.rec.all()) == 2 })
 	}
@@ -339,8 +339,8 @@ func TestFollowWhileRedisIsUnreachable(t *testing.T) {
 	srv := startRedis(t)
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	b.follow(t, "#room")
-	b.SetUser("bob", 1)
-	b.SetMember("room", "bob", 1)
+	b.SetUser("bob", 1, 0)
+	b.SetMember("room", "bob", 1, false)
 	b.rec.waitFor(t, testWait, "bob in the room", func() bool { return len(b.rec.membersOf("room")) == 1 })
 	p := startProxy(t, srv.addr())
 	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
@@ -352,8 +352,8 @@ func TestFollowWhileRedisIsUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	assert.Error(t, a.Follow(ctx, []presence.Topic{{Channel: "room"}}), "no state while Redis is away")
 	cancel()
-	a.SetUser("alice", 1)
-	a.SetMember("room", "alice", 1)
+	a.SetUser("alice", 1, 0)
+	a.SetMember("room", "alice", 1, false)
 	p.cut(false)
 	a.rec.waitFor(t, testWait, "a learns of bob", func() bool {
 		return slices.Equal(a.rec.membersOf("room"), []string{"alice", "bob"})
@@ -394,8 +394,8 @@ func TestFollowDoesNotWaitOnAHungRedis(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		start := time.Now()
 		_ = a.Follow(ctx, topics(uid, "#late-"+strconv.Itoa(i)))
-		a.SetUser(uid, 1)
-		a.SetMember("late-"+strconv.Itoa(i), uid, 1)
+		a.SetUser(uid, 1, 0)
+		a.SetMember("late-"+strconv.Itoa(i), uid, 1, false)
 		a.Unfollow(topics("#warm-0"))
 		worst = max(worst, time.Since(start))
 		cancel()

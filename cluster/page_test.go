@@ -36,9 +36,9 @@ func TestMembersAfterPagesInOrder(t *testing.T) {
 		uid := fmt.Sprintf("%c%03d%c", "-.0@A_a"[i%7], i, "zZ9_.@-"[i%5])
 		want = append(want, uid)
 		if i%2 == 0 {
-			a.SetMember("lobby", uid, 1)
+			a.SetMember("lobby", uid, 1, false)
 		} else {
-			b.SetMember("lobby", uid, 1)
+			b.SetMember("lobby", uid, 1, false)
 		}
 	}
 	slices.Sort(want)

@@ -135,7 +135,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 		}
 		if ts := r.topics[k.channelTopic(ch)]; ts != nil {
 			members = r.w.addMembers(ch, members)
-			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members) })
+			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members, nil) })
 			r.loaded(ts, vals[0].(int64))
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // User returns uid's connections summed over all nodes. Called by
@@ -22,6 +24,13 @@ func (e *Engine) User(ctx context.Context, uid string) (int, error) {
 	}
 	e.health.ok()
 	return n, nil
+}
+
+// Status returns uid's connections summed over all nodes. Called by
+// presence.Node; an embedder does not call it.
+func (e *Engine) Status(ctx context.Context, uid string) (presence.UserStatus, error) {
+	n, err := e.User(ctx, uid)
+	return presence.UserStatus{Conns: n}, err
 }
 
 // Users returns how many users are online on any node and the first limit of

@@ -51,12 +51,19 @@ func (r *recorder) UserChanged(uid string, on bool) {
 	r.poke()
 }
 
-func (r *recorder) Produced(uid string, on bool) {
+// Produced records the user edges this node made.
+func (r *recorder) Produced(e presence.Edge) {
+	if e.Kind != presence.EdgeOnline && e.Kind != presence.EdgeOffline {
+		return
+	}
 	r.mu.Lock()
-	r.produced = append(r.produced, recorded{uid, on, time.Now()})
+	r.produced = append(r.produced, recorded{e.UID, e.Kind == presence.EdgeOnline, time.Now()})
 	r.mu.Unlock()
 	r.poke()
 }
+
+func (r *recorder) ActivityChanged(uid string, away bool)         {}
+func (r *recorder) MemberActivity(channel, uid string, away bool) {}
 
 // MemberChanged records an edge when it changes the channel's members, as
 // a Node's view does.
@@ -79,7 +86,7 @@ func (r *recorder) MemberChanged(channel, uid string, joined bool) {
 	r.poke()
 }
 
-func (r *recorder) SetMembers(channel string, members []string) {
+func (r *recorder) SetMembers(channel string, members, away []string) {
 	r.mu.Lock()
 	r.members[channel] = slices.Sorted(slices.Values(members))
 	r.sets[channel]++

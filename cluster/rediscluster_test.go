@@ -277,11 +277,11 @@ func TestEngineOnRedisCluster(t *testing.T) {
 	}
 	b.follow(t, append(uids, "#lobby", "#hall")...)
 	for _, uid := range uids {
-		a.SetUser(uid, 1)
-		a.SetMember("lobby", uid, 1)
+		a.SetUser(uid, 1, 0)
+		a.SetMember("lobby", uid, 1, false)
 	}
-	b.SetUser("c00", 1)
-	b.SetMember("hall", "c00", 1)
+	b.SetUser("c00", 1, 0)
+	b.SetMember("hall", "c00", 1, false)
 	b.rec.waitFor(t, testWait, "12 users online on b", func() bool {
 		return len(b.rec.all()) == 12 && len(b.rec.membersOf("lobby")) == 12
 	})

@@ -221,7 +221,7 @@ func (r *router) sweep() {
 		gone[ts.shard] = append(gone[ts.shard], name)
 		t := ts.t
 		if t.Channel != "" {
-			r.post(ts.shard, func(rl presence.Relay) { rl.SetMembers(t.Channel, nil) })
+			r.post(ts.shard, func(rl presence.Relay) { rl.SetMembers(t.Channel, nil, nil) })
 		} else {
 			r.post(ts.shard, func(rl presence.Relay) { rl.UserChanged(t.UID, false) })
 		}

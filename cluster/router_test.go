@@ -25,15 +25,15 @@ func TestUnfollowKeepsTheTopicForARenewal(t *testing.T) {
 
 	a.Unfollow(topics("#room"))
 	a.follow(t, "#room")
-	b.SetUser("bob", 1)
-	b.SetMember("room", "bob", 1)
+	b.SetUser("bob", 1, 0)
+	b.SetMember("room", "bob", 1, false)
 	a.rec.waitFor(t, testWait, "bob joins, on a", func() bool { return len(a.rec.membersOf("room")) == 1 })
 	assert.Equal(t, 1, a.rec.setsOf("room"), "followed again at once: no new snapshot")
 
 	a.Unfollow(topics("#room"))
 	a.rec.waitFor(t, testWait, "room dropped from the Relay", func() bool { return a.rec.setsOf("room") == 2 })
 	assert.Empty(t, a.rec.membersOf("room"))
-	b.SetMember("room", "carol", 1)
+	b.SetMember("room", "carol", 1, false)
 	eventually(t, "carol's membership written", func(c *assert.CollectT) {
 		count, _, err := b.Members(context.Background(), "room", 0)
 		assert.NoError(c, err)
@@ -45,7 +45,7 @@ func TestUnfollowKeepsTheTopicForARenewal(t *testing.T) {
 	a.follow(t, "#room")
 	assert.Equal(t, 3, a.rec.setsOf("room"), "a new snapshot")
 	assert.Equal(t, []string{"bob", "carol"}, a.rec.membersOf("room"))
-	b.SetMember("room", "dave", 1)
+	b.SetMember("room", "dave", 1, false)
 	a.rec.waitFor(t, testWait, "dave joins, on a", func() bool { return len(a.rec.membersOf("room")) == 3 })
 }
 
@@ -59,8 +59,8 @@ func TestOwnEdgeInTheRelayOnReturn(t *testing.T) {
 	for i := range 20 {
 		uid := "u" + strconv.Itoa(i)
 		a.follow(t, uid)
-		a.SetUser(uid, 1)
-		a.SetMember("room", uid, 1)
+		a.SetUser(uid, 1, 0)
+		a.SetMember("room", uid, 1, false)
 		assert.Equal(t, 1, a.rec.count(uid, true), "%s online on return", uid)
 		assert.Contains(t, a.rec.membersOf("room"), uid, "%s in the room on return", uid)
 	}
@@ -119,15 +119,15 @@ func TestSlowRelayHoldsUpNoOtherShard(t *testing.T) {
 	}
 
 	a.follow(t, "#"+room, fast)
-	b.SetUser(fast, 1)
-	b.SetMember(room, fast, 1)
+	b.SetUser(fast, 1, 0)
+	b.SetMember(room, fast, 1, false)
 	a.rec.waitFor(t, testWait, "edges of other shards", func() bool {
 		return a.rec.count(fast, true) == 1 && len(a.rec.membersOf(room)) == 1
 	})
 	setDone := make(chan struct{})
 	go func() {
-		a.SetUser("other", 1)
-		a.SetMember(room, "other", 1)
+		a.SetUser("other", 1, 0)
+		a.SetMember(room, "other", 1, false)
 		close(setDone)
 	}()
 	select {
@@ -154,7 +154,7 @@ type callbackRelay struct {
 
 func (r *callbackRelay) Deliver(m presence.Message) {
 	if m.Disconnect {
-		r.e.SetUser(m.UID, 1)
+		r.e.SetUser(m.UID, 1, 0)
 	}
 	r.recorder.Deliver(m)
 }
@@ -168,7 +168,7 @@ func TestDisconnectMayCallBack(t *testing.T) {
 	})
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	a.follow(t, "bob")
-	a.SetUser("bob", 2)
+	a.SetUser("bob", 2, 0)
 	ctx := context.Background()
 	require.NoError(t, b.Publish(ctx, presence.Message{UID: "bob", Disconnect: true}))
 	require.NoError(t, b.Publish(ctx, presence.Message{UID: "bob", Frame: encoded("message", `{"type":"message"}`)}))

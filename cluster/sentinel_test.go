@@ -58,8 +58,8 @@ func TestSentinelFailover(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		n.follow(t, "stays", "arrives", "#room")
 	}
-	a.SetUser("stays", 1)
-	a.SetMember("room", "stays", 1)
+	a.SetUser("stays", 1, 0)
+	a.SetMember("room", "stays", 1, false)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "stays online and in the room on "+n.Node(), func() bool {
 			return n.rec.count("stays", true) == 1 && len(n.rec.membersOf("room")) == 1
@@ -72,8 +72,8 @@ func TestSentinelFailover(t *testing.T) {
 	}, testWait, 20*time.Millisecond, "the replica syncs")
 
 	master.kill()
-	b.SetUser("arrives", 1) // while the master is gone
-	b.SetMember("room", "arrives", 1)
+	b.SetUser("arrives", 1, 0) // while the master is gone
+	b.SetMember("room", "arrives", 1, false)
 	require.Eventually(t, func() bool {
 		info, err := rc.Info(context.Background(), "replication").Result()
 		return err == nil && infoField(info, "role") == "master"

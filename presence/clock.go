@@ -42,7 +42,10 @@ func (n *Node) makeClock(slots int, tick, lastSeenTTL time.Duration) error {
 		return err
 	}
 	n.seen.init(seen, lastSeenTTL)
-	n.expiry, err = tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick})
+	if n.expiry, err = tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick}); err != nil {
+		return err
+	}
+	n.idle, err = tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick})
 	return err
 }
 
@@ -88,7 +91,13 @@ func (n *Node) step(took time.Duration) {
 			expired = append(expired, c)
 		}
 	}
+	idle := n.idle.Advance()
 	n.mu.Lock()
+	for _, c := range idle {
+		if cs := n.conns[c]; cs != nil && !n.idle.Online(c) { // else active since
+			n.setAwayLocked(cs, true)
+		}
+	}
 	for _, uid := range n.leases.Advance() {
 		if u := n.users[uid]; u != nil && u.lease() != nil {
 			if n.reprieveLocked(&u.extra.reprieved) {

@@ -17,13 +17,15 @@ type connState struct {
 	uid       string
 	channels  []string
 	reprieved int64 // the stall (UnixNano) after which its timeout was put off
+	away      bool  // a lease never is
 }
 
 // userState counts one user's live connections on this node. During a grace
 // period conns is 0 and held lists the channels the last one had joined;
 // engine counts include the grace period as one connection.
 type userState struct {
-	conns int // live Clients, plus one for a lease
+	conns int32 // live Clients, plus one for a lease
+	away  int32 // of those, the away ones
 	// How many of its live connections joined each channel: first by its
 	// own list of channels, each other one in chans (a user joins few), so
 	// a user with one connection needs no chans. first is nil once it went;
@@ -38,6 +40,7 @@ type userState struct {
 type userExtra struct {
 	lease     *connState
 	inGrace   bool
+	graceAway bool // the last connection, which the grace period stands for, was away
 	held      []string
 	reprieved int64 // the stall (UnixNano) after which its lease or grace was put off
 }
@@ -69,9 +72,43 @@ func (u *userState) inGrace() bool { return u.extra != nil && u.extra.inGrace }
 
 func (u *userState) count() int {
 	if u.inGrace() {
-		return u.conns + 1
+		return int(u.conns) + 1
 	}
-	return u.conns
+	return int(u.conns)
+}
+
+func (u *userState) awayCount() int {
+	if u.inGrace() && u.extra.graceAway {
+		return int(u.away) + 1
+	}
+	return int(u.away)
+}
+
+// isAway reports whether every connection of u here is away.
+func (u *userState) isAway() bool {
+	n := u.count()
+	return n > 0 && u.awayCount() == n
+}
+
+// channels returns the channels u is a member of here.
+func (u *userState) channels() []string {
+	var out []string
+	if u.first != nil {
+		out = append(out, u.first.channels...)
+	}
+	for _, c := range u.chans {
+		if !slices.Contains(out, c.channel) {
+			out = append(out, c.channel)
+		}
+	}
+	if u.extra != nil {
+		for _, ch := range u.extra.held {
+			if !slices.Contains(out, ch) {
+				out = append(out, ch)
+			}
+		}
+	}
+	return out
 }
 
 // chanCount is how many of a user's live connections joined a channel.
@@ -163,6 +200,9 @@ func (n *Node) Connect(ctx context.Context, c Client, uid string, channels []str
 		n.joinCountLocked(cs, u, ch)
 	}
 	n.endGraceLocked(cs.uid, u)
+	if n.awayAfter > 0 {
+		n.idle.TouchFor(c, n.awayAfter)
+	}
 	n.mu.Unlock()
 	n.ring.Touch(c)
 	n.sendOps()
@@ -196,6 +236,7 @@ func (n *Node) Joined(c Client) []string {
 func (n *Node) Disconnect(c Client) {
 	n.ring.Remove(c)
 	n.expiry.Remove(c)
+	n.idle.Remove(c)
 	n.mu.Lock()
 	cs := n.conns[c]
 	if cs == nil {
@@ -222,8 +263,9 @@ func (n *Node) attachLocked(cs *connState) *userState {
 	if u.first == nil {
 		u.first = cs // it has joined nothing yet: chans stays right
 	}
+	was := u.isAway()
 	u.conns++
-	n.setUserLocked(cs.uid, u.count())
+	n.setUserLocked(cs.uid, u, was)
 	return u
 }
 
@@ -232,11 +274,16 @@ func (n *Node) attachLocked(cs *connState) *userState {
 // user leaves them and goes offline now.
 func (n *Node) detachLocked(cs *connState) {
 	u := n.users[cs.uid]
+	was := u.isAway()
 	u.conns--
+	if cs.away {
+		u.away--
+	}
 	hold := u.conns == 0 && n.grace > 0 && !n.closing
 	if hold {
 		x := u.ext()
 		x.inGrace = true
+		x.graceAway = cs.away
 		x.held = append(x.held, cs.channels...)
 		n.graces.TouchFor(cs.uid, n.grace)
 	}
@@ -249,7 +296,7 @@ func (n *Node) detachLocked(cs *connState) {
 		u.first = nil
 	}
 	if !hold {
-		n.setUserLocked(cs.uid, u.count())
+		n.setUserLocked(cs.uid, u, was)
 		n.forgetLocked(cs.uid, u)
 	}
 }
@@ -269,14 +316,16 @@ func (n *Node) endGraceLocked(uid string, u *userState) {
 		return
 	}
 	n.graces.Remove(uid)
+	was := u.isAway()
 	held := u.extra.held
 	u.extra.inGrace = false
+	u.extra.graceAway = false
 	u.extra.held = nil
 	u.tidy()
 	for _, ch := range held {
-		n.setMemberLocked(ch, uid, u.memberCount(ch))
+		n.setMemberLocked(ch, uid, u)
 	}
-	n.setUserLocked(uid, u.count())
+	n.setUserLocked(uid, u, was)
 }
 
 // joinCountLocked counts cs in channel, if it had not joined it.
@@ -289,7 +338,7 @@ func (n *Node) joinCountLocked(cs *connState, u *userState, channel string) {
 		if cs != u.first {
 			u.addJoined(channel, 1)
 		}
-		n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
+		n.setMemberLocked(channel, cs.uid, u)
 	}
 }
 
@@ -299,7 +348,7 @@ func (n *Node) leaveCountLocked(cs *connState, u *userState, channel string) {
 	if cs != u.first {
 		u.addJoined(channel, -1)
 	}
-	n.setMemberLocked(channel, cs.uid, u.memberCount(channel))
+	n.setMemberLocked(channel, cs.uid, u)
 }
 
 // Join joins c to channel and sends c a joined snapshot; joining again sends
@@ -322,6 +371,9 @@ func (n *Node) Join(ctx context.Context, c Client, channel string) error {
 		err = ErrTooManyChannels
 	case !already:
 		n.joinCountLocked(cs, n.users[cs.uid], channel)
+	}
+	if err == nil {
+		n.activeLocked(c, cs)
 	}
 	n.mu.Unlock()
 	if err != nil || already {
@@ -402,8 +454,9 @@ func (n *Node) Chat(ctx context.Context, c Client, channel, text string) error {
 	if !joined {
 		return ErrNotJoined
 	}
+	n.markActive(c)
 	frame := protocol.MustEncode(protocol.Chat{Channel: channel, From: cs.uid, Text: text})
-	return n.engine.Publish(ctx, Message{Channel: channel, Frame: frame})
+	return n.engine.Publish(ctx, Message{Channel: channel, From: cs.uid, Frame: frame})
 }
 
 // Publish sends data, valid JSON, in a publish frame to every connection

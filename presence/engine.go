@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"time"
 
 	"github.com/presenced/presenced/protocol"
 )
@@ -28,11 +29,15 @@ type Engine interface {
 	Run(ctx context.Context) error
 
 	// SetUser reports that this node now holds n live connections of uid
-	// (0: none). It must not block on I/O: a networked engine batches.
-	SetUser(uid string, n int)
+	// (0: none), away of which are away. A user is away while online with
+	// every connection, on every node, away. It must not block on I/O: a
+	// networked engine batches.
+	SetUser(uid string, n, away int)
 	// SetMember reports that n of this node's live connections of uid have
-	// joined channel (0: none). It must not block on I/O.
-	SetMember(channel, uid string, n int)
+	// joined channel (0: none), and whether every connection of uid on this
+	// node is away: a channel learns which members are away from its own
+	// records, without asking the user's. It must not block on I/O.
+	SetMember(channel, uid string, n int, away bool)
 
 	// Follow starts delivering topics to the Relay and returns once the
 	// Relay has each topic's current state, or when ctx is done: the
@@ -44,6 +49,10 @@ type Engine interface {
 
 	// User returns the number of live connections of uid on all nodes.
 	User(ctx context.Context, uid string) (conns int, err error)
+	// Status returns what is known of uid on all nodes: its live
+	// connections, whether it is away and, if the engine keeps them, when
+	// it last went offline.
+	Status(ctx context.Context, uid string) (UserStatus, error)
 	// Users returns how many users are online on all nodes and up to limit
 	// of their IDs in ascending order (limit <= 0: none).
 	Users(ctx context.Context, limit int) (count int, users []string, err error)
@@ -72,20 +81,70 @@ type Engine interface {
 // that routes delivers only the topics its node follows. Relay methods never
 // block on I/O and never call the Engine; an engine calls them holding none
 // of its own locks, in the order of each topic's edges.
+//
+// Activity edges come the same way: a user turns away while online when its
+// last active connection turns away, and active again when one is active; a
+// member of a channel, when every connection of the user on every node that
+// holds the membership says so. An online user who arrives away gets its
+// online edge, then its away edge; a user who goes offline away gets no
+// active edge.
 type Relay interface {
-	// UserChanged reports a user's edge.
+	// UserChanged reports a user's online or offline edge.
 	UserChanged(uid string, online bool)
+	// ActivityChanged reports an online user's away or active edge.
+	ActivityChanged(uid string, away bool)
 	// Produced reports an edge that this node's change (or its claim of a
 	// dead node's records) produced: each edge reaches Produced on exactly
 	// one node.
-	Produced(uid string, online bool)
+	Produced(e Edge)
 	MemberChanged(channel, uid string, joined bool)
-	// SetMembers replaces what the Relay knows of channel's members with a
-	// snapshot (when the node starts following the channel, or catches up
-	// after losing what it shares presence through); the differences count
-	// as edges.
-	SetMembers(channel string, members []string)
+	// MemberActivity reports a member's away or active edge in channel.
+	MemberActivity(channel, uid string, away bool)
+	// SetMembers replaces what the Relay knows of channel's members, and of
+	// which of them are away, with a snapshot (when the node starts
+	// following the channel, or catches up after losing what it shares
+	// presence through); the differences count as edges.
+	SetMembers(channel string, members, away []string)
 	Deliver(m Message)
+}
+
+// UserStatus is what Engine.Status knows of a user.
+type UserStatus struct {
+	Conns    int       // live connections on all nodes
+	Away     bool      // online with every connection away
+	LastSeen time.Time // when it last went offline; zero: not known
+}
+
+// An EdgeKind says what an Edge changed.
+type EdgeKind uint8
+
+// The kinds of edges.
+const (
+	EdgeOnline EdgeKind = iota + 1
+	EdgeOffline
+	EdgeJoin
+	EdgeLeave
+	EdgeAway
+	EdgeActive
+)
+
+var edgeNames = [...]string{EdgeOnline: "online", EdgeOffline: "offline", EdgeJoin: "join", EdgeLeave: "leave", EdgeAway: "away", EdgeActive: "active"}
+
+// String returns the kind's name on the wire: "online", "join", "away", ...
+func (k EdgeKind) String() string {
+	if int(k) < len(edgeNames) && edgeNames[k] != "" {
+		return edgeNames[k]
+	}
+	return "unknown"
+}
+
+// An Edge is one change of presence, as it happened: a user going online or
+// offline, away or active, or joining or leaving a channel.
+type Edge struct {
+	Kind    EdgeKind
+	UID     string
+	Channel string    // EdgeJoin and EdgeLeave only
+	At      time.Time // when it happened
 }
 
 // A Topic is one channel or one user (exactly one field is set) that an
@@ -99,9 +158,15 @@ type Topic struct {
 // one channel (Channel); exactly one of the two is set. It carries a frame
 // encoded once, or with Disconnect set (and UID) it ends every connection of
 // the user.
+//
+// In a channel, From names the user a chat line is from, whose typing there
+// it ends; with Typing set the message has no frame and says that From is
+// typing in Channel.
 type Message struct {
 	Channel    string
 	UID        string
 	Frame      protocol.Encoded
 	Disconnect bool
+	From       string
+	Typing     bool
 }

@@ -172,10 +172,11 @@ func (n *Node) settled(topics []Topic, done chan struct{}) {
 }
 
 // engineOp is one SetUser (channel "") or SetMember call, queued under
-// Node.mu and made after it.
+// Node.mu and made after it: away is the connections away, or for a
+// membership 1 if the user is away here.
 type engineOp struct {
 	channel, uid string
-	n            int
+	n, away      int
 }
 
 // outbox holds the Engine calls the Node's changes made, in order, so the
@@ -188,13 +189,25 @@ type outbox struct {
 	done     sync.Cond // on Node.mu: sent moved or draining ended
 }
 
-func (n *Node) setUserLocked(uid string, count int) {
-	n.out.ops = append(n.out.ops, engineOp{uid: uid, n: count})
+// setUserLocked queues u's counts for the Engine. was is whether u was
+// away here before the change: if that turned, each of its memberships
+// carries the news to its channel.
+func (n *Node) setUserLocked(uid string, u *userState, was bool) {
+	n.out.ops = append(n.out.ops, engineOp{uid: uid, n: u.count(), away: u.awayCount()})
 	n.out.queued++
+	if u.isAway() != was {
+		for _, ch := range u.channels() {
+			n.setMemberLocked(ch, uid, u)
+		}
+	}
 }
 
-func (n *Node) setMemberLocked(channel, uid string, count int) {
-	n.out.ops = append(n.out.ops, engineOp{channel: channel, uid: uid, n: count})
+func (n *Node) setMemberLocked(channel, uid string, u *userState) {
+	op := engineOp{channel: channel, uid: uid, n: u.memberCount(channel)}
+	if u.isAway() {
+		op.away = 1
+	}
+	n.out.ops = append(n.out.ops, op)
 	n.out.queued++
 }
 
@@ -217,9 +230,9 @@ func (n *Node) sendOps() {
 		n.mu.Unlock()
 		for _, op := range batch {
 			if op.channel == "" {
-				n.engine.SetUser(op.uid, op.n)
+				n.engine.SetUser(op.uid, op.n, op.away)
 			} else {
-				n.engine.SetMember(op.channel, op.uid, op.n)
+				n.engine.SetMember(op.channel, op.uid, op.n, op.away == 1)
 			}
 		}
 		n.mu.Lock()

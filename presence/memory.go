@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/internal/sortedset"
@@ -13,7 +14,12 @@ import (
 // edge and message to the Relay at once, on the caller's goroutine, so what
 // a client did is visible to the next tick.
 func NewMemoryEngine() Engine {
-	return &memoryEngine{multi: make(map[string]int), channels: make(map[string]*sortedset.Set)}
+	return &memoryEngine{
+		multi:    make(map[string]int),
+		away:     make(map[string]struct{}),
+		channels: make(map[string]*sortedset.Set),
+		awayIn:   make(map[membership]struct{}),
+	}
 }
 
 type memoryEngine struct {
@@ -25,10 +31,14 @@ type memoryEngine struct {
 	mu       sync.Mutex
 	online   sortedset.Set  // the users online, in order for listings
 	multi    map[string]int // uid -> connections, for the users online with more than one
+	away     map[string]struct{}
 	channels map[string]*sortedset.Set
+	awayIn   map[membership]struct{} // the memberships of away users
 
-	multiPeak, channelsPeak int
+	multiPeak, awayPeak, channelsPeak, awayInPeak int
 }
+
+type membership struct{ channel, uid string }
 
 func (e *memoryEngine) Attach(r Relay) { e.relay = r }
 
@@ -38,7 +48,7 @@ func (e *memoryEngine) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (e *memoryEngine) SetUser(uid string, n int) {
+func (e *memoryEngine) SetUser(uid string, n, away int) {
 	e.mu.Lock()
 	var was bool
 	if n > 0 {
@@ -52,14 +62,35 @@ func (e *memoryEngine) SetUser(uid string, n int) {
 		delete(e.multi, uid)
 		e.multi = shrink.Map(e.multi, &e.multiPeak)
 	}
+	_, wasAway := e.away[uid]
+	isAway := n > 0 && away >= n
+	if isAway && !wasAway {
+		e.away[uid] = struct{}{}
+	} else if !isAway && wasAway {
+		delete(e.away, uid)
+		e.away = shrink.Map(e.away, &e.awayPeak)
+	}
 	e.mu.Unlock()
+	now := time.Now()
 	if was != (n > 0) {
+		kind := EdgeOffline
+		if n > 0 {
+			kind = EdgeOnline
+		}
 		e.relay.UserChanged(uid, n > 0)
-		e.relay.Produced(uid, n > 0)
+		e.relay.Produced(Edge{Kind: kind, UID: uid, At: now})
+	}
+	if n > 0 && isAway != (was && wasAway) {
+		kind := EdgeActive
+		if isAway {
+			kind = EdgeAway
+		}
+		e.relay.ActivityChanged(uid, isAway)
+		e.relay.Produced(Edge{Kind: kind, UID: uid, At: now})
 	}
 }
 
-func (e *memoryEngine) SetMember(channel, uid string, n int) {
+func (e *memoryEngine) SetMember(channel, uid string, n int, away bool) {
 	e.mu.Lock()
 	members := e.channels[channel]
 	var changed bool
@@ -77,9 +108,27 @@ func (e *memoryEngine) SetMember(channel, uid string, n int) {
 			e.channels = shrink.Map(e.channels, &e.channelsPeak)
 		}
 	}
+	key := membership{channel, uid}
+	_, wasAway := e.awayIn[key]
+	isAway := n > 0 && away
+	if isAway && !wasAway {
+		e.awayIn[key] = struct{}{}
+	} else if !isAway && wasAway {
+		delete(e.awayIn, key)
+		e.awayIn = shrink.Map(e.awayIn, &e.awayInPeak)
+	}
 	e.mu.Unlock()
 	if changed {
+		kind := EdgeLeave
+		if n > 0 {
+			kind = EdgeJoin
+		}
 		e.relay.MemberChanged(channel, uid, n > 0)
+		e.relay.Produced(Edge{Kind: kind, UID: uid, Channel: channel, At: time.Now()})
+	}
+	// A leave takes the member's activity with it.
+	if n > 0 && isAway != (wasAway && !changed) {
+		e.relay.MemberActivity(channel, uid, isAway)
 	}
 }
 
@@ -88,15 +137,23 @@ func (e *memoryEngine) Follow(ctx context.Context, topics []Topic) error { retur
 func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 
 func (e *memoryEngine) User(ctx context.Context, uid string) (int, error) {
+	st, err := e.Status(ctx, uid)
+	return st.Conns, err
+}
+
+// Status keeps no last-seen records: the Node does, for every edge of this
+// engine.
+func (e *memoryEngine) Status(ctx context.Context, uid string) (UserStatus, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	_, away := e.away[uid]
 	if n, ok := e.multi[uid]; ok {
-		return n, nil
+		return UserStatus{Conns: n, Away: away}, nil
 	}
 	if e.online.Has(uid) {
-		return 1, nil
+		return UserStatus{Conns: 1, Away: away}, nil
 	}
-	return 0, nil
+	return UserStatus{}, nil
 }
 
 // Users lists from an ordered index: O(limit), whatever the count.

@@ -87,6 +87,19 @@ type Config struct {
 	// a dead node) produced it. It runs on a goroutine of its own, one call
 	// at a time, in the order of the edges.
 	OnPresence func(uid string, online bool)
+	// OnActivity, if set, is told of each user's away and active edges, the
+	// same way as OnPresence, on the same goroutine.
+	OnActivity func(uid string, away bool)
+	// OnEdges, if set, is given the edges this node produced (the same as
+	// OnPresence and OnActivity, and each channel's join and leave) once per
+	// tick that has any, in the order they happened, on the same goroutine:
+	// for webhooks.
+	OnEdges func(edges []Edge)
+
+	// AwayAfter marks a connection away after it sent no activity, chat,
+	// typing or join frame for that long; 0 never does. A client may also
+	// say it is away itself (SetActivity).
+	AwayAfter time.Duration
 
 	// LastSeenTTL is how long the Node keeps when a user went offline, for
 	// LastSeen; 0 means DefaultLastSeenTTL (24 hours).
@@ -121,6 +134,7 @@ type Node struct {
 	maxWatch    int
 	maxChannels int
 	onStep      func(time.Duration)
+	awayAfter   time.Duration
 
 	// The clock. ring is stepped by Run and steps the others from its
 	// OnStep, so every deadline moves on one cursor; they are trackers
@@ -129,6 +143,7 @@ type Node struct {
 	leases *tracker.Tracker[string] // HTTP-heartbeat leases, by user
 	graces *tracker.Tracker[string] // grace periods, by user
 	expiry *tracker.Tracker[Client] // sessions, due when their token expires
+	idle   *tracker.Tracker[Client] // active connections, due AwayAfter after their last activity
 	// stalled says when the clock last stalled: ring.Stalled.
 	stalled func() time.Time
 	seen    lastSeen // when users went offline, on a ring of its own
@@ -153,8 +168,8 @@ type Node struct {
 // New returns a Node for cfg, or an error if cfg is invalid. It hands the
 // Engine its Relay; nothing steps until Run or Step.
 func New(cfg Config) (*Node, error) {
-	if cfg.Grace < 0 || cfg.MemberList < 0 || cfg.PresenceLists < 0 || cfg.MaxWatch < 0 || cfg.MaxChannels < 0 || cfg.LastSeenTTL < 0 {
-		return nil, errors.New("presence: Config: Grace, MemberList, PresenceLists, MaxWatch, MaxChannels and LastSeenTTL must not be negative")
+	if cfg.Grace < 0 || cfg.MemberList < 0 || cfg.PresenceLists < 0 || cfg.MaxWatch < 0 || cfg.MaxChannels < 0 || cfg.LastSeenTTL < 0 || cfg.AwayAfter < 0 {
+		return nil, errors.New("presence: Config: Grace, MemberList, PresenceLists, MaxWatch, MaxChannels, LastSeenTTL and AwayAfter must not be negative")
 	}
 	n := &Node{
 		engine:      cfg.Engine,
@@ -163,6 +178,7 @@ func New(cfg Config) (*Node, error) {
 		maxWatch:    cmp.Or(cfg.MaxWatch, DefaultMaxWatch),
 		maxChannels: cmp.Or(cfg.MaxChannels, DefaultMaxChannels),
 		onStep:      cfg.OnStep,
+		awayAfter:   cfg.AwayAfter,
 		conns:       make(map[Client]*connState),
 		users:       make(map[string]*userState),
 		refs: followers{
@@ -182,7 +198,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.out.done.L = &n.mu
 	n.v.init(cmp.Or(cfg.MemberList, DefaultMemberList), cmp.Or(cfg.PresenceLists, DefaultPresenceLists))
-	n.v.notify.fn = cfg.OnPresence
+	n.v.notify.onPresence = cfg.OnPresence
+	n.v.notify.onActivity = cfg.OnActivity
+	n.v.notify.onEdges = cfg.OnEdges
 	n.v.seen = &n.seen
 	n.engine.Attach(&n.v)
 	return n, nil
@@ -197,6 +215,22 @@ func (n *Node) LastSeen(uid string) (t time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(ms), true
+}
+
+// Status returns what is known of uid on every node: its live connections,
+// whether it is away and, while it is offline, when it went offline, from
+// the Engine's records or else this node's (LastSeen).
+func (n *Node) Status(ctx context.Context, uid string) (UserStatus, error) {
+	st, err := n.engine.Status(ctx, uid)
+	if err != nil {
+		return UserStatus{}, err
+	}
+	if st.Conns > 0 {
+		st.LastSeen = time.Time{}
+	} else if st.LastSeen.IsZero() {
+		st.LastSeen, _ = n.LastSeen(uid)
+	}
+	return st, nil
 }
 
 // Engine returns the Engine the Node reports to.
@@ -267,13 +301,15 @@ func (n *Node) Shutdown() {
 	n.sendOps()
 }
 
-// Close stops the clock and waits for pending OnPresence calls. Call it
+// Close stops the clock and waits for pending OnPresence, OnActivity and
+// OnEdges calls. Call it
 // after Shutdown and Run, once every connection is disconnected.
 func (n *Node) Close() {
 	n.ring.Close()
 	n.leases.Close()
 	n.graces.Close()
 	n.expiry.Close()
+	n.idle.Close()
 	n.v.notify.close()
 }
 

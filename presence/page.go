@@ -86,8 +86,32 @@ func (v *view) page(c Client, channel, after string, limit int) bool {
 	}
 	count, members := cv.pageAt(int(s.base), after, min(limit, math.MaxInt32)+1)
 	members, next := cutPage(members, limit)
-	c.Send(protocol.MustEncode(protocol.MembersPage{Channel: channel, Count: count, Members: members, Next: next}))
+	var away []string
+	if wasAway := cv.awayAt(int(s.base)); wasAway != nil {
+		for _, uid := range members {
+			if wasAway(uid) {
+				away = append(away, uid)
+			}
+		}
+	}
+	c.Send(protocol.MustEncode(protocol.MembersPage{Channel: channel, Count: count, Members: members, Away: away, Next: next}))
 	return true
+}
+
+// awayAt returns whether a member was away at position base of this tick's
+// log: as now, unless the log since has an activity edge of it, whose first
+// says what it was before. nil: nobody was.
+func (cv *channelView) awayAt(base int) func(uid string) bool {
+	was := firstActivity(cv.log[min(base, len(cv.log)):])
+	if was == nil && len(cv.away) == 0 {
+		return nil
+	}
+	return func(uid string) bool {
+		if a, ok := was[uid]; ok {
+			return a
+		}
+		return cv.isAway(uid)
+	}
 }
 
 // pageAt returns how many members cv had at position base of this tick's

@@ -46,18 +46,59 @@ type view struct {
 type userView struct {
 	c      Client // nil: none here
 	online bool
+	away   bool // online and away
 }
 
+// edge is one entry of a per-tick log: on is joined (or online), or with
+// act set, away.
 type edge struct {
 	uid string
 	on  bool
+	act bool // an activity edge
 }
 
 type channelView struct {
 	name    string
 	members sortedset.Set
+	away    map[string]struct{} // the members who are away; nil: none
 	subs    map[Client]sub
 	log     []edge // member edges this tick, kept only while there are subs
+}
+
+func (cv *channelView) isAway(uid string) bool {
+	_, ok := cv.away[uid]
+	return ok
+}
+
+// setAway records whether member uid is away and reports whether that
+// changed.
+func (cv *channelView) setAway(uid string, away bool) bool {
+	if away == cv.isAway(uid) {
+		return false
+	}
+	if away {
+		if cv.away == nil {
+			cv.away = make(map[string]struct{})
+		}
+		cv.away[uid] = struct{}{}
+	} else if delete(cv.away, uid); len(cv.away) == 0 {
+		cv.away = nil
+	}
+	return true
+}
+
+// awayAmong returns those of uids (sorted) who are away.
+func (cv *channelView) awayAmong(uids []string) []string {
+	var out []string
+	if len(cv.away) == 0 {
+		return nil
+	}
+	for _, uid := range uids {
+		if cv.isAway(uid) {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 // sub is one client's subscription to a channel: base is the log position
@@ -83,17 +124,16 @@ func (v *view) init(memberList, presenceLists int) {
 	v.watching = make(map[Client]*watchState)
 }
 
-// Produced passes an edge this node made on to OnPresence.
-func (v *view) Produced(uid string, online bool) {
-	if !online && v.seen != nil {
-		v.seen.record(uid, time.Now())
+// Produced passes an edge this node made on to the embedder's callbacks,
+// and records when a user went offline.
+func (v *view) Produced(e Edge) {
+	if e.Kind == EdgeOffline && v.seen != nil {
+		v.seen.record(e.UID, e.At)
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.notify.push(uid, online)
+	v.notify.push(e)
 }
 
-// UserChanged records an online or offline edge.
+// UserChanged records an online or offline edge; offline ends being away.
 func (v *view) UserChanged(uid string, online bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -101,10 +141,14 @@ func (v *view) UserChanged(uid string, online bool) {
 	if u.online == online {
 		return
 	}
-	u.online = online
+	wasAway := u.away
+	u.online, u.away = online, false
 	v.putUser(uid, u)
 	if len(v.watchers[uid]) > 0 {
-		v.userLog = append(v.userLog, edge{uid, online})
+		if wasAway {
+			v.userLog = append(v.userLog, edge{uid: uid, act: true})
+		}
+		v.userLog = append(v.userLog, edge{uid: uid, on: online})
 		if !online {
 			if v.offAt == nil {
 				v.offAt = make(map[string]int64)
@@ -114,6 +158,48 @@ func (v *view) UserChanged(uid string, online bool) {
 	}
 }
 
+// ActivityChanged records an online user's away or active edge.
+func (v *view) ActivityChanged(uid string, away bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	u := v.users[uid]
+	if !u.online || u.away == away {
+		return
+	}
+	u.away = away
+	v.putUser(uid, u)
+	if len(v.watchers[uid]) > 0 {
+		v.userLog = append(v.userLog, edge{uid: uid, on: away, act: true})
+	}
+}
+
+// MemberActivity records a member's away or active edge in channel.
+func (v *view) MemberActivity(channel, uid string, away bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.memberActivityLocked(channel, uid, away)
+}
+
+func (v *view) memberActivityLocked(channel, uid string, away bool) {
+	cv := v.channels[channel]
+	if cv == nil || !cv.members.Has(uid) || !cv.setAway(uid, away) {
+		return
+	}
+	v.logLocked(cv, edge{uid: uid, on: away, act: true})
+}
+
+// logLocked appends e to cv's log for the tick's diffs, if anyone here
+// subscribes to cv.
+func (v *view) logLocked(cv *channelView, e edge) {
+	if len(cv.subs) == 0 {
+		return
+	}
+	if len(cv.log) == 0 {
+		v.dirty = append(v.dirty, cv)
+	}
+	cv.log = append(cv.log, e)
+}
+
 // MemberChanged records a join or leave edge of channel.
 func (v *view) MemberChanged(channel, uid string, joined bool) {
 	v.mu.Lock()
@@ -121,14 +207,18 @@ func (v *view) MemberChanged(channel, uid string, joined bool) {
 	v.memberChangedLocked(channel, uid, joined)
 }
 
-// SetMembers replaces channel's members with a snapshot, recording the
-// differences as edges.
-func (v *view) SetMembers(channel string, members []string) {
+// SetMembers replaces channel's members, and who of them is away, with a
+// snapshot, recording the differences as edges.
+func (v *view) SetMembers(channel string, members, away []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := make(map[string]struct{}, len(members))
 	for _, uid := range members {
 		now[uid] = struct{}{}
+	}
+	isAway := make(map[string]struct{}, len(away))
+	for _, uid := range away {
+		isAway[uid] = struct{}{}
 	}
 	if cv := v.channels[channel]; cv != nil {
 		for _, uid := range cv.members.First(cv.members.Len()) {
@@ -139,6 +229,8 @@ func (v *view) SetMembers(channel string, members []string) {
 	}
 	for _, uid := range members {
 		v.memberChangedLocked(channel, uid, true)
+		_, a := isAway[uid]
+		v.memberActivityLocked(channel, uid, a)
 	}
 }
 
@@ -154,12 +246,12 @@ func (v *view) memberChangedLocked(channel, uid string, joined bool) {
 	if joined && !cv.members.Add(uid) || !joined && !cv.members.Remove(uid) {
 		return
 	}
-	if len(cv.subs) > 0 {
-		if len(cv.log) == 0 {
-			v.dirty = append(v.dirty, cv)
-		}
-		cv.log = append(cv.log, edge{uid, joined})
+	if !joined && cv.setAway(uid, false) {
+		// Logged, so that a diff that nets the leave out (the user is back
+		// within the tick) still sees the activity it had.
+		v.logLocked(cv, edge{uid: uid, act: true})
 	}
+	v.logLocked(cv, edge{uid: uid, on: joined})
 	v.dropIfUnused(cv)
 }
 
@@ -276,7 +368,8 @@ func (v *view) subscribe(c Client, channel string) {
 		v.channels[channel] = cv
 	}
 	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(cv.members.Len())}
-	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: cv.members.First(v.memberList)}))
+	members := cv.members.First(v.memberList)
+	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: members, Away: cv.awayAmong(members)}))
 }
 
 func (v *view) unsubscribe(c Client, channel string) {
@@ -301,6 +394,7 @@ func (v *view) watch(c Client, uids []string) (old []string) {
 		v.rebased = append(v.rebased, ws)
 	}
 	online := []string{}
+	var away []string
 	for _, uid := range uids {
 		w := v.watchers[uid]
 		if w == nil {
@@ -308,11 +402,14 @@ func (v *view) watch(c Client, uids []string) (old []string) {
 			v.watchers[uid] = w
 		}
 		w[c] = struct{}{}
-		if v.users[uid].online {
+		if u := v.users[uid]; u.online {
 			online = append(online, uid)
+			if u.away {
+				away = append(away, uid)
+			}
 		}
 	}
-	c.Send(protocol.MustEncode(protocol.Watching{Online: online}))
+	c.Send(protocol.MustEncode(protocol.Watching{Online: online, Away: away}))
 	return old
 }
 
@@ -354,6 +451,7 @@ func (v *view) flush() {
 	v.rebased = reuse(v.rebased)
 	v.userLog = reuse(v.userLog)
 	v.offAt = nil
+	v.notify.endTick()
 }
 
 // keepLog is the most entries a per-tick list keeps room for between ticks.
@@ -404,11 +502,13 @@ func (v *view) diff(cv *channelView, s sub, count int, lists bool) *protocol.Enc
 		f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, CountOnly: true})
 		return &f
 	}
-	joins, leaves := netEdges(cv.log[min(int(s.base), len(cv.log)):], cv.members.Has)
-	if len(joins) == 0 && len(leaves) == 0 {
+	log := cv.log[min(int(s.base), len(cv.log)):]
+	joins, leaves := netEdges(log, cv.members.Has)
+	away, active := netActivity(log, joins, cv.members.Has, cv.isAway)
+	if len(joins) == 0 && len(leaves) == 0 && len(away) == 0 && len(active) == 0 {
 		return nil
 	}
-	f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, Joins: joins, Leaves: leaves})
+	f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, Joins: joins, Leaves: leaves, Away: away, Active: active})
 	return &f
 }
 
@@ -418,6 +518,9 @@ func (v *view) diff(cv *channelView, s sub, count int, lists bool) *protocol.Enc
 func netEdges(log []edge, now func(uid string) bool) (in, out []string) {
 	seen := make(map[string]struct{}, len(log))
 	for _, e := range log {
+		if e.act {
+			continue
+		}
 		if _, dup := seen[e.uid]; dup {
 			continue
 		}
@@ -435,19 +538,72 @@ func netEdges(log []edge, now func(uid string) bool) (in, out []string) {
 	return in, out
 }
 
+// netActivity nets log's activity edges, as netEdges does its presence
+// edges, for those who are in now (in: is): see firstActivity. It returns
+// those who turned away and those back from away, each sorted. A user who
+// came in (in came, sorted) away is among the away: it is new to whoever
+// applies the log.
+func netActivity(log []edge, came []string, in, away func(uid string) bool) (turned, back []string) {
+	was := firstActivity(log)
+	for uid, wasAway := range was {
+		if !in(uid) {
+			continue
+		}
+		_, fresh := slices.BinarySearch(came, uid)
+		switch isAway := away(uid); {
+		case isAway && (fresh || !wasAway):
+			turned = append(turned, uid)
+		case !isAway && wasAway && !fresh:
+			back = append(back, uid)
+		}
+	}
+	for _, uid := range came {
+		if _, logged := was[uid]; !logged && away(uid) {
+			turned = append(turned, uid)
+		}
+	}
+	slices.Sort(turned)
+	slices.Sort(back)
+	return turned, back
+}
+
+// firstActivity says, for each user with an activity edge in log, whether
+// it was away before the log: its first activity edge is away if it was
+// active, active if it was away. nil: no activity edge.
+func firstActivity(log []edge) map[string]bool {
+	var was map[string]bool
+	for _, e := range log {
+		if !e.act {
+			continue
+		}
+		if was == nil {
+			was = make(map[string]bool)
+		}
+		if _, dup := was[e.uid]; !dup {
+			was[e.uid] = !e.on
+		}
+	}
+	return was
+}
+
 func (v *view) flushStatus() {
 	isOnline := func(uid string) bool { return v.users[uid].online }
+	isAway := func(uid string) bool { return v.users[uid].away }
 	type status struct {
-		online, offline []string
-		lastSeen        map[string]int64
+		online, offline, away, active []string
+		lastSeen                      map[string]int64
 	}
 	out := make(map[Client]*status)
-	add := func(c Client, uid string, online bool) {
+	get := func(c Client) *status {
 		st := out[c]
 		if st == nil {
 			st = &status{online: []string{}, offline: []string{}}
 			out[c] = st
 		}
+		return st
+	}
+	add := func(c Client, uid string, online bool) {
+		st := get(c)
 		if online {
 			st.online = append(st.online, uid)
 			return
@@ -460,36 +616,54 @@ func (v *view) flushStatus() {
 			st.lastSeen[uid] = at
 		}
 	}
-	fromStart := func(uids []string, online bool) {
-		for _, uid := range uids {
+	addActivity := func(c Client, uid string, away bool) {
+		st := get(c)
+		if away {
+			st.away = append(st.away, uid)
+		} else {
+			st.active = append(st.active, uid)
+		}
+	}
+	on, off := netEdges(v.userLog, isOnline)
+	turned, back := netActivity(v.userLog, on, isOnline, isAway)
+	for _, l := range []struct {
+		uids []string
+		add  func(Client, string, bool)
+		on   bool
+	}{{on, add, true}, {off, add, false}, {turned, addActivity, true}, {back, addActivity, false}} {
+		for _, uid := range l.uids {
 			for c := range v.watchers[uid] {
 				if v.watching[c].base == 0 {
-					add(c, uid, online)
+					l.add(c, uid, l.on)
 				}
 			}
 		}
 	}
-	on, off := netEdges(v.userLog, isOnline)
-	fromStart(on, true)
-	fromStart(off, false)
 	// Watching since mid-tick: only what followed the watching frame counts.
 	for _, ws := range v.rebased {
 		if v.watching[ws.c] != ws {
 			continue // replaced, or the client is gone
 		}
-		in, gone := netEdges(v.userLog[ws.base:], isOnline)
-		for _, uid := range in {
-			if _, ok := slices.BinarySearch(ws.uids, uid); ok {
-				add(ws.c, uid, true)
-			}
+		log := v.userLog[ws.base:]
+		in, gone := netEdges(log, isOnline)
+		turned, back := netActivity(log, in, isOnline, isAway)
+		watched := func(uid string) bool {
+			_, ok := slices.BinarySearch(ws.uids, uid)
+			return ok
 		}
-		for _, uid := range gone {
-			if _, ok := slices.BinarySearch(ws.uids, uid); ok {
-				add(ws.c, uid, false)
+		for _, l := range []struct {
+			uids []string
+			add  func(Client, string, bool)
+			on   bool
+		}{{in, add, true}, {gone, add, false}, {turned, addActivity, true}, {back, addActivity, false}} {
+			for _, uid := range l.uids {
+				if watched(uid) {
+					l.add(ws.c, uid, l.on)
+				}
 			}
 		}
 	}
 	for c, st := range out {
-		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline, LastSeen: st.lastSeen}))
+		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline, Away: st.away, Active: st.active, LastSeen: st.lastSeen}))
 	}
 }

@@ -39,6 +39,16 @@ type (
 		After   string `json:"after"`
 		Limit   int    `json:"limit"`
 	}
+	// Activity sets the connection's activity: State is "away" or
+	// "active". It has no answer.
+	Activity struct {
+		State string `json:"state"`
+	}
+	// Typing marks the user typing in a joined channel for a while; the
+	// channel's members hear of it in TypingUsers frames.
+	Typing struct {
+		Channel string `json:"channel"`
+	}
 	// Silence (demo mode only) stops the connection's control frames from
 	// counting as keepalives until its next data frame.
 	Silence struct{}
@@ -67,42 +77,62 @@ type (
 		Ref     json.RawMessage `json:"ref,omitempty"`
 	}
 	// Joined is a channel's snapshot: Count is exact, Members sorted and
-	// possibly cut short.
+	// possibly cut short; Away lists those of Members who are away.
 	Joined struct {
 		Channel string   `json:"channel"`
 		Count   int      `json:"count"`
 		Members []string `json:"members"`
+		Away    []string `json:"away,omitempty"`
 	}
 	// MembersPage answers Members: Count is exact, Members sorted, and Next,
 	// set when more members follow, is the After of the next page.
+	// Away lists those of Members who are away.
 	MembersPage struct {
 		Channel string   `json:"channel"`
 		Count   int      `json:"count"`
 		Members []string `json:"members"`
+		Away    []string `json:"away,omitempty"`
 		Next    string   `json:"next,omitempty"`
 	}
 	// Left confirms a Leave.
 	Left struct {
 		Channel string `json:"channel"`
 	}
-	// Presence is a channel's diff over one tick. CountOnly marks a big
-	// channel's diff, which carries no lists.
+	// Presence is a channel's diff over one tick. Away lists the members
+	// who turned away in the tick (a user who joins away is in Joins and
+	// Away), Active those back from away. CountOnly marks a big channel's
+	// diff, which carries no lists.
 	Presence struct {
 		Channel   string
 		Count     int
 		Joins     []string
 		Leaves    []string
+		Away      []string
+		Active    []string
 		CountOnly bool
 	}
-	// Watching answers Watch: the watched users online now.
+	// TypingUsers tells a channel's members who is typing there now: at
+	// most MaxTypingListed users, sorted, and Count when there are more.
+	// An empty Users means nobody is.
+	TypingUsers struct {
+		Channel string   `json:"channel"`
+		Users   []string `json:"users"`
+		Count   int      `json:"count,omitempty"`
+	}
+	// Watching answers Watch: the watched users online now, and those of
+	// them who are away.
 	Watching struct {
 		Online []string `json:"online"`
+		Away   []string `json:"away,omitempty"`
 	}
-	// Status reports watched users' edges over one tick. LastSeen holds,
-	// for each user in Offline, when it went offline (Unix milliseconds).
+	// Status reports watched users' edges over one tick: Away and Active
+	// are like a Presence diff's. LastSeen holds, for each user in
+	// Offline, when it went offline (Unix milliseconds).
 	Status struct {
 		Online   []string         `json:"online"`
 		Offline  []string         `json:"offline"`
+		Away     []string         `json:"away,omitempty"`
+		Active   []string         `json:"active,omitempty"`
 		LastSeen map[string]int64 `json:"last_seen,omitempty"`
 	}
 	// Publish carries a message the server side published to a channel.
@@ -133,6 +163,7 @@ func (Leave) Type() string    { return "leave" }
 func (Watch) Type() string    { return "watch" }
 func (Refresh) Type() string  { return "refresh" }
 func (Silence) Type() string  { return "silence" }
+func (Activity) Type() string { return "activity" }
 func (c Custom) Type() string { return c.Kind }
 func (Welcome) Type() string  { return "welcome" }
 func (Pong) Type() string     { return "pong" }
@@ -146,6 +177,10 @@ func (Publish) Type() string  { return "publish" }
 func (Message) Type() string  { return "message" }
 func (Chat) Type() string     { return "chat" }
 
+// Typing, both ways: a client says it types, the server says who does.
+func (Typing) Type() string      { return "typing" }
+func (TypingUsers) Type() string { return "typing" }
+
 // Paging a channel's members: the request and its answer share a type.
 func (Members) Type() string     { return "members" }
 func (MembersPage) Type() string { return "members" }
@@ -156,6 +191,8 @@ type presenceJSON struct {
 	Count   int       `json:"count"`
 	Joins   *[]string `json:"joins,omitempty"`
 	Leaves  *[]string `json:"leaves,omitempty"`
+	Away    []string  `json:"away,omitempty"`
+	Active  []string  `json:"active,omitempty"`
 }
 
 // MarshalJSON writes the lists as arrays, empty ones included, unless the
@@ -165,6 +202,7 @@ func (p Presence) MarshalJSON() ([]byte, error) {
 	if !p.CountOnly {
 		joins, leaves := orEmpty(p.Joins), orEmpty(p.Leaves)
 		w.Joins, w.Leaves = &joins, &leaves
+		w.Away, w.Active = p.Away, p.Active
 	}
 	return json.Marshal(w)
 }
@@ -175,7 +213,7 @@ func (p *Presence) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*p = Presence{Channel: w.Channel, Count: w.Count, CountOnly: w.Joins == nil && w.Leaves == nil}
+	*p = Presence{Channel: w.Channel, Count: w.Count, Away: w.Away, Active: w.Active, CountOnly: w.Joins == nil && w.Leaves == nil}
 	if w.Joins != nil {
 		p.Joins = *w.Joins
 	}
@@ -188,13 +226,13 @@ func (p *Presence) UnmarshalJSON(data []byte) error {
 // MarshalJSON writes the lists as arrays, empty ones included.
 func (s Status) MarshalJSON() ([]byte, error) {
 	type plain Status
-	return json.Marshal(plain{Online: orEmpty(s.Online), Offline: orEmpty(s.Offline), LastSeen: s.LastSeen})
+	return json.Marshal(plain{Online: orEmpty(s.Online), Offline: orEmpty(s.Offline), Away: s.Away, Active: s.Active, LastSeen: s.LastSeen})
 }
 
 // MarshalJSON writes the list as an array, empty or not.
 func (w Watching) MarshalJSON() ([]byte, error) {
 	type plain Watching
-	return json.Marshal(plain{Online: orEmpty(w.Online)})
+	return json.Marshal(plain{Online: orEmpty(w.Online), Away: w.Away})
 }
 
 // MarshalJSON writes the list as an array, empty or not.
@@ -202,6 +240,13 @@ func (j Joined) MarshalJSON() ([]byte, error) {
 	type plain Joined
 	j.Members = orEmpty(j.Members)
 	return json.Marshal(plain(j))
+}
+
+// MarshalJSON writes the list as an array, empty or not.
+func (t TypingUsers) MarshalJSON() ([]byte, error) {
+	type plain TypingUsers
+	t.Users = orEmpty(t.Users)
+	return json.Marshal(plain(t))
 }
 
 // MarshalJSON writes the list as an array, empty or not.

@@ -7,9 +7,10 @@ import (
 
 // Limits of names and lists on the wire.
 const (
-	MaxChannelLen = 128  // longest channel name
-	MaxUIDLen     = 64   // longest user ID
-	MaxWatch      = 1000 // most user IDs in one watch frame
+	MaxChannelLen   = 128  // longest channel name
+	MaxUIDLen       = 64   // longest user ID
+	MaxWatch        = 1000 // most user IDs in one watch frame
+	MaxTypingListed = 10   // most users a typing frame names
 )
 
 // Errors for names that break the rules; their text is meant for a client's

@@ -15,6 +15,7 @@ type clientJSON struct {
 	Text    *string         `json:"text"`
 	UIDs    *[]string       `json:"uids"`
 	Token   *string         `json:"token"`
+	State   *string         `json:"state"`
 	Ref     json.RawMessage `json:"ref"`
 }
 
@@ -34,7 +35,7 @@ func ParseClient(data []byte) (Frame, error) {
 		return nil, errors.New(`missing "type"`)
 	}
 	switch *head.Type {
-	case "ping", "silence", "join", "leave", "chat", "watch", "refresh":
+	case "ping", "silence", "join", "leave", "chat", "watch", "refresh", "activity", "typing":
 	case "members":
 		return parseMembers(data)
 	default:
@@ -49,7 +50,12 @@ func ParseClient(data []byte) (Frame, error) {
 		return Ping{}, nil
 	case "silence":
 		return Silence{}, nil
-	case "join", "leave", "chat":
+	case "activity":
+		if w.State == nil || (*w.State != "away" && *w.State != "active") {
+			return nil, errors.New(`activity needs "state": "away" or "active"`)
+		}
+		return Activity{State: *w.State}, nil
+	case "join", "leave", "chat", "typing":
 		if w.Channel == nil || *w.Channel == "" {
 			return nil, fmt.Errorf(`%s needs a "channel"`, typ)
 		}
@@ -62,6 +68,8 @@ func ParseClient(data []byte) (Frame, error) {
 			return Join{Channel: ch}, nil
 		case "leave":
 			return Leave{Channel: ch}, nil
+		case "typing":
+			return Typing{Channel: ch}, nil
 		}
 		if w.Text == nil || *w.Text == "" {
 			return nil, errors.New(`chat needs a non-empty "text"`)
@@ -137,7 +145,7 @@ func absent(raw json.RawMessage) bool {
 // protocol's words rather than Go's.
 func JSONError(err error) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings", "token": "a string"}
+		want := map[string]string{"type": "a string", "channel": "a string", "text": "a string", "uids": "an array of strings", "token": "a string", "state": "a string"}
 		field, _, _ := strings.Cut(te.Field, ".") // "uids.0" is an element
 		if w, ok := want[field]; ok {
 			return fmt.Errorf("invalid frame: %q must be %s", field, w)
@@ -167,6 +175,7 @@ var serverFrames = map[string]func() Frame{
 	"publish":  func() Frame { return new(Publish) },
 	"message":  func() Frame { return new(Message) },
 	"members":  func() Frame { return new(MembersPage) },
+	"typing":   func() Frame { return new(TypingUsers) },
 }
 
 // ParseServer reads one text frame the server sent, as a client does.

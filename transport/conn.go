@@ -445,6 +445,10 @@ func (c *conn) handle(data []byte) {
 		if err := h.node.SendMembers(c, f.Channel, f.After, f.Limit); err != nil {
 			c.replyError(err.Error(), f.Channel)
 		}
+	case protocol.Activity:
+		if err := h.node.SetActivity(c, f.State == "away"); err != nil {
+			c.replyError(err.Error(), "")
+		}
 	case protocol.Refresh:
 		if err := c.refresh(f.Token); err != nil {
 			c.replyError(err.Error(), "")

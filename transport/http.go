@@ -449,7 +449,7 @@ func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	n, err := h.node.User(ctx, uid)
+	st, err := h.node.Status(ctx, uid)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
@@ -460,12 +460,15 @@ func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
 		Connections int    `json:"connections"`
 		State       string `json:"state"`
 		LastSeen    int64  `json:"last_seen,omitempty"`
-	}{UID: uid, Online: n > 0, Connections: n, State: "active"}
-	if n == 0 {
+	}{UID: uid, Online: st.Conns > 0, Connections: st.Conns, State: "active"}
+	switch {
+	case st.Conns == 0:
 		answer.State = "offline"
-		if t, ok := h.node.LastSeen(uid); ok {
-			answer.LastSeen = t.UnixMilli()
+		if !st.LastSeen.IsZero() {
+			answer.LastSeen = st.LastSeen.UnixMilli()
 		}
+	case st.Away:
+		answer.State = "away"
 	}
 	writeJSON(w, http.StatusOK, answer)
 }

@@ -64,8 +64,8 @@ const readBufferSize = 128
 type Config struct {
 	// Node, if set, is the presence.Node the Hub serves: the embedder made
 	// it, runs its clock (Node.Run) and closes it, and may use it beside the
-	// Hub. The presence fields below (Slots through MaxChannels, OnPresence)
-	// are then ignored. nil: the Hub makes one from those fields and runs it
+	// Hub. The presence fields below (Slots through AwayAfter) are then
+	// ignored. nil: the Hub makes one from those fields and runs it
 	// until Shutdown.
 	Node *presence.Node
 
@@ -91,6 +91,16 @@ type Config struct {
 	// edge across all nodes, on the node whose change produced it. It runs
 	// on a goroutine of its own, one call at a time, in order.
 	OnPresence func(uid string, online bool)
+	// OnActivity is told of each user's away and active edges, the same way
+	// and on the same goroutine as OnPresence.
+	OnActivity func(uid string, away bool)
+	// OnEdges is given the edges this node produced (user, channel and
+	// activity edges), once per tick that has any, in order, on the same
+	// goroutine: see package webhook.
+	OnEdges func(edges []presence.Edge)
+	// AwayAfter marks a connection away once it sent no activity, chat,
+	// typing or join frame for that long; 0 never does.
+	AwayAfter time.Duration
 
 	// Auth identifies clients of /ws and /api/heartbeat. nil means DemoAuth,
 	// which trusts ?uid=; New logs a warning then. With a
@@ -286,7 +296,8 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 			Engine: cfg.Engine, Slots: cfg.Slots, Tick: cfg.Tick, Grace: cfg.Grace, LastSeenTTL: cfg.LastSeenTTL,
 			MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists,
 			MaxWatch: cfg.MaxWatch, MaxChannels: cfg.MaxChannels,
-			OnPresence: cfg.OnPresence, OnStep: m.observeStep, Logger: log,
+			OnPresence: cfg.OnPresence, OnActivity: cfg.OnActivity, OnEdges: cfg.OnEdges, AwayAfter: cfg.AwayAfter,
+			OnStep: m.observeStep, Logger: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("transport: %w", err)
