@@ -95,7 +95,7 @@ func TestOnMessageContextEndsWithTheConnection(t *testing.T) {
 	}
 	s := startServer(t, cfg)
 	ws, _ := s.dial(t, "alice")
-	send(t, ws, `{"type":"typing","channel":"lobby"}`)
+	send(t, ws, `{"type":"cursor","channel":"lobby"}`)
 	var ctx context.Context
 	select {
 	case ctx = <-got:

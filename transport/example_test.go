@@ -145,8 +145,8 @@ func ExampleHub_Members() {
 	// Output: 1 1 [carol]
 }
 
-// OnMessage takes the application's own frame types, here a typing
-// indicator relayed to the channel; Authorize keeps a channel to its team.
+// OnMessage takes the application's own frame types, here a reaction
+// relayed to the channel; Authorize keeps a channel to its team.
 func ExampleConfig_hooks() {
 	var hub *transport.Hub
 	hub, _ = transport.New(transport.Config{
@@ -154,28 +154,28 @@ func ExampleConfig_hooks() {
 			return !strings.HasPrefix(channel, "staff:") || strings.HasSuffix(uid, "@staff")
 		},
 		OnMessage: func(ctx context.Context, uid, typ string, frame json.RawMessage) error {
-			if typ != "typing" {
+			if typ != "reaction" {
 				return fmt.Errorf("unknown type %q", typ)
 			}
 			var in struct{ Channel string }
 			if json.Unmarshal(frame, &in) != nil || in.Channel == "" {
-				return errors.New(`typing needs a "channel"`)
+				return errors.New(`reaction needs a "channel"`)
 			}
-			data, _ := json.Marshal(map[string]string{"typing": uid})
+			data, _ := json.Marshal(map[string]string{"reaction": uid})
 			return hub.Publish(ctx, in.Channel, data)
 		},
 	})
 	ws, stop := serve(hub, "dave", "lobby")
 	defer stop()
 
-	ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"typing","channel":"lobby"}`))
+	ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"reaction","channel":"lobby"}`))
 	_, frame, _ := ws.ReadMessage()
 	fmt.Println(string(frame))
 	ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"join","channel":"staff:ops"}`))
 	_, frame, _ = ws.ReadMessage()
 	fmt.Println(string(frame))
 	// Output:
-	// {"type":"publish","channel":"lobby","data":{"typing":"dave"}}
+	// {"type":"publish","channel":"lobby","data":{"reaction":"dave"}}
 	// {"type":"error","error":"not allowed to join this channel","channel":"staff:ops"}
 }
 

@@ -130,17 +130,17 @@ func TestAuthorizeAndOnMessage(t *testing.T) {
 	_, snaps := s.dialIn(t, "admin", "secret")
 	assert.Equal(t, []string{`{"type":"joined","channel":"secret","count":1,"members":["admin"]}`}, snaps)
 
-	send(t, ws, `{"type":"typing","channel":"lobby","n":[1]}`)
+	send(t, ws, `{"type":"cursor","channel":"lobby","n":[1]}`)
 	send(t, ws, `{"type":"vote","text":5}`)
 	assert.Equal(t, `{"type":"error","error":"voting is closed"}`, readRaw(t, ws))
 	mu.Lock()
-	assert.Equal(t, []string{`bob typing {"type":"typing","channel":"lobby","n":[1]}`, `bob vote {"type":"vote","text":5}`}, got)
+	assert.Equal(t, []string{`bob cursor {"type":"cursor","channel":"lobby","n":[1]}`, `bob vote {"type":"vote","text":5}`}, got)
 	mu.Unlock()
 
 	plain := startServer(t, testConfig())
 	ws, _ = plain.dial(t, "bob")
-	send(t, ws, `{"type":"typing"}`)
-	assert.Equal(t, `{"type":"error","error":"unknown type \"typing\""}`, readRaw(t, ws))
+	send(t, ws, `{"type":"cursor"}`)
+	assert.Equal(t, `{"type":"error","error":"unknown type \"cursor\""}`, readRaw(t, ws))
 }
 
 func TestGoServerAPI(t *testing.T) {
