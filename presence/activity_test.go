@@ -1,0 +1,294 @@
+package presence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A user is away only while every one of its connections is: one tab away
+// is no edge, the second is, and either coming back is.
+func TestAwayIsPerUserOverItsConnections(t *testing.T) {
+	n := newNode(t, Config{})
+	ctx := context.Background()
+	obs := connect(t, n, "obs", "lobby")
+	require.NoError(t, n.Watch(ctx, obs, []string{"alice"}))
+	tab1 := connect(t, n, "alice", "lobby")
+	tab2 := connect(t, n, "alice", "lobby")
+	n.Step()
+	obs.take()
+
+	require.NoError(t, n.SetActivity(tab1, true))
+	n.Step()
+	assert.Empty(t, obs.take(), "the other tab is active")
+	st, err := n.Status(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, UserStatus{Conns: 2}, st)
+
+	require.NoError(t, n.SetActivity(tab2, true))
+	n.Step()
+	assert.ElementsMatch(t, []string{
+		`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["alice"]}`,
+		`{"type":"status","online":[],"offline":[],"away":["alice"]}`,
+	}, obs.take())
+	st, err = n.Status(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, UserStatus{Conns: 2, Away: true}, st)
+
+	// Snapshots say who is away.
+	late := connect(t, n, "late", "lobby")
+	require.NoError(t, n.Watch(ctx, late, []string{"alice", "obs"}))
+	assert.Equal(t, []string{
+		`{"type":"joined","channel":"lobby","count":3,"members":["alice","late","obs"],"away":["alice"]}`,
+		`{"type":"watching","online":["alice","obs"],"away":["alice"]}`,
+	}, late.take())
+
+	require.NoError(t, n.Chat(ctx, tab1, "lobby", "back"))
+	n.Step()
+	frames := obs.take()
+	assert.Contains(t, frames, `{"type":"presence","channel":"lobby","count":3,"joins":["late"],"leaves":[],"active":["alice"]}`)
+	assert.Contains(t, frames, `{"type":"status","online":[],"offline":[],"active":["alice"]}`)
+
+	// The away tab closing leaves the active one: no edge. Then the last
+	// one goes away and closes: offline, with no active edge.
+	n.Disconnect(tab2)
+	require.NoError(t, n.SetActivity(tab1, true))
+	n.Step()
+	assert.Contains(t, obs.take(), `{"type":"presence","channel":"lobby","count":3,"joins":[],"leaves":[],"away":["alice"]}`)
+	n.Disconnect(tab1)
+	n.Step()
+	assert.Equal(t, []string{
+		`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":["alice"]}`,
+		`{"type":"status","online":[],"offline":["alice"]}`,
+	}, obs.take())
+}
+
+// A connection with no activity, chat, typing or join frame for AwayAfter
+// turns away on the clock; a keepalive does not count.
+func TestAwayAfterMarksSilentConnectionsAway(t *testing.T) {
+	n := newNode(t, Config{Slots: 31, Tick: time.Second, AwayAfter: 3 * time.Second})
+	ctx := context.Background()
+	obs := connect(t, n, "obs", "lobby")
+	bob := connect(t, n, "bob", "lobby")
+	n.Step()
+	obs.take()
+	for range 2 {
+		n.Touch(bob)
+		n.Touch(obs)
+		n.Step()
+	}
+	assert.Empty(t, obs.take(), "still within AwayAfter")
+	n.Touch(bob)
+	n.Step() // ceil(3s/1s)+1 steps after the connect: between 3 s and 4 s
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["bob","obs"]}`}, obs.take())
+
+	require.NoError(t, n.Join(ctx, bob, "lobby"))
+	obs.take()
+	n.Step()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"active":["bob"]}`}, obs.take())
+	require.NoError(t, n.SetActivity(bob, false))
+	for range 3 {
+		n.Step()
+	}
+	assert.Empty(t, obs.take(), "an active frame renews the deadline")
+	n.Step()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["bob"]}`}, obs.take())
+}
+
+// A user who joins a channel already away is in the diff's joins and away
+// lists; one who goes away and back within a tick is in neither.
+func TestActivityIsNettedPerTick(t *testing.T) {
+	n := newNode(t, Config{})
+	obs := connect(t, n, "obs", "lobby", "room")
+	carol := connect(t, n, "carol", "lobby")
+	n.Step()
+	obs.take()
+	require.NoError(t, n.SetActivity(carol, true))
+	require.NoError(t, n.SetActivity(carol, false))
+	require.NoError(t, n.SetActivity(carol, true))
+	require.NoError(t, n.SetActivity(carol, false))
+	n.Step()
+	assert.Empty(t, obs.take(), "away and back within the tick")
+
+	require.NoError(t, n.SetActivity(carol, true))
+	n.Step()
+	obs.take()
+	// Joining makes the connection active; a second connection that stays
+	// away keeps the user away where that one joins.
+	tab := connect(t, n, "carol")
+	require.NoError(t, n.SetActivity(tab, true))
+	require.NoError(t, n.Join(context.Background(), carol, "room"))
+	require.NoError(t, n.SetActivity(carol, true))
+	n.Step()
+	assert.Equal(t, []string{`{"type":"presence","channel":"room","count":2,"joins":["carol"],"leaves":[],"away":["carol"]}`}, obs.take())
+}
+
+// OnPresence, OnActivity and OnEdges hear the edges as they happened, not
+// netted: a user who connects and leaves within a tick is online, join,
+// leave, offline, in one batch.
+func TestEdgeCallbacksHearEveryEdgeInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var calls, batches []string
+	n := newNode(t, Config{
+		OnPresence: func(uid string, online bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, fmt.Sprintf("presence %s %v", uid, online))
+		},
+		OnActivity: func(uid string, away bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, fmt.Sprintf("activity %s %v", uid, away))
+		},
+		OnEdges: func(edges []Edge) {
+			var b []string
+			for _, e := range edges {
+				assert.False(t, e.At.IsZero())
+				b = append(b, e.Kind.String()+" "+e.UID+" "+e.Channel)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			batches = append(batches, fmt.Sprint(b))
+		},
+	})
+	dave := connect(t, n, "dave", "lobby")
+	n.Disconnect(dave)
+	n.Step()
+	erin := connect(t, n, "erin", "lobby")
+	require.NoError(t, n.SetActivity(erin, true))
+	n.Step()
+	require.NoError(t, n.SetActivity(erin, false))
+	n.Step()
+	n.Step() // no edges: no batch
+	n.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{
+		"presence dave true", "presence dave false",
+		"presence erin true", "activity erin true", "activity erin false",
+	}, calls)
+	assert.Equal(t, []string{
+		"[online dave  join dave lobby leave dave lobby offline dave ]",
+		"[online erin  join erin lobby away erin ]",
+		"[active erin ]",
+	}, batches)
+}
+
+// A model check of activity: random connects, disconnects, joins, leaves
+// and activity changes; every client's picture, built from its snapshots
+// and diffs, says exactly who of each channel's members is away.
+func TestSnapshotPlusDiffsKeepAwayExact(t *testing.T) {
+	n := newNode(t, Config{MemberList: 1000})
+	rng := rand.New(rand.NewPCG(3, 4))
+	channels := []string{"a", "b"}
+	type sim struct {
+		c      *client
+		uid    string
+		away   bool
+		joined map[string]bool
+		view   map[string]map[string]bool // channel -> member -> away
+	}
+	var live []*sim
+	apply := func(s *sim) {
+		for _, f := range s.c.take() {
+			var m struct {
+				Type, Channel         string
+				Members, Away, Active []string
+				Joins, Leaves         []string
+			}
+			require.NoError(t, json.Unmarshal([]byte(f), &m))
+			v := s.view[m.Channel]
+			switch m.Type {
+			case "joined":
+				v = map[string]bool{}
+				for _, u := range m.Members {
+					v[u] = slices.Contains(m.Away, u)
+				}
+				s.view[m.Channel] = v
+			case "left":
+				delete(s.view, m.Channel)
+			case "presence":
+				for _, u := range m.Joins {
+					v[u] = false
+				}
+				for _, u := range m.Leaves {
+					delete(v, u)
+				}
+				for _, u := range m.Away {
+					_, member := v[u]
+					require.True(t, member, "away of a non-member %s: %s", u, f)
+					require.False(t, v[u] && !slices.Contains(m.Joins, u), "repeated away %s: %s", u, f)
+					v[u] = true
+				}
+				for _, u := range m.Active {
+					require.True(t, v[u], "active of a member not away %s: %s", u, f)
+					v[u] = false
+				}
+			}
+		}
+	}
+	truth := func(ch string) map[string]bool {
+		out := map[string]bool{}
+		byUser := map[string][]*sim{}
+		for _, s := range live {
+			byUser[s.uid] = append(byUser[s.uid], s)
+		}
+		for uid, conns := range byUser {
+			away, in := true, false
+			for _, s := range conns {
+				away = away && s.away
+				in = in || s.joined[ch]
+			}
+			if in {
+				out[uid] = away
+			}
+		}
+		return out
+	}
+	for tick := range 300 {
+		for range rng.IntN(8) {
+			switch op := rng.IntN(12); {
+			case op < 3 || len(live) == 0:
+				uid := fmt.Sprintf("u%d", rng.IntN(8))
+				s := &sim{c: &client{name: uid}, uid: uid, joined: map[string]bool{}, view: map[string]map[string]bool{}}
+				ch := channels[rng.IntN(2)]
+				require.NoError(t, n.Connect(context.Background(), s.c, uid, []string{ch}))
+				s.joined[ch] = true
+				live = append(live, s)
+			case op < 4:
+				i := rng.IntN(len(live))
+				n.Disconnect(live[i].c)
+				live = slices.Delete(live, i, i+1)
+			case op < 6:
+				s := live[rng.IntN(len(live))]
+				ch := channels[rng.IntN(2)]
+				require.NoError(t, n.Join(context.Background(), s.c, ch))
+				s.joined[ch], s.away = true, false
+			case op < 7:
+				s := live[rng.IntN(len(live))]
+				ch := channels[rng.IntN(2)]
+				require.NoError(t, n.Leave(s.c, ch))
+				delete(s.joined, ch)
+			default:
+				s := live[rng.IntN(len(live))]
+				s.away = rng.IntN(2) == 0
+				require.NoError(t, n.SetActivity(s.c, s.away))
+			}
+		}
+		n.Step()
+		for _, s := range live {
+			apply(s)
+			for ch := range s.joined {
+				require.Equal(t, truth(ch), s.view[ch], "tick %d, %s's view of %s", tick, s.c.name, ch)
+			}
+		}
+	}
+}
