@@ -71,6 +71,7 @@ func (s *Sender) Run(ctx context.Context) error {
 				s.logDrops(time.Time{})
 			}
 			s.cur, s.failures = nil, 0
+			s.inFlight.Store(0)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -94,6 +95,8 @@ func (s *Sender) take() *batch {
 	s.mu.Lock()
 	evs := s.q.pop(s.batch)
 	s.m.queue.Set(float64(s.q.n))
+	// Under mu, so that Drain never sees the events in neither place.
+	s.inFlight.Store(int64(len(evs)))
 	s.mu.Unlock()
 	if len(evs) == 0 {
 		return nil

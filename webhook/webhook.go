@@ -125,8 +125,9 @@ type Sender struct {
 
 	// Run's own, guarded by running.
 	running  atomic.Bool
-	cur      *batch // the batch being delivered, held apart from q
-	failures int    // consecutive failed attempts at cur
+	cur      *batch       // the batch being delivered, held apart from q
+	inFlight atomic.Int64 // cur's events, for Drain
+	failures int          // consecutive failed attempts at cur
 }
 
 // New checks cfg and returns a Sender for it; Run starts delivery.

@@ -38,6 +38,7 @@ import (
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
 	"github.com/presenced/presenced/web"
+	"github.com/presenced/presenced/webhook"
 )
 
 // shutdownTimeout bounds the graceful part of a shutdown.
@@ -59,11 +60,16 @@ type options struct {
 	apiKey     string
 	grace      time.Duration
 	lastSeen   time.Duration
+	awayAfter  time.Duration
 	redis      string
 	node       string
 
 	memberList    int
 	presenceLists int
+
+	webhook       string
+	webhookSecret string
+	webhookQueue  int
 
 	maxConnsPerUser int
 	frameRate       float64
@@ -112,6 +118,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.apiKey, "api-key", "", "key of the server API (/api/presence, /api/channels, /api/publish, /api/send): requests need \"Authorization: apikey <key>\"")
 	fs.DurationVar(&o.grace, "grace", 0, "delay before a user whose last connection closed is reported offline")
 	fs.DurationVar(&o.lastSeen, "last-seen-ttl", presence.DefaultLastSeenTTL, "how long to remember when a user went offline (GET /api/presence/{uid}, status frames)")
+	fs.DurationVar(&o.awayAfter, "away-after", 0, "mark a connection away after this long without an activity, chat, typing or join frame; 0: never")
+	fs.StringVar(&o.webhook, "webhook", "", "URL to POST the presence edges this node produces to, in batches (http or https)")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "key of the HMAC-SHA256 signature in each webhook POST's X-Presenced-Signature header")
+	fs.IntVar(&o.webhookQueue, "webhook-queue", webhook.DefaultQueue, "most webhook events waiting while the backend is down, at least 1 (past it the oldest are dropped and counted)")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
@@ -190,6 +200,12 @@ func (o options) check() error {
 		return fmt.Errorf("-grace %v: not negative", o.grace)
 	case o.lastSeen < time.Second:
 		return fmt.Errorf("-last-seen-ttl %v: at least 1s", o.lastSeen)
+	case o.awayAfter < 0:
+		return fmt.Errorf("-away-after %v: not negative", o.awayAfter)
+	case o.webhookQueue < 1:
+		return fmt.Errorf("-webhook-queue %d: at least 1", o.webhookQueue)
+	case o.webhookSecret != "" && o.webhook == "":
+		return errors.New("-webhook-secret without -webhook")
 	case o.memberList < 1:
 		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
 	case o.presenceLists < 1:
@@ -206,6 +222,11 @@ func (o options) check() error {
 	for _, s := range o.origins {
 		if err := transport.CheckOrigin(s); err != nil {
 			return fmt.Errorf("-origins: %q: %w", s, err)
+		}
+	}
+	if o.webhook != "" {
+		if _, err := webhook.New(webhook.Config{URL: o.webhook}); err != nil {
+			return fmt.Errorf("-webhook: %w", err)
 		}
 	}
 	return nil
@@ -248,7 +269,10 @@ func loopback(addr string) bool {
 // logAttrs are the settings in use, for the start-up line: every value
 // filled in, and the secrets only as set or unset.
 func (o options) logAttrs(addr string, timeout time.Duration) []any {
-	mode, origins, redis, node := "jwt", "same host only", "unset: presence in memory", o.node
+	mode, origins, redis, node, hook := "jwt", "same host only", "unset: presence in memory", o.node, "unset"
+	if u, err := url.Parse(o.webhook); o.webhook != "" && err == nil {
+		hook = u.Redacted()
+	}
 	if o.jwtSecret == "" {
 		mode = "demo"
 	}
@@ -273,7 +297,8 @@ func (o options) logAttrs(addr string, timeout time.Duration) []any {
 		"max_message", o.maxMessage, "member_list", o.memberList, "presence_lists", o.presenceLists,
 		"max_conns_per_user", o.maxConnsPerUser, "frame_rate", o.frameRate, "frame_burst", o.frameBurst,
 		"byte_rate", o.byteRate, "queue_bytes", o.queueBytes,
-		"origins", origins, "redis", redis, "node", node}
+		"origins", origins, "redis", redis, "node", node,
+		"away_after", o.awayAfter, "webhook", hook, "webhook_secret", setOrUnset(o.webhookSecret)}
 }
 
 func setOrUnset(secret string) string {
@@ -321,6 +346,16 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var hook *webhook.Sender
+	var onEdges func([]presence.Edge)
+	if o.webhook != "" {
+		hook, err = webhook.New(webhook.Config{URL: o.webhook, Secret: o.webhookSecret, Queue: o.webhookQueue,
+			Logger: log, Registerer: reg})
+		if err != nil {
+			return errors.Join(fmt.Errorf("-webhook: %w", err), closeEngine(context.Background()))
+		}
+		onEdges = hook.AddEdges
+	}
 	hub, err := transport.New(transport.Config{
 		Slots:       o.slots,
 		Tick:        o.tick,
@@ -330,6 +365,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Grace:       o.grace,
 		Engine:      engine,
 		LastSeenTTL: o.lastSeen,
+		AwayAfter:   o.awayAfter,
+		OnEdges:     onEdges,
 		MaxMessage:  o.maxMessage,
 		Logger:      log,
 		Registerer:  reg,
@@ -376,6 +413,14 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	log.Info("listening", o.logAttrs(ln.Addr().String(), hub.Timeout())...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	hookCtx, stopHook := context.WithCancel(context.Background())
+	hookDone := make(chan struct{})
+	go func() {
+		defer close(hookDone)
+		if hook != nil {
+			_ = hook.Run(hookCtx) // returns when stopped
+		}
+	}()
 
 	select {
 	case err = <-served:
@@ -385,8 +430,18 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	return errors.Join(err,
+	err = errors.Join(err,
 		hub.Shutdown(sctx), // clients get 1001
 		srv.Shutdown(sctx),
 		closeEngine(sctx))
+	if hook != nil {
+		// The users who went offline as the server closed their connections
+		// are the backend's last edges from this node: deliver them first.
+		if derr := hook.Drain(sctx); derr != nil {
+			log.Warn("webhook: events not delivered before shutdown", "err", derr)
+		}
+	}
+	stopHook()
+	<-hookDone
+	return err
 }

@@ -27,7 +27,8 @@ const waitLong = 10 * time.Second
 func defaults(edit func(*options)) options {
 	o := options{addr: "127.0.0.1:8080", addrFrom: "default in demo mode: loopback only", slots: 31, tick: time.Second,
 		maxMessage: 4096, memberList: 100, presenceLists: 1000, lastSeen: 24 * time.Hour,
-		maxConnsPerUser: 100, frameRate: 50, frameBurst: 100, maxChannels: 100, byteRate: 64 << 10, queueBytes: 1 << 20}
+		maxConnsPerUser: 100, frameRate: 50, frameBurst: 100, maxChannels: 100, byteRate: 64 << 10, queueBytes: 1 << 20,
+		webhookQueue: 100_000}
 	if edit != nil {
 		edit(&o)
 	}
@@ -48,7 +49,8 @@ func TestParseFlags(t *testing.T) {
 			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3"},
 			want: options{addr: "127.0.0.1:9", addrFrom: "-addr", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
 				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour,
-				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000}},
+				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000,
+				webhookQueue: 100_000}},
 		{name: "every flag from the environment", env: map[string]string{
 			"PRESENCED_ADDR": "127.0.0.1:9", "PRESENCED_SLOTS": "61", "PRESENCED_TICK": "500ms", "PRESENCED_MAX_MESSAGE": "100",
 			"PRESENCED_ORIGINS": "https://a.example,b.example:8443", "PRESENCED_JWT_SECRET": "s", "PRESENCED_API_KEY": "k",
@@ -57,7 +59,17 @@ func TestParseFlags(t *testing.T) {
 			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3"},
 			want: options{addr: "127.0.0.1:9", addrFrom: "$PRESENCED_ADDR", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
 				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour,
-				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000}},
+				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000,
+				webhookQueue: 100_000}},
+		{name: "activity and webhooks", args: []string{"-away-after", "2m", "-webhook", "http://127.0.0.1:9/hook", "-webhook-secret", "w", "-webhook-queue", "10"},
+			want: defaults(func(o *options) {
+				o.awayAfter, o.webhook, o.webhookSecret, o.webhookQueue = 2*time.Minute, "http://127.0.0.1:9/hook", "w", 10
+			})},
+		{name: "activity and webhooks from the environment", env: map[string]string{"PRESENCED_AWAY_AFTER": "1m",
+			"PRESENCED_WEBHOOK": "https://backend.example/presence", "PRESENCED_WEBHOOK_SECRET": "w", "PRESENCED_WEBHOOK_QUEUE": "5"},
+			want: defaults(func(o *options) {
+				o.awayAfter, o.webhook, o.webhookSecret, o.webhookQueue = time.Minute, "https://backend.example/presence", "w", 5
+			})},
 		{name: "secret from env: all interfaces by default", env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
 			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "e", ":8080", "default" })},
 		{name: "secret by flag: all interfaces by default", args: []string{"-jwt-secret", "f"},
@@ -116,6 +128,11 @@ func TestBadSettings(t *testing.T) {
 		{"empty address", []string{"-addr", ""}, nil, `-addr "": want host:port`},
 		{"bad duration", []string{"-tick", "soon"}, nil, "invalid value"},
 		{"unknown flag", []string{"-verbose"}, nil, "flag provided but not defined"},
+		{"negative away-after", []string{"-away-after", "-1s"}, nil, "-away-after -1s: not negative"},
+		{"webhook not a URL", []string{"-webhook", "backend:8080/hook"}, nil, `-webhook: webhook: URL`},
+		{"webhook of another scheme", []string{"-webhook", "ftp://backend/hook"}, nil, `scheme "ftp" is not http or https`},
+		{"webhook queue 0", []string{"-webhook", "http://127.0.0.1:9/", "-webhook-queue", "0"}, nil, "-webhook-queue 0: at least 1"},
+		{"webhook secret alone", []string{"-webhook-secret", "w"}, nil, "-webhook-secret without -webhook"},
 		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// receiver is a backend's webhook endpoint: it checks each POST's signature
+// and keeps the events in the order they came.
+type receiver struct {
+	t      *testing.T
+	secret string
+
+	mu     sync.Mutex
+	events []string // "type uid channel"
+	posts  int
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	require.NoError(rc.t, err)
+	mac := hmac.New(sha256.New, []byte(rc.secret))
+	mac.Write(body)
+	assert.Equal(rc.t, "sha256="+hex.EncodeToString(mac.Sum(nil)), r.Header.Get("X-Presenced-Signature"))
+	assert.Equal(rc.t, "application/json", r.Header.Get("Content-Type"))
+	var batch struct {
+		Events []struct {
+			Type, UID, Channel string
+			At                 int64
+		}
+	}
+	require.NoError(rc.t, json.Unmarshal(body, &batch))
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.posts++
+	for _, e := range batch.Events {
+		assert.Greater(rc.t, e.At, time.Now().Add(-time.Minute).UnixMilli())
+		rc.events = append(rc.events, e.Type+" "+e.UID+" "+e.Channel)
+	}
+}
+
+func (rc *receiver) got() []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]string(nil), rc.events...)
+}
+
+// The server POSTs the edges it produced to -webhook, signed with
+// -webhook-secret, as they happened: away and back included, and the last
+// user's offline on shutdown.
+func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
+	rc := &receiver{t: t, secret: "hook-secret"}
+	backend := httptest.NewServer(rc)
+	// After the server's own cleanup, which shuts it down: alice, still
+	// connected then, went offline last.
+	t.Cleanup(func() {
+		got := rc.got()
+		assert.Equal(t, "offline alice ", got[len(got)-1], "delivered before the server exited")
+		backend.Close()
+	})
+	addr, out := startRun(t, []string{"-slots", "11", "-tick", "100ms", "-webhook", backend.URL + "/presence"},
+		map[string]string{"PRESENCED_WEBHOOK_SECRET": "hook-secret"})
+
+	dial := func(uid string) *websocket.Conn {
+		ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?uid="+uid+"&channels=lobby", nil)
+		require.NoError(t, err)
+		for _, want := range []string{"welcome", "joined"} { // connected and counted
+			var f struct{ Type string }
+			require.NoError(t, ws.ReadJSON(&f))
+			require.Equal(t, want, f.Type)
+		}
+		return ws
+	}
+	dial("alice")
+	bob := dial("bob")
+	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"activity","state":"away"}`)))
+	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"activity","state":"active"}`)))
+	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"leave","channel":"lobby"}`)))
+	require.Eventually(t, func() bool { return len(rc.got()) == 7 }, waitLong, 10*time.Millisecond, "got %v\n%s", rc.got(), out)
+	assert.Equal(t, []string{
+		"online alice ", "join alice lobby",
+		"online bob ", "join bob lobby", "away bob ", "active bob ", "leave bob lobby",
+	}, rc.got())
+	require.NoError(t, bob.Close())
+	require.Eventually(t, func() bool { return len(rc.got()) == 8 }, waitLong, 10*time.Millisecond)
+	assert.Equal(t, "offline bob ", rc.got()[7])
+}
