@@ -189,7 +189,7 @@ func TestMembersFramesAreRateLimited(t *testing.T) {
 	assert.Contains(t, readRaw(t, ws), "too many messages")
 }
 
-// The case: a client joins a channel of 5,000 members, so its
+// The big-channel case: a client joins a channel of 5,000 members, so its
 // snapshot holds the first 100, and pages through the rest with members
 // frames while other clients join and leave the channel, applying the
 // presence diffs it receives. Once things settle it holds exactly the

@@ -139,7 +139,7 @@ func TestAddNeverBlocks(t *testing.T) {
 	requireSame(t, want, rc.waitDelivered(t, len(want), false))
 }
 
-// The figure: the backend down for PRESENCED_WEBHOOK_OUTAGE while
+// The outage figure: the backend down for PRESENCED_WEBHOOK_OUTAGE while
 // 10,000 events a second arrive, with the default queue and backoffs.
 func TestOutageFigure(t *testing.T) {
 	env := os.Getenv("PRESENCED_WEBHOOK_OUTAGE")
