@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // A user is away only while every one of its connections is: one tab away
@@ -290,5 +292,48 @@ func TestSnapshotPlusDiffsKeepAwayExact(t *testing.T) {
 				require.Equal(t, truth(ch), s.view[ch], "tick %d, %s's view of %s", tick, s.c.name, ch)
 			}
 		}
+	}
+}
+
+// countingClient counts the frames it is sent.
+type countingClient struct{ frames int }
+
+func (c *countingClient) Send(protocol.Encoded) { c.frames++ }
+func (c *countingClient) Probe()                {}
+func (c *countingClient) Close(int, string)     {}
+
+// An away storm (every member of a channel turns away in one tick) costs
+// one diff per member connection, encoded once: O(members), coalesced.
+func TestAwayStormCostsOneFramePerMember(t *testing.T) {
+	for _, size := range []int{50, 5000} {
+		n := newNode(t, Config{PresenceLists: 10_000})
+		var clients []*countingClient
+		for i := range size {
+			c := &countingClient{}
+			require.NoError(t, n.Connect(context.Background(), c, fmt.Sprintf("u%05d", i), []string{"room"}))
+			clients = append(clients, c)
+		}
+		n.Step()
+		frames := func() int {
+			sum := 0
+			for _, c := range clients {
+				sum += c.frames
+				c.frames = 0
+			}
+			return sum
+		}
+		frames()
+		for _, c := range clients {
+			require.NoError(t, n.SetActivity(c, true))
+		}
+		n.Step()
+		got := frames()
+		assert.Equal(t, size, got, "one diff per member")
+		for _, c := range clients {
+			require.NoError(t, n.SetActivity(c, false))
+		}
+		n.Step()
+		assert.Equal(t, size, frames(), "and one when they are back")
+		t.Logf("away storm in a channel of %d: %d frames in the tick (%.1f per member)", size, got, float64(got)/float64(size))
 	}
 }
