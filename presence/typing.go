@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"bytes"
 	"context"
 	"maps"
 	"slices"
@@ -52,6 +53,9 @@ type typingSet struct {
 	told  []string // the users listed in the last frame sent
 	count int      // its count
 	dirty bool     // in typists.dirty
+	// snapped holds the frames sent this tick with joined snapshots, so
+	// that the tick's frame does not repeat one to its subscriber.
+	snapped map[Client]protocol.Encoded
 }
 
 func (t *typists) init(ring *tracker.Tracker[typingKey], ttl time.Duration) {
@@ -141,10 +145,13 @@ func (v *view) flushTypingLocked() {
 		if count != ts.count || !slices.Equal(users, ts.told) {
 			f := protocol.MustEncode(protocol.TypingUsers{Channel: cv.name, Users: users, Count: count})
 			for c := range cv.subs {
-				c.Send(f)
+				if snap, ok := ts.snapped[c]; !ok || !bytes.Equal(snap.Data, f.Data) {
+					c.Send(f)
+				}
 			}
 			ts.told, ts.count = users, count
 		}
+		ts.snapped = nil
 		if len(ts.users) == 0 {
 			cv.typing = nil // its members were told nobody types
 		}
@@ -168,6 +175,13 @@ func (v *view) typingSnapshotLocked(c Client, cv *channelView) {
 	if cv.typing == nil || len(cv.typing.users) == 0 {
 		return
 	}
-	users, count := typingList(cv.typing.users)
-	c.Send(protocol.MustEncode(protocol.TypingUsers{Channel: cv.name, Users: users, Count: count}))
+	ts := cv.typing
+	users, count := typingList(ts.users)
+	f := protocol.MustEncode(protocol.TypingUsers{Channel: cv.name, Users: users, Count: count})
+	c.Send(f)
+	if ts.snapped == nil {
+		ts.snapped = make(map[Client]protocol.Encoded)
+	}
+	ts.snapped[c] = f
+	v.typingChangedLocked(cv) // for the tick to forget snapped
 }
