@@ -59,6 +59,7 @@ type options struct {
 	apiKey     string
 	grace      time.Duration
 	lastSeen   time.Duration
+	typingTTL  time.Duration
 	redis      string
 	node       string
 
@@ -112,6 +113,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.apiKey, "api-key", "", "key of the server API (/api/presence, /api/channels, /api/publish, /api/send): requests need \"Authorization: apikey <key>\"")
 	fs.DurationVar(&o.grace, "grace", 0, "delay before a user whose last connection closed is reported offline")
 	fs.DurationVar(&o.lastSeen, "last-seen-ttl", presence.DefaultLastSeenTTL, "how long to remember when a user went offline (GET /api/presence/{uid}, status frames)")
+	fs.DurationVar(&o.typingTTL, "typing-ttl", presence.DefaultTypingTTL, "how long a user stays typing in a channel after its last typing frame there, at least 1ms")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
@@ -190,6 +192,8 @@ func (o options) check() error {
 		return fmt.Errorf("-grace %v: not negative", o.grace)
 	case o.lastSeen < time.Second:
 		return fmt.Errorf("-last-seen-ttl %v: at least 1s", o.lastSeen)
+	case o.typingTTL < time.Millisecond:
+		return fmt.Errorf("-typing-ttl %v: at least 1ms", o.typingTTL)
 	case o.memberList < 1:
 		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
 	case o.presenceLists < 1:
@@ -330,6 +334,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Grace:       o.grace,
 		Engine:      engine,
 		LastSeenTTL: o.lastSeen,
+		TypingTTL:   o.typingTTL,
 		MaxMessage:  o.maxMessage,
 		Logger:      log,
 		Registerer:  reg,
