@@ -3,11 +3,14 @@ package presence
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 func typing(t *testing.T, n *Node, c *client, channel string) {
@@ -178,4 +181,48 @@ func TestTypingIsNoEdge(t *testing.T) {
 	got := next()
 	require.Len(t, got, 1)
 	assert.Equal(t, Edge{Kind: EdgeOnline, UID: "bob", At: got[0].At}, got[0])
+}
+
+// counter is a Client that counts the typing frames it gets.
+type counter struct{ typing atomic.Int64 }
+
+func (c *counter) Send(f protocol.Encoded) {
+	if f.Type == "typing" {
+		c.typing.Add(1)
+	}
+}
+func (c *counter) Probe()            {}
+func (c *counter) Close(int, string) {}
+
+// Frames per typing burst: 50 users typing at once in channels of 50 and of
+// 5,000 members cost one frame per member per tick, however many typing
+// messages came. Logged with the step's time, not asserted on it.
+func TestTypingBurstFrames(t *testing.T) {
+	for _, members := range []int{50, 5000} {
+		n := newNode(t, Config{})
+		ctx := context.Background()
+		clients := make([]*counter, members)
+		for i := range clients {
+			clients[i] = &counter{}
+			require.NoError(t, n.Connect(ctx, clients[i], fmt.Sprintf("u%05d", i), []string{"big"}))
+		}
+		n.Step()
+		const typists, each = 50, 3
+		for range each {
+			for _, c := range clients[:typists] {
+				require.NoError(t, n.Typing(ctx, c, "big"))
+			}
+		}
+		start := time.Now()
+		n.Step()
+		took := time.Since(start)
+		var frames int64
+		for _, c := range clients {
+			assert.Equal(t, int64(1), c.typing.Load())
+			frames += c.typing.Load()
+		}
+		assert.Equal(t, int64(members), frames)
+		t.Logf("%d typists x %d typing frames in a channel of %d: %d typing frames in one tick (step took %v)",
+			typists, each, members, frames, took)
+	}
 }
