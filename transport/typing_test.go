@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // typist is a client that types: typing frames go to the engine off the
@@ -118,10 +119,23 @@ func TestTypingRefusalActivitySnapshotAndCount(t *testing.T) {
 	alice.w.sync(t) // not typed: its chat would make alice active again
 	s.step(1)
 	obs.until(t, `{"type":"presence","channel":"lobby","count":2,"joins":["alice"],"leaves":[],"away":["alice"]}`)
-	alice.typed(t, `{"type":"typing","channel":"lobby"}`)
-	s.step(1)
-	assert.Equal(t, `{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"active":["alice"]}`, obs.next(t))
-	assert.Equal(t, lobbyTyping+`["alice"]}`, obs.next(t))
+	// Not typed: its chat would make alice active itself. Typing makes the
+	// connection active before it goes to the engine, so the active diff
+	// comes no later than the typing frame.
+	send(t, alice.ws, `{"type":"typing","channel":"lobby"}`)
+	var got []string
+	for deadline := time.Now().Add(waitLong); !slices.Contains(got, lobbyTyping+`["alice"]}`); {
+		require.True(t, time.Now().Before(deadline), "no typing frame; got %q", got)
+		s.step(1)
+		send(t, obsWS, `{"type":"ping"}`)
+		for f := obs.next(t); f != `{"type":"pong"}`; f = obs.next(t) {
+			got = append(got, f)
+		}
+	}
+	assert.Equal(t, []string{
+		`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"active":["alice"]}`,
+		lobbyTyping + `["alice"]}`,
+	}, got)
 
 	dave, _ := s.dial(t, "dave")
 	send(t, dave, `{"type":"join","channel":"lobby"}`)
