@@ -17,11 +17,15 @@ import (
 )
 
 // wireMessage is a presence.Message on Pub/Sub: its frame, JSON already,
-// and the frame's type, so the receiving node counts it without reading it.
+// and the frame's type, so the receiving node counts it without reading it;
+// in a channel, the user it is from, and whether it says that user types
+// (then it has no frame).
 type wireMessage struct {
 	Frame      json.RawMessage `json:"f,omitempty"`
 	Type       string          `json:"t,omitempty"`
 	Disconnect int             `json:"x,omitempty"`
+	From       string          `json:"fr,omitempty"`
+	Typing     int             `json:"ty,omitempty"`
 }
 
 // Why Publish reports a message not delivered.
@@ -54,6 +58,10 @@ func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 	}
 	if m.Channel != "" {
 		topic = presence.Topic{Channel: m.Channel}
+		w.From = m.From
+		if m.Typing {
+			w.Typing = 1
+		}
 	}
 	payload, err := json.Marshal(w)
 	if err != nil {

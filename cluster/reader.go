@@ -20,6 +20,8 @@ type wireEvent struct {
 	Frame      json.RawMessage `json:"f"`
 	Type       string          `json:"t"`
 	Disconnect int             `json:"x"`
+	From       string          `json:"fr"`
+	Typing     int             `json:"ty"`
 }
 
 // readShard reads one shard's subscription. Snapshots are read on this
@@ -205,7 +207,7 @@ func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
 	if ev.S == 0 {
 		r.m.relayed.WithLabelValues("message").Inc()
 		m := presence.Message{Channel: t.Channel, UID: t.UID, Frame: protocol.Encoded{Type: ev.Type, Data: ev.Frame},
-			Disconnect: ev.Disconnect == 1}
+			Disconnect: ev.Disconnect == 1, From: ev.From, Typing: ev.Typing == 1}
 		if m.Disconnect {
 			// Closing connections calls back into their Node, and so into
 			// this engine: do it on a goroutine of its own, once what came

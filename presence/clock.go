@@ -10,7 +10,7 @@ import (
 
 // makeClock builds the Node's rings; the tracker applies the Slots and Tick
 // defaults.
-func (n *Node) makeClock(slots int, tick, lastSeenTTL time.Duration) error {
+func (n *Node) makeClock(slots int, tick, lastSeenTTL, typingTTL time.Duration) error {
 	ring, err := tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick})
 	if err != nil {
 		return err
@@ -42,6 +42,11 @@ func (n *Node) makeClock(slots int, tick, lastSeenTTL time.Duration) error {
 		return err
 	}
 	n.seen.init(seen, lastSeenTTL)
+	typing, err := tracker.New(tracker.Config[typingKey]{Slots: slots, Tick: tick})
+	if err != nil {
+		return err
+	}
+	n.v.typing.init(typing, typingTTL)
 	if n.expiry, err = tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick}); err != nil {
 		return err
 	}
@@ -119,6 +124,7 @@ func (n *Node) step(took time.Duration) {
 	}
 	n.mu.Unlock()
 	n.seen.step()
+	n.v.stepTyping()
 	n.sendOps()
 	for _, c := range expired {
 		c.Close(protocol.CloseTokenExpired, protocol.ReasonTokenExpired)

@@ -445,7 +445,8 @@ func (n *Node) Watch(ctx context.Context, c Client, uids []string) error {
 }
 
 // Chat sends text from c's user to every member connection of channel, on
-// every node, c included; c must have joined channel.
+// every node, c included; c must have joined channel. It ends the user's
+// typing there.
 func (n *Node) Chat(ctx context.Context, c Client, channel, text string) error {
 	n.mu.Lock()
 	cs := n.conns[c]

@@ -4,7 +4,7 @@
 // A Node is one server process's side of it, and its one clock: it holds the
 // deadlines of everything it counts on rings of its own (a connection's
 // keepalives, an HTTP-heartbeat lease, a grace period, a token's expiry, a
-// last-seen record), stepped by Run. Its connections are Clients of any kind (the transport
+// last-seen record, a typing indicator), stepped by Run. Its connections are Clients of any kind (the transport
 // package's WebSockets): each keepalive is a Touch, and the Node probes a
 // silent connection and closes it when it times out. A user is online while
 // at least one of its connections, or a heartbeat lease, is live, and a
@@ -105,6 +105,11 @@ type Config struct {
 	// LastSeen; 0 means DefaultLastSeenTTL (24 hours).
 	LastSeenTTL time.Duration
 
+	// TypingTTL is how long a user stays typing in a channel after its last
+	// typing frame there (Typing); 0 means DefaultTypingTTL (5 seconds).
+	// Typing ends between TypingTTL and TypingTTL plus one Tick after it.
+	TypingTTL time.Duration
+
 	// OnStep, if set, is called after every step of the clock, once the
 	// step's timeouts are handled and its changes sent, with how long the
 	// step took. It runs on the clock's callback goroutine.
@@ -168,8 +173,8 @@ type Node struct {
 // New returns a Node for cfg, or an error if cfg is invalid. It hands the
 // Engine its Relay; nothing steps until Run or Step.
 func New(cfg Config) (*Node, error) {
-	if cfg.Grace < 0 || cfg.MemberList < 0 || cfg.PresenceLists < 0 || cfg.MaxWatch < 0 || cfg.MaxChannels < 0 || cfg.LastSeenTTL < 0 || cfg.AwayAfter < 0 {
-		return nil, errors.New("presence: Config: Grace, MemberList, PresenceLists, MaxWatch, MaxChannels, LastSeenTTL and AwayAfter must not be negative")
+	if cfg.Grace < 0 || cfg.MemberList < 0 || cfg.PresenceLists < 0 || cfg.MaxWatch < 0 || cfg.MaxChannels < 0 || cfg.LastSeenTTL < 0 || cfg.AwayAfter < 0 || cfg.TypingTTL < 0 {
+		return nil, errors.New("presence: Config: Grace, MemberList, PresenceLists, MaxWatch, MaxChannels, LastSeenTTL, AwayAfter and TypingTTL must not be negative")
 	}
 	n := &Node{
 		engine:      cfg.Engine,
@@ -187,7 +192,7 @@ func New(cfg Config) (*Node, error) {
 			calls:     make(map[Topic]chan struct{}),
 		},
 	}
-	if err := n.makeClock(cfg.Slots, cfg.Tick, cmp.Or(cfg.LastSeenTTL, DefaultLastSeenTTL)); err != nil {
+	if err := n.makeClock(cfg.Slots, cfg.Tick, cmp.Or(cfg.LastSeenTTL, DefaultLastSeenTTL), cmp.Or(cfg.TypingTTL, DefaultTypingTTL)); err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
 	}
 	if n.engine == nil {
@@ -310,6 +315,7 @@ func (n *Node) Close() {
 	n.graces.Close()
 	n.expiry.Close()
 	n.idle.Close()
+	n.v.typing.ring.Close()
 	n.v.notify.close()
 }
 

@@ -23,6 +23,7 @@ type view struct {
 	memberList, presenceLists int
 	notify                    notifier  // OnPresence
 	seen                      *lastSeen // the Node's, for the offline edges it produced
+	typing                    typists   // who types where, on a ring of the Node's clock
 
 	mu       sync.Mutex
 	users    map[string]userView
@@ -62,7 +63,8 @@ type channelView struct {
 	members sortedset.Set
 	away    map[string]struct{} // the members who are away; nil: none
 	subs    map[Client]sub
-	log     []edge // member edges this tick, kept only while there are subs
+	log     []edge     // member edges this tick, kept only while there are subs
+	typing  *typingSet // nil: nobody types and nobody was told anyone does
 }
 
 func (cv *channelView) isAway(uid string) bool {
@@ -246,6 +248,9 @@ func (v *view) memberChangedLocked(channel, uid string, joined bool) {
 	if joined && !cv.members.Add(uid) || !joined && !cv.members.Remove(uid) {
 		return
 	}
+	if !joined {
+		v.stopTypingLocked(cv, uid)
+	}
 	if !joined && cv.setAway(uid, false) {
 		// Logged, so that a diff that nets the leave out (the user is back
 		// within the tick) still sees the activity it had.
@@ -262,11 +267,20 @@ func (v *view) dropIfUnused(cv *channelView) {
 	}
 }
 
-// Deliver sends m's frame to the clients it is for, or closes them.
+// Deliver sends m's frame to the clients it is for, or closes them; a
+// typing message marks its user typing, and a chat line ends that.
 func (v *view) Deliver(m Message) {
 	v.mu.Lock()
+	if m.Typing {
+		v.typingLocked(m.Channel, m.From)
+		v.mu.Unlock()
+		return
+	}
 	if m.Channel != "" {
 		if cv := v.channels[m.Channel]; cv != nil {
+			if m.From != "" {
+				v.stopTypingLocked(cv, m.From)
+			}
 			for c := range cv.subs {
 				c.Send(m.Frame)
 			}
@@ -370,6 +384,7 @@ func (v *view) subscribe(c Client, channel string) {
 	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(cv.members.Len())}
 	members := cv.members.First(v.memberList)
 	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: members, Away: cv.awayAmong(members)}))
+	v.typingSnapshotLocked(c, cv)
 }
 
 func (v *view) unsubscribe(c Client, channel string) {
@@ -442,6 +457,7 @@ func (v *view) flush() {
 		v.flushChannel(cv)
 	}
 	v.dirty = reuse(v.dirty)
+	v.flushTypingLocked()
 	if len(v.userLog) > 0 {
 		v.flushStatus()
 	}

@@ -64,10 +64,10 @@ type lifetime struct {
 }
 
 // backlog is what waits on a connection now and then: a close frame to
-// send, chats to hand to the engine.
+// send, chats and typing to hand to the engine.
 type backlog struct {
 	closeMsg []byte        // the close frame to send, once
-	chats    []pendingChat // chats waiting to be handed to the engine
+	chats    []pendingChat // chats and typing waiting to be handed to the engine
 	chatting bool          // a goroutine hands them over
 }
 
@@ -333,28 +333,42 @@ const (
 	chatHandover    = 2 * time.Second
 )
 
-// pendingChat is a chat waiting for the engine, due by its deadline.
+// pendingChat is a chat, or with typing set a typing frame (Text unused),
+// waiting for the engine, due by its deadline.
 type pendingChat struct {
 	protocol.Chat
-	due time.Time
+	typing bool
+	due    time.Time
 }
 
 // queueChat hands f to the engine on a goroutine of c's own, which exists
 // while chats wait, so they go out in order. Each has chatHandover from its
-// arrival, however long the ones before it took.
-func (c *conn) queueChat(f protocol.Chat) {
+// arrival, however long the ones before it took. Typing frames take the
+// same way, so a chat ends the typing that came before it, never the one
+// after.
+func (c *conn) queueChat(f protocol.Chat, typing bool) {
+	what := "chat"
+	if typing {
+		what = "typing"
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		return
 	}
 	b := c.backlogLocked()
-	if len(b.chats) >= maxPendingChats {
+	if typing && slices.ContainsFunc(b.chats, func(p pendingChat) bool { return p.typing && p.Channel == f.Channel }) {
+		// One already waits: handed over later than this one came, it
+		// starts the same typing at least as late.
 		c.mu.Unlock()
-		c.reply(protocol.Error{Error: "chat not delivered: too many chats waiting to be sent, try again", Channel: f.Channel, Ref: f.Ref})
 		return
 	}
-	b.chats = append(b.chats, pendingChat{f, time.Now().Add(chatHandover)})
+	if len(b.chats) >= maxPendingChats {
+		c.mu.Unlock()
+		c.reply(protocol.Error{Error: what + " not delivered: too many chats waiting to be sent, try again", Channel: f.Channel, Ref: f.Ref})
+		return
+	}
+	b.chats = append(b.chats, pendingChat{f, typing, time.Now().Add(chatHandover)})
 	start := !b.chatting
 	b.chatting = true
 	c.mu.Unlock()
@@ -378,14 +392,21 @@ func (c *conn) chatLoop() {
 		b.chats = b.chats[1:]
 		c.mu.Unlock()
 		ctx, cancel := context.WithDeadline(context.Background(), f.due)
-		err := h.node.Chat(ctx, c, f.Channel, f.Text)
+		what := "chat"
+		var err error
+		if f.typing {
+			what = "typing"
+			err = h.node.Typing(ctx, c, f.Channel)
+		} else {
+			err = h.node.Chat(ctx, c, f.Channel, f.Text)
+		}
 		cancel()
 		switch {
 		case errors.Is(err, presence.ErrNotJoined):
 			c.reply(protocol.Error{Error: err.Error(), Channel: f.Channel, Ref: f.Ref})
 		case err != nil:
-			h.log.Warn("transport: chat not delivered", "uid", c.uid, "channel", f.Channel, "err", err)
-			c.reply(protocol.Error{Error: "chat not delivered: " + err.Error(), Channel: f.Channel, Ref: f.Ref})
+			h.log.Warn("transport: "+what+" not delivered", "uid", c.uid, "channel", f.Channel, "err", err)
+			c.reply(protocol.Error{Error: what + " not delivered: " + err.Error(), Channel: f.Channel, Ref: f.Ref})
 		}
 	}
 }
@@ -455,7 +476,9 @@ func (c *conn) handle(data []byte) {
 		}
 	case protocol.Chat:
 		h.m.chats.Inc()
-		c.queueChat(f)
+		c.queueChat(f, false)
+	case protocol.Typing:
+		c.queueChat(protocol.Chat{Channel: f.Channel}, true)
 	case protocol.Custom:
 		if h.onMessage == nil {
 			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")

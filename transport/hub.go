@@ -64,7 +64,7 @@ const readBufferSize = 128
 type Config struct {
 	// Node, if set, is the presence.Node the Hub serves: the embedder made
 	// it, runs its clock (Node.Run) and closes it, and may use it beside the
-	// Hub. The presence fields below (Slots through AwayAfter) are then
+	// Hub. The presence fields below (Slots through TypingTTL) are then
 	// ignored. nil: the Hub makes one from those fields and runs it
 	// until Shutdown.
 	Node *presence.Node
@@ -101,6 +101,9 @@ type Config struct {
 	// AwayAfter marks a connection away once it sent no activity, chat,
 	// typing or join frame for that long; 0 never does.
 	AwayAfter time.Duration
+	// TypingTTL is how long a user stays typing in a channel after its
+	// last typing frame there; 0 means presence.DefaultTypingTTL (5 s).
+	TypingTTL time.Duration
 
 	// Auth identifies clients of /ws and /api/heartbeat. nil means DemoAuth,
 	// which trusts ?uid=; New logs a warning then. With a
@@ -297,7 +300,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 			MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists,
 			MaxWatch: cfg.MaxWatch, MaxChannels: cfg.MaxChannels,
 			OnPresence: cfg.OnPresence, OnActivity: cfg.OnActivity, OnEdges: cfg.OnEdges, AwayAfter: cfg.AwayAfter,
-			OnStep: m.observeStep, Logger: log,
+			OnStep: m.observeStep, Logger: log, TypingTTL: cfg.TypingTTL,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("transport: %w", err)

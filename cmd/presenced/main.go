@@ -61,6 +61,7 @@ type options struct {
 	grace      time.Duration
 	lastSeen   time.Duration
 	awayAfter  time.Duration
+	typingTTL  time.Duration
 	redis      string
 	node       string
 
@@ -122,6 +123,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.webhook, "webhook", "", "URL to POST the presence edges this node produces to, in batches (http or https)")
 	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "key of the HMAC-SHA256 signature in each webhook POST's X-Presenced-Signature header")
 	fs.IntVar(&o.webhookQueue, "webhook-queue", webhook.DefaultQueue, "most webhook events waiting while the backend is down, at least 1 (past it the oldest are dropped and counted)")
+	fs.DurationVar(&o.typingTTL, "typing-ttl", presence.DefaultTypingTTL, "how long a user stays typing in a channel after its last typing frame there, at least 1ms")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
 	fs.StringVar(&o.node, "node", "", "this node's name in the cluster (default: hostname-pid)")
 	fs.IntVar(&o.memberList, "member-list", presence.DefaultMemberList, "most member IDs in a joined snapshot, at least 1 (its count is always exact)")
@@ -206,6 +208,8 @@ func (o options) check() error {
 		return fmt.Errorf("-webhook-queue %d: at least 1", o.webhookQueue)
 	case o.webhookSecret != "" && o.webhook == "":
 		return errors.New("-webhook-secret without -webhook")
+	case o.typingTTL < time.Millisecond:
+		return fmt.Errorf("-typing-ttl %v: at least 1ms", o.typingTTL)
 	case o.memberList < 1:
 		return fmt.Errorf("-member-list %d: at least 1", o.memberList)
 	case o.presenceLists < 1:
@@ -367,6 +371,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		LastSeenTTL: o.lastSeen,
 		AwayAfter:   o.awayAfter,
 		OnEdges:     onEdges,
+		TypingTTL:   o.typingTTL,
 		MaxMessage:  o.maxMessage,
 		Logger:      log,
 		Registerer:  reg,

@@ -26,7 +26,7 @@ const waitLong = 10 * time.Second
 // defaults is what parseFlags returns with nothing set, changed by edit.
 func defaults(edit func(*options)) options {
 	o := options{addr: "127.0.0.1:8080", addrFrom: "default in demo mode: loopback only", slots: 31, tick: time.Second,
-		maxMessage: 4096, memberList: 100, presenceLists: 1000, lastSeen: 24 * time.Hour,
+		maxMessage: 4096, memberList: 100, presenceLists: 1000, lastSeen: 24 * time.Hour, typingTTL: 5 * time.Second,
 		maxConnsPerUser: 100, frameRate: 50, frameBurst: 100, maxChannels: 100, byteRate: 64 << 10, queueBytes: 1 << 20,
 		webhookQueue: 100_000}
 	if edit != nil {
@@ -45,20 +45,20 @@ func TestParseFlags(t *testing.T) {
 		{name: "defaults: loopback in demo mode", want: defaults(nil)},
 		{name: "all flags", args: []string{"-addr", "127.0.0.1:9", "-slots", "61", "-tick", "500ms", "-max-message", "100",
 			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-api-key", "k", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
-			"-last-seen-ttl", "1h", "-member-list", "5", "-presence-lists", "50", "-max-conns-per-user", "7", "-frame-rate", "2.5", "-frame-burst", "9",
+			"-last-seen-ttl", "1h", "-typing-ttl", "3s", "-member-list", "5", "-presence-lists", "50", "-max-conns-per-user", "7", "-frame-rate", "2.5", "-frame-burst", "9",
 			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3"},
 			want: options{addr: "127.0.0.1:9", addrFrom: "-addr", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour,
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour, typingTTL: 3 * time.Second,
 				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000,
 				webhookQueue: 100_000}},
 		{name: "every flag from the environment", env: map[string]string{
 			"PRESENCED_ADDR": "127.0.0.1:9", "PRESENCED_SLOTS": "61", "PRESENCED_TICK": "500ms", "PRESENCED_MAX_MESSAGE": "100",
 			"PRESENCED_ORIGINS": "https://a.example,b.example:8443", "PRESENCED_JWT_SECRET": "s", "PRESENCED_API_KEY": "k",
-			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1", "PRESENCED_LAST_SEEN_TTL": "1h",
+			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1", "PRESENCED_LAST_SEEN_TTL": "1h", "PRESENCED_TYPING_TTL": "3s",
 			"PRESENCED_MEMBER_LIST": "5", "PRESENCED_PRESENCE_LISTS": "50", "PRESENCED_MAX_CONNS_PER_USER": "7",
 			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3"},
 			want: options{addr: "127.0.0.1:9", addrFrom: "$PRESENCED_ADDR", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour,
+				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour, typingTTL: 3 * time.Second,
 				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000,
 				webhookQueue: 100_000}},
 		{name: "activity and webhooks", args: []string{"-away-after", "2m", "-webhook", "http://127.0.0.1:9/hook", "-webhook-secret", "w", "-webhook-queue", "10"},
@@ -86,6 +86,10 @@ func TestParseFlags(t *testing.T) {
 			want: defaults(func(o *options) { o.slots, o.apiKey = 5, "k" })},
 		{name: "demo mode on an address from env", env: map[string]string{"PRESENCED_ADDR": ":8081"},
 			want: defaults(func(o *options) { o.addr, o.addrFrom = ":8081", "$PRESENCED_ADDR" })},
+		{name: "typing TTL by flag", args: []string{"-typing-ttl", "2s"},
+			want: defaults(func(o *options) { o.typingTTL = 2 * time.Second })},
+		{name: "typing TTL from env", env: map[string]string{"PRESENCED_TYPING_TTL": "1500ms"},
+			want: defaults(func(o *options) { o.typingTTL = 1500 * time.Millisecond })},
 		{name: "origins with a trailing slash and a wildcard", args: []string{"-origins", "https://a.example/,*,http://[::1]:3000,localhost"},
 			want: defaults(func(o *options) { o.origins = []string{"https://a.example/", "*", "http://[::1]:3000", "localhost"} })},
 	} {
@@ -112,6 +116,8 @@ func TestBadSettings(t *testing.T) {
 		{"slots from env", nil, map[string]string{"PRESENCED_SLOTS": "0"}, "-slots 0: at least 2"},
 		{"negative grace", []string{"-grace", "-1s"}, nil, "-grace -1s: not negative"},
 		{"member list 0", []string{"-member-list", "0"}, nil, "-member-list 0: at least 1"},
+		{"typing TTL below 1ms", []string{"-typing-ttl", "500us"}, nil, "-typing-ttl 500µs: at least 1ms"},
+		{"typing TTL from env", nil, map[string]string{"PRESENCED_TYPING_TTL": "0"}, "-typing-ttl 0s: at least 1ms"},
 		{"presence lists 0", []string{"-presence-lists", "0"}, nil, "-presence-lists 0: at least 1"},
 		{"conns per user 0", []string{"-max-conns-per-user", "0"}, nil, "-max-conns-per-user 0: at least 1"},
 		{"frame rate 0", []string{"-frame-rate", "0"}, nil, "must be positive"},
