@@ -786,7 +786,7 @@ func TestE2ELargeRoom(t *testing.T) {
 	assert.Equal(t, "4", eval[string](t, a, text("#room-count")), "the count is exact")
 	assert.Equal(t, 2, eval[int](t, a, `document.querySelectorAll('#members li[data-uid]').length`), "the snapshot's 2 names")
 	assert.Equal(t, "true", eval[string](t, a, `document.getElementById('rooms-card').dataset.partial`))
-	assert.Contains(t, eval[string](t, a, text("#room-note")), "list partial: 2 listed")
+	assert.Contains(t, eval[string](t, a, text("#room-note")), "members, showing 2")
 	assert.Contains(t, eval[string](t, a, text("#members li.more")), "2 more")
 
 	dialWS(t, srv, "big-4", "lobby")
