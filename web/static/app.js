@@ -819,6 +819,7 @@ function renderWatch(now) {
     const away = state === 'online' && w.away;
     li.dataset.online = state;
     li.dataset.away = String(away);
+    li.dataset.lastSeen = state === 'offline' && w.lastSeen ? String(w.lastSeen) : '';
     const since = w.since ? ` for ${fmtDur(now - w.since)}` : '';
     let seen;
     if (state === 'unknown') seen = me.live ? 'asking…' : 'not connected';
