@@ -22,27 +22,7 @@ import (
 // rules, the reconnect backoff, the room and watch list models fed with
 // server frames, and the ring drawing, including the cursor passing slot 0.
 func TestModulesInBrowser(t *testing.T) {
-	chromium := needChromium(t)
-	mux := http.NewServeMux()
-	mux.Handle("/", web.Handler())
-	// An empty page of the same origin, so module imports are allowed.
-	mux.HandleFunc("/blank", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write([]byte(`<!doctype html><title>t</title><link rel="icon" href="/favicon.svg"><svg id="r" viewBox="-140 -140 280 280"></svg>`))
-	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
-	b := startBrowser(t, chromium)
-	do(t, b.ctx, "open", chromedp.Navigate(srv.URL+"/blank"))
-	run := func(t *testing.T, js string, v any) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-		defer cancel()
-		raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](js, chromedp.EvalAwaitPromise))
-		require.NoError(t, err, js)
-		require.NoError(t, json.Unmarshal(raw, v), "%s returned %s", js, raw)
-	}
+	b, srv, run := moduleBrowser(t)
 
 	t.Run("fmtDur", func(t *testing.T) {
 		cases := map[float64]string{
@@ -256,4 +236,33 @@ func TestModulesInBrowser(t *testing.T) {
 func jsNum(f float64) string {
 	b, _ := json.Marshal(f)
 	return string(b)
+}
+
+// moduleBrowser opens a blank page of web.Handler's origin in Chromium, so
+// the page's modules can be imported there; run evaluates a promise in it
+// and decodes its JSON value into v.
+func moduleBrowser(t *testing.T) (b *browser, srv *httptest.Server, run func(t *testing.T, js string, v any)) {
+	t.Helper()
+	chromium := needChromium(t)
+	mux := http.NewServeMux()
+	mux.Handle("/", web.Handler())
+	// An empty page of the same origin, so module imports are allowed.
+	mux.HandleFunc("/blank", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(`<!doctype html><title>t</title><link rel="icon" href="/favicon.svg"><svg id="r" viewBox="-140 -140 280 280"></svg>`))
+	})
+	srv = httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	b = startBrowser(t, chromium)
+	do(t, b.ctx, "open", chromedp.Navigate(srv.URL+"/blank"))
+	run = func(t *testing.T, js string, v any) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](js, chromedp.EvalAwaitPromise))
+		require.NoError(t, err, js)
+		require.NoError(t, json.Unmarshal(raw, v), "%s returned %s", js, raw)
+	}
+	return b, srv, run
 }

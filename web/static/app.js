@@ -1,25 +1,33 @@
 // The demo page: one connection of its own, simulated clients, the ring, the
-// rooms this connection joined with their members, the users it watches, an
-// event log and a chat per room. Everything comes from this server: the
-// WebSocket at /ws, GET /api/ring, and one POST /api/heartbeat with no
-// identity at load, which tells whether the server needs a token.
+// rooms this connection joined with their members (away ones dimmed, big
+// rooms paged), the users it watches with their last seen, an event log and
+// a chat per room with who is typing. Everything comes from this server: the
+// WebSocket at /ws, GET /api/ring, one POST /api/heartbeat with no identity
+// at load, which tells whether the server needs a token, and in demo mode
+// GET /api/presence/{uid} for the last seen of a watched user.
 
 import { Client, FINAL_CLOSES } from './conn.js';
 import { RingView } from './ring.js';
 import { Room, WatchList } from './rooms.js';
-import { fmtDur, fmtClock, randomTag, validChannel, validUid } from './format.js';
+import { Throttle, fmtAgo, fmtDur, fmtClock, randomTag, typingText, validChannel, validUid } from './format.js';
 
 const $ = (id) => document.getElementById(id);
 
-const MAX_SIMS = 100;
+// Enough to fill a room past the server's default snapshot of 100 members,
+// under Chromium's cap of 255 WebSockets.
+const MAX_SIMS = 200;
+const MAX_SPAWN = 100; // per click
 const MAX_LOG = 300;
 const MAX_CHAT = 200;
-const MAX_USERS_SHOWN = 150;
+const MAX_USERS_SHOWN = 1000;
 const MAX_WATCHED = 50;
 const MAX_ROOMS = 20;
 const MAX_EDGES_LOGGED = 10; // per diff; a big diff is summed up after these
 const LOBBY = 'lobby';
 const MAX_CHAT_BYTES = 4000; // under the server's default 4096-byte frame limit, with room for the JSON around it
+// The server holds a typing mark for seconds after each typing frame: one
+// every 2 s while keys are pressed keeps it up without a frame per key.
+const TYPING_EVERY_MS = 2000;
 
 const params = new URLSearchParams(location.search);
 const token = params.get('token') || '';
@@ -35,6 +43,8 @@ const ui = {
   meRecv: $('me-recv'),
   meClose: $('me-close'),
   meToggle: $('me-toggle'),
+  meAway: $('me-away'),
+  meActivity: $('me-activity'),
   ringStatus: $('ring-status'),
   ringWords: $('ring-words'),
   sims: $('sims'),
@@ -50,6 +60,7 @@ const ui = {
   roomCount: $('room-count'),
   roomNote: $('room-note'),
   roomLeave: $('room-leave'),
+  roomMore: $('room-more'),
   joinName: $('join-name'),
   members: $('members'),
   watched: $('watched'),
@@ -59,6 +70,7 @@ const ui = {
   chat: $('chat'),
   chatEmpty: $('chat-empty'),
   chatText: $('chat-text'),
+  typing: $('typing'),
   log: $('log'),
 };
 
@@ -73,6 +85,7 @@ const watch = new WatchList();
 // heard: when this page last saw a frame from a user it does not run (a chat).
 const heard = new Map();
 const sims = []; // {client, idleLogged}
+const typingPace = new Throttle(TYPING_EVERY_MS);
 
 // syncChildren makes nodes the children of parent, touching the DOM only when
 // they differ, so hover and tooltips survive the 5 Hz redraw.
@@ -266,7 +279,24 @@ me.addEventListener('frame', (ev) => {
       }
       r.snapshot(f);
       const shown = r.partial ? ` (${r.members.size} listed)` : '';
-      logEvent('joined', '', `joined ${ch} · ${plural(r.count, 'member')}${shown}`);
+      const away = r.away.size ? ` · ${r.away.size} away` : '';
+      logEvent('joined', '', `joined ${ch} · ${plural(r.count, 'member')}${shown}${away}`);
+      break;
+    }
+    case 'members': {
+      // The answer to "load more": frames on one connection keep their
+      // order, so it is the page asked for last.
+      const r = rooms.get(ch);
+      if (!r || r.paging === null) break;
+      const after = r.paging;
+      r.paging = null;
+      r.page(f, after);
+      logEvent('members', '', `${ch}: a page after ${after ? JSON.stringify(after) : 'the start'} · ${r.members.size} of ${r.count} listed`);
+      break;
+    }
+    case 'typing': {
+      const r = rooms.get(ch);
+      if (r && r.state === 'joined') r.typed(f);
       break;
     }
     case 'left':
@@ -281,6 +311,8 @@ me.addEventListener('frame', (ev) => {
       // Count-only diffs come at most once a tick from big rooms: the count shows them.
       logEdges('join', d.joins, `joined ${ch}`);
       logEdges('leave', d.leaves, `left ${ch}`);
+      logEdges('away', d.away, `is away (${ch})`);
+      logEdges('active', d.active, `is back (${ch})`);
       break;
     }
     case 'chat': {
@@ -303,20 +335,44 @@ me.addEventListener('frame', (ev) => {
       watch.watching(f, now);
       const on = watch.uids().filter((u) => watch.users.get(u).online);
       logEvent('watch', '', `watching ${plural(watch.size, 'user')}, ${on.length} online` + (on.length ? `: ${on.join(', ')}` : ''));
+      askLastSeen();
       break;
     }
     case 'status':
-      for (const c of watch.status(f, now)) logEvent(c.online ? 'online' : 'offline', c.uid, c.online ? 'is online' : 'is offline');
+      for (const c of watch.status(f, now)) logEvent(c.kind, c.uid, STATUS_WORDS[c.kind]);
       break;
     case 'error': {
       logEvent('error', '', `server: ${f.error}` + (ch ? ` (${ch})` : ''));
-      // A room still waiting for its snapshot was refused.
+      // A room still waiting for its snapshot was refused; a page asked
+      // for may have been.
       const r = rooms.get(ch);
       if (r && r.state === 'joining') dropRoom(ch);
+      else if (r) r.paging = null;
       break;
     }
   }
 });
+
+const STATUS_WORDS = { online: 'is online', offline: 'is offline', away: 'is away', active: 'is back' };
+
+// askLastSeen asks the server when the watched users who are offline were
+// last seen: the watching answer says who is online, not since when the
+// others are gone. Only a server in demo mode answers without a key.
+const askingLastSeen = new Set();
+function askLastSeen() {
+  if (mode !== 'demo') return;
+  for (const u of watch.unseen()) {
+    if (askingLastSeen.has(u)) continue;
+    askingLastSeen.add(u);
+    fetch(`/api/presence/${encodeURIComponent(u)}`, { cache: 'no-store' })
+      .then((res) => (res.ok ? res.json() : null))
+      .then((p) => {
+        if (p && !p.online && watch.lastSeen(u, p.last_seen)) renderSoon();
+      })
+      .catch(() => { /* the server is down: the status frames say it later */ })
+      .finally(() => askingLastSeen.delete(u));
+  }
+}
 
 function dropRoom(ch) {
   if (!rooms.delete(ch)) return;
@@ -331,6 +387,11 @@ let welcomed = false;
 
 me.addEventListener('closed', (ev) => {
   const c = ev.detail;
+  // Who types, and the page asked for, belong to the connection that ended.
+  for (const r of rooms.values()) {
+    r.typing = { users: [], count: 0 };
+    r.paging = null;
+  }
   const final = FINAL_CLOSES.includes(c.code);
   const then = me.reconnect && me.wanted && !final ? ' · reconnecting with backoff' : '';
   logEvent('conn', me.uid, `connection closed: ${closeText(c)}${then}`);
@@ -352,6 +413,11 @@ function renderMe(now) {
   let pill;
   let state;
   ui.meToggle.hidden = !!blocked;
+  ui.meAway.hidden = !!blocked || !me.live;
+  ui.meAway.textContent = me.away ? "I'm back" : 'Go away';
+  ui.meAway.setAttribute('aria-pressed', String(me.away));
+  ui.me.dataset.away = String(me.away);
+  ui.meActivity.textContent = !me.live ? '—' : me.away ? 'away: still online, drawn dimmed' : 'active';
   if (blocked) {
     ui.me.dataset.state = 'needs-token';
     ui.pill.dataset.state = 'needs-token';
@@ -392,6 +458,10 @@ function renderMe(now) {
   if (me.lastClose) ui.meClose.textContent = `${closeText(me.lastClose)} at ${fmtClock(me.lastClose.at)}`;
 }
 
+ui.meAway.addEventListener('click', () => {
+  if (me.setActivity(!me.away)) logEvent(me.away ? 'away' : 'active', me.uid, me.away ? 'says it is away' : 'says it is back');
+});
+
 ui.meToggle.addEventListener('click', () => {
   if (me.wanted) me.close('disconnected by the user');
   else me.connect();
@@ -415,7 +485,7 @@ function spawn(n) {
     logEvent('error', '', `at most ${MAX_SIMS} simulated clients per page`);
     return;
   }
-  n = Math.max(1, Math.min(n | 0 || 1, 50, room));
+  n = Math.max(1, Math.min(n | 0 || 1, MAX_SPAWN, room));
   for (let i = 0; i < n; i++) {
     // Pings at a spread of delays, so the clients land in different slots.
     const client = new Client({ uid: `sim-${simTag}-${++simSeq}`, pingAt: [0.2, 0.4], channels: [LOBBY] });
@@ -440,6 +510,11 @@ function silence(sim) {
   }
 }
 
+function setAway(sim) {
+  const c = sim.client;
+  if (c.setActivity(!c.away)) logEvent(c.away ? 'away' : 'active', c.uid, c.away ? 'says it is away' : 'says it is back');
+}
+
 function bringBack(sim) {
   sim.idleLogged = false;
   logEvent('back', sim.client.uid, sim.client.ws ? 'sends a ping again' : 'reconnects');
@@ -462,7 +537,7 @@ function simView(sim, now) {
   if (c.state !== 'live') return { state: 'connecting', text: 'connecting…', life: 1 };
   const age = now - c.lastSent;
   const life = t ? Math.max(0, 1 - age / t) : 1;
-  if (!c.silenced) return { state: 'live', text: `live · keepalive ${fmtDur(age)} ago`, life };
+  if (!c.silenced) return { state: 'live', text: `${c.away ? 'away' : 'live'} · keepalive ${fmtDur(age)} ago`, life };
   if (!t || age < t / 2) {
     return { state: 'silenced', text: `silenced ${fmtDur(age)} ago · idle at ${fmtDur(t / 2)}`, life };
   }
@@ -494,6 +569,11 @@ function renderSims(now) {
     const canSilence = v.state === 'live';
     const silenceBtn = li.querySelector('[data-act="silence"]');
     silenceBtn.hidden = !canSilence;
+    li.dataset.away = String(c.away);
+    // Saying so is a data frame, which would end a silence: only live ones.
+    const awayBtn = li.querySelector('[data-act="away"]');
+    awayBtn.hidden = !canSilence;
+    awayBtn.textContent = c.away ? 'Back' : 'Away';
     li.querySelector('[data-act="back"]').hidden = canSilence || v.state === 'connecting';
     order.push(li);
   }
@@ -508,6 +588,7 @@ function simRow(simUid) {
   li.dataset.uid = simUid;
   li.innerHTML = '<span class="state-dot"></span><div class="main"><code class="uid"></code><span class="status"></span>' +
     '<span class="life"><span></span></span></div><div class="btns">' +
+    '<button type="button" class="small-btn" data-act="away">Away</button>' +
     '<button type="button" class="small-btn" data-act="silence">Silence</button>' +
     '<button type="button" class="small-btn" data-act="back">Bring back</button>' +
     '<button type="button" class="small-btn icon" data-act="remove" aria-label="Remove" title="Remove">×</button></div>';
@@ -520,7 +601,8 @@ ui.sims.addEventListener('click', (ev) => {
   if (!btn) return;
   const sim = sims.find((s) => s.client.uid === btn.closest('li').dataset.uid);
   if (!sim) return;
-  if (btn.dataset.act === 'silence') silence(sim);
+  if (btn.dataset.act === 'away') setAway(sim);
+  else if (btn.dataset.act === 'silence') silence(sim);
   else if (btn.dataset.act === 'back') bringBack(sim);
   else removeSim(sim);
   render();
@@ -586,15 +668,24 @@ function renderRooms(now) {
   ui.roomCount.textContent = r ? String(r.count) : '0';
   ui.chatRoom.textContent = r ? r.name : 'no room';
   ui.chatText.placeholder = r ? `Message ${r.name}…` : 'Join a room to chat';
+  renderTyping(r);
   if (!r) {
     ui.roomNote.textContent = 'no room: join one';
+    ui.roomMore.hidden = true;
     syncChildren(ui.members, []);
     return;
   }
+  const noun = r.count === 1 ? 'member' : 'members';
   if (r.state !== 'joined') ui.roomNote.textContent = `${r.state}…`;
-  else if (r.countOnly) ui.roomNote.textContent = `members · list partial: a room this big gets counts, not names`;
-  else if (r.partial) ui.roomNote.textContent = `members · list partial: ${r.members.size} listed`;
-  else ui.roomNote.textContent = r.count === 1 ? 'member' : 'members';
+  else if (r.countOnly) ui.roomNote.textContent = `${noun} · list partial: a room this big gets counts, not names`;
+  else if (r.partial) ui.roomNote.textContent = `${noun}, showing ${r.members.size}`;
+  else ui.roomNote.textContent = noun;
+  // Paging needs the room joined on a live connection: a page belongs to
+  // the snapshot and diffs of the connection that asks.
+  const next = r.state === 'joined' && me.live ? r.nextPage() : null;
+  ui.roomMore.hidden = next === null;
+  ui.roomMore.disabled = r.paging !== null;
+  ui.roomMore.textContent = r.paging !== null ? 'loading…' : next === '' ? 'reload the list' : 'load more';
 
   const t = timeoutMs();
   const mine = new Map(sims.map((s, i) => [s.client.uid, i]));
@@ -616,9 +707,12 @@ function renderRooms(now) {
     const at = lastHeard(u);
     const age = now - at;
     const known = at > 0 && t > 0 && age < t;
+    const away = r.away.has(u);
     li.classList.toggle('known', known);
+    li.classList.toggle('away', away);
     li.querySelector('.dot').style.setProperty('--life', known ? (1 - age / t).toFixed(3) : '0');
-    li.querySelector('.tag').textContent = u === me.uid ? 'you' : mine.has(u) ? 'simulated' : watch.has(u) ? 'watched' : '';
+    const tag = u === me.uid ? 'you' : mine.has(u) ? 'simulated' : watch.has(u) ? 'watched' : '';
+    li.querySelector('.tag').textContent = away ? (tag ? `${tag} · away` : 'away') : tag;
     li.querySelector('.seen').textContent = at > 0 ? `heard ${fmtDur(age)} ago` : '';
     li.title = known
       ? `last keepalive this page knows of: ${fmtDur(age)} ago; offline ${fmtDur(t)} to ${fmtDur(t + tickMs())} after the last one`
@@ -637,6 +731,19 @@ function renderRooms(now) {
   }
   syncChildren(ui.members, frag);
 }
+
+ui.roomMore.addEventListener('click', () => {
+  const r = rooms.get(selected);
+  if (!r || r.paging !== null) return;
+  const after = r.nextPage();
+  if (after === null) return;
+  if (!me.send({ type: 'members', channel: r.name, after, limit: r.limit })) {
+    logEvent('error', '', 'not connected: cannot page the members now');
+    return;
+  }
+  r.paging = after;
+  render();
+});
 
 function select(ch) {
   if (!rooms.has(ch)) return;
@@ -709,9 +816,20 @@ function renderWatch(now) {
       li.querySelector('.uid').textContent = u;
     }
     const state = w.online === null || !me.live ? 'unknown' : w.online ? 'online' : 'offline';
+    const away = state === 'online' && w.away;
     li.dataset.online = state;
-    li.querySelector('.seen').textContent = state === 'unknown' ? (me.live ? 'asking…' : 'not connected')
-      : `${state}${w.since ? ` for ${fmtDur(now - w.since)}` : ''}`;
+    li.dataset.away = String(away);
+    li.dataset.lastSeen = state === 'offline' && w.lastSeen ? String(w.lastSeen) : '';
+    const since = w.since ? ` for ${fmtDur(now - w.since)}` : '';
+    let seen;
+    if (state === 'unknown') seen = me.live ? 'asking…' : 'not connected';
+    else if (away) seen = 'away';
+    else if (state === 'offline' && w.lastSeen) seen = `last seen ${fmtAgo(now - w.lastSeen)}`;
+    else seen = `${state}${since}`;
+    const text = li.querySelector('.seen');
+    text.textContent = seen;
+    text.title = state === 'offline' && w.lastSeen ? `offline since ${new Date(w.lastSeen).toLocaleString()}`
+      : away ? `online, away${since}` : '';
     frag.push(li);
   }
   syncChildren(ui.watched, frag);
@@ -772,6 +890,20 @@ function addChat(ch, { from = '', text, system = '' }, at) {
   showChat();
 }
 
+// renderTyping says who types in the selected room, others than this user.
+function renderTyping(r) {
+  const t = r && r.state === 'joined' && me.live ? typingText(r.typing.users, r.typing.count, me.uid) : '';
+  if (ui.typing.textContent !== t) ui.typing.textContent = t;
+}
+
+// Typing is said of the room shown, while the box holds text: clearing
+// the box is not typing.
+ui.chatText.addEventListener('input', () => {
+  const r = rooms.get(selected);
+  if (!r || r.state !== 'joined' || !ui.chatText.value.trim()) return;
+  if (typingPace.due(r.name, Date.now())) me.send({ type: 'typing', channel: r.name });
+});
+
 // showChat shows the messages of the selected room only.
 function showChat() {
   let any = false;
@@ -802,6 +934,8 @@ $('chat-form').addEventListener('submit', (ev) => {
     logEvent('error', '', 'not connected: the message was not sent');
     return;
   }
+  // The chat ends the typing mark; the next key starts a new one at once.
+  typingPace.reset(r.name);
   ui.chatText.value = '';
 });
 

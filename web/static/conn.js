@@ -68,6 +68,7 @@ export class Client extends EventTarget {
     this.retryAt = 0;
     this.silenced = false;
     this.silencedAt = 0;
+    this.away = false; // this connection said it is away
     this.wanted = false;
     this.pingTimer = 0;
     this.retryTimer = 0;
@@ -115,6 +116,20 @@ export class Client extends EventTarget {
     if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
     this.ws.send(JSON.stringify(frame));
     this.lastSent = Date.now();
+    // The server counts chatting and typing as being back.
+    if (frame.type === 'chat' || frame.type === 'typing') this.away = false;
+    this.emit('change');
+    return true;
+  }
+
+  /**
+   * setActivity tells the server this connection is away (or active again);
+   * a user is away while every connection of it is. It reports whether the
+   * frame went out.
+   */
+  setActivity(away) {
+    if (!this.send({ type: 'activity', state: away ? 'away' : 'active' })) return false;
+    this.away = away;
     this.emit('change');
     return true;
   }
@@ -176,6 +191,8 @@ export class Client extends EventTarget {
         this.liveSince = this.lastRecv;
         this.state = 'live';
         this.schedulePing();
+        // A new connection starts active; one that was away says so again.
+        if (this.away) this.ws.send(JSON.stringify({ type: 'activity', state: 'away' }));
         break;
       case 'pong':
         this.schedulePing();

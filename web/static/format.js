@@ -38,3 +38,50 @@ export function fmtClock(at) {
   const p = (n) => String(n).padStart(2, '0');
   return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${Math.floor(d.getMilliseconds() / 100)}`;
 }
+
+/** fmtAgo writes how long ago something was, coarsely, for a last seen: "just now", "2 min ago", "3 h ago". */
+export function fmtAgo(ms) {
+  const min = Math.floor(Math.max(0, ms) / 60000);
+  if (min < 1) return 'just now';
+  if (min < 60) return `${min} min ago`;
+  const h = Math.floor(min / 60);
+  if (h < 24) return `${h} h ago`;
+  return `${Math.floor(h / 24)} d ago`;
+}
+
+/**
+ * typingText says who types, from a typing frame's users (sorted, at most
+ * 10) and count (present when there are more), leaving out `me`: the
+ * server names the sender too, and no one needs telling that they type.
+ */
+export function typingText(users, count, me) {
+  const others = users.filter((u) => u !== me);
+  if (count > users.length || others.length > 3) return 'several people are typing…';
+  if (others.length === 0) return '';
+  if (others.length === 1) return `${others[0]} is typing…`;
+  return `${others.slice(0, -1).join(', ')} and ${others[others.length - 1]} are typing…`;
+}
+
+/**
+ * Throttle lets a thing through at most once per `every` ms for each key:
+ * typing frames go out while keys are pressed, not once a key.
+ */
+export class Throttle {
+  constructor(every) {
+    this.every = every;
+    this.last = new Map();
+  }
+
+  /** due reports whether key may go now, and if so counts it as gone at now. */
+  due(key, now) {
+    const at = this.last.get(key);
+    if (at !== undefined && now - at < this.every) return false;
+    this.last.set(key, now);
+    return true;
+  }
+
+  /** reset lets key through at once next time (after a chat, which ends typing). */
+  reset(key) {
+    this.last.delete(key);
+  }
+}
