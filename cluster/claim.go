@@ -28,7 +28,7 @@ func (w *writer) claim(ctx context.Context) error {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
 			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
-				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds()}}
+				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds()}}
 		}
 		var more []int
 		for i, cmd := range w.runScripts(ctx, claimScript, calls) {
@@ -41,9 +41,9 @@ func (w *writer) claim(ctx context.Context) error {
 				back[shards[i]] = true
 			}
 			if edges := res[3:]; len(edges) > 0 {
-				w.m.reaped.Add(float64(len(edges) / 2))
-				w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/2)
-				w.produced(edges)
+				offline := w.produced(edges)
+				w.m.reaped.Add(float64(offline))
+				w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/4, "offline", offline)
 			}
 			if flag(res[2]) {
 				more = append(more, shards[i])
@@ -68,7 +68,7 @@ func (w *writer) leave(ctx context.Context) error {
 	for len(shards) > 0 {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
-			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Batch}}
+			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Batch, w.cfg.LastSeenTTL.Milliseconds()}}
 		}
 		var more []int
 		for i, cmd := range w.runScripts(ctx, leaveScript, calls) {
@@ -86,20 +86,40 @@ func (w *writer) leave(ctx context.Context) error {
 	return nil
 }
 
-// produced hands the user edges a script made to the Relay's Produced. Each
-// edge is made once, by one script call, so it reaches one node's Produced.
-func (w *writer) produced(vals []any) {
-	r := w.relay()
-	for i := 0; i+1 < len(vals); i += 2 {
-		uid, _ := vals[i].(string)
-		on := flag(vals[i+1])
-		kind := presence.EdgeOffline
-		if on {
-			kind = presence.EdgeOnline
-		}
-		w.m.edges.WithLabelValues(kind.String()).Inc()
-		r.Produced(presence.Edge{Kind: kind, UID: uid, At: time.Now()})
+// edgeKinds reads the kinds of edges the scripts name.
+var edgeKinds = map[string]presence.EdgeKind{}
+
+func init() {
+	for k := presence.EdgeOnline; k <= presence.EdgeActive; k++ {
+		edgeKinds[k.String()] = k
 	}
+}
+
+// produced hands the edges a script made (kind, uid, channel, ms, ...) to
+// the Relay's Produced, in the order the script made them, and returns how
+// many were offline edges. Each edge is made once, by one script call, so
+// it reaches one node's Produced. At is the Redis clock's, as every node's
+// last-seen time is.
+func (w *writer) produced(vals []any) int {
+	r := w.relay()
+	offline := 0
+	for i := 0; i+3 < len(vals); i += 4 {
+		name, _ := vals[i].(string)
+		kind, ok := edgeKinds[name]
+		if !ok {
+			w.log.Warn("cluster: a script made an edge of an unknown kind", "kind", name)
+			continue
+		}
+		uid, _ := vals[i+1].(string)
+		channel, _ := vals[i+2].(string)
+		ms, _ := vals[i+3].(int64)
+		if kind == presence.EdgeOffline {
+			offline++
+		}
+		w.m.edges.WithLabelValues(name).Inc()
+		r.Produced(presence.Edge{Kind: kind, UID: uid, Channel: channel, At: time.UnixMilli(ms)})
+	}
+	return offline
 }
 
 // A scriptCall is one script run on one shard's keys.
