@@ -361,6 +361,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 	defer cancel()
 	var firstErr error
 	back := map[int]bool{}
+	var made []any // the edges, handed on once every call is read: see produced
 	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
 		res, err := scriptResult(cmd, 1)
@@ -374,11 +375,12 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 		if flag(res[0]) && !reasserting {
 			back[c.shard] = true
 		}
-		w.produced(res[1:])
+		made = append(made, res[1:]...)
 		for _, r := range c.recs {
 			w.hold(r)
 		}
 	}
+	w.produced(made)
 	w.m.usersHeld.Set(float64(len(w.heldUsers)))
 	if firstErr != nil {
 		w.health.fail("write", firstErr)
