@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,9 +29,10 @@ func (w *writer) claim(ctx context.Context) error {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
 			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
-				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds()}}
+				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds()}}
 		}
 		var more []int
+		var made []any
 		for i, cmd := range w.runScripts(ctx, claimScript, calls) {
 			res, err := scriptResult(cmd, 3)
 			if err != nil {
@@ -41,14 +43,14 @@ func (w *writer) claim(ctx context.Context) error {
 				back[shards[i]] = true
 			}
 			if edges := res[3:]; len(edges) > 0 {
-				w.m.reaped.Add(float64(len(edges) / 2))
-				w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/2)
-				w.produced(edges)
+				w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/4)
+				made = append(made, edges...)
 			}
 			if flag(res[2]) {
 				more = append(more, shards[i])
 			}
 		}
+		w.m.reaped.Add(float64(w.produced(made)))
 		shards = more
 	}
 	w.health.ok()
@@ -68,39 +70,78 @@ func (w *writer) leave(ctx context.Context) error {
 	for len(shards) > 0 {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
-			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Batch}}
+			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Batch, w.cfg.LastSeenTTL.Milliseconds()}}
 		}
 		var more []int
+		var made []any
 		for i, cmd := range w.runScripts(ctx, leaveScript, calls) {
 			res, err := scriptResult(cmd, 1)
 			if err != nil {
+				w.produced(made)
 				return fmt.Errorf("cluster: drop records of %s on close: %w", w.cfg.Node, err)
 			}
-			w.produced(res[1:])
+			made = append(made, res[1:]...)
 			if flag(res[0]) {
 				more = append(more, shards[i])
 			}
 		}
+		w.produced(made)
 		shards = more
 	}
 	return nil
 }
 
-// produced hands the user edges a script made to the Relay's Produced. Each
-// edge is made once, by one script call, so it reaches one node's Produced.
-func (w *writer) produced(vals []any) {
-	r := w.relay()
-	for i := 0; i+1 < len(vals); i += 2 {
-		uid, _ := vals[i].(string)
-		on := flag(vals[i+1])
-		kind := presence.EdgeOffline
-		if on {
-			kind = presence.EdgeOnline
-		}
-		w.m.edges.WithLabelValues(kind.String()).Inc()
-		r.Produced(presence.Edge{Kind: kind, UID: uid, At: time.Now()})
+// edgeKinds reads the kinds of edges the scripts name.
+var edgeKinds = map[string]presence.EdgeKind{}
+
+func init() {
+	for k := presence.EdgeOnline; k <= presence.EdgeActive; k++ {
+		edgeKinds[k.String()] = k
 	}
 }
+
+// produced hands the edges one round of script calls made (kind, uid,
+// channel, ms, ...) to the Relay's Produced and returns how many were
+// offline edges. Each edge is made once, by one script call, so it reaches
+// one node's Produced. At is the Redis clock's, as every node's last-seen
+// time is.
+//
+// A user's records and its memberships live in different shards, so one
+// round's calls made a user's edges in shard order, not in the order they
+// happened. What happened is known, though: a user is online before it
+// joins and turns away, and leaves its channels before it goes offline. So
+// the edges go in that order (online, away or active, join or leave,
+// offline), each kind in the order the scripts made them.
+func (w *writer) produced(vals []any) int {
+	var edges []presence.Edge
+	for i := 0; i+3 < len(vals); i += 4 {
+		name, _ := vals[i].(string)
+		kind, ok := edgeKinds[name]
+		if !ok {
+			w.log.Warn("cluster: a script made an edge of an unknown kind", "kind", name)
+			continue
+		}
+		uid, _ := vals[i+1].(string)
+		channel, _ := vals[i+2].(string)
+		ms, _ := vals[i+3].(int64)
+		edges = append(edges, presence.Edge{Kind: kind, UID: uid, Channel: channel, At: time.UnixMilli(ms)})
+	}
+	slices.SortStableFunc(edges, func(a, b presence.Edge) int { return edgeRank[a.Kind] - edgeRank[b.Kind] })
+	r := w.relay()
+	offline := 0
+	for _, e := range edges {
+		if e.Kind == presence.EdgeOffline {
+			offline++
+		}
+		w.m.edges.WithLabelValues(e.Kind.String()).Inc()
+		r.Produced(e)
+	}
+	return offline
+}
+
+// edgeRank orders the kinds of one round's edges; see produced.
+var edgeRank = map[presence.EdgeKind]int{presence.EdgeOnline: 0, presence.EdgeAway: 1, presence.EdgeActive: 1,
+	presence.EdgeJoin: 2, presence.EdgeLeave: 2, presence.EdgeOffline: 3}
 
 // A scriptCall is one script run on one shard's keys.
 type scriptCall struct {

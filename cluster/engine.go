@@ -77,6 +77,11 @@ type Config struct {
 	// PublishQueue is the most messages that wait for Redis on this node;
 	// Publish refuses one more at once. Default 10,000.
 	PublishQueue int
+	// LastSeenTTL is how long Redis keeps when a user last went offline,
+	// for Status; default presence.DefaultLastSeenTTL (24 hours). The
+	// records live in one sorted set per shard, trimmed by the offline
+	// edges that add to it.
+	LastSeenTTL time.Duration
 	// Logger receives warnings about Redis; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics; nil registers none.
@@ -211,6 +216,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.PublishQueue == 0 {
 		cfg.PublishQueue = 10_000
 	}
+	if cfg.LastSeenTTL == 0 {
+		cfg.LastSeenTTL = presence.DefaultLastSeenTTL
+	}
 	switch {
 	case cfg.Shards < 1 || cfg.Shards > 4096:
 		return nil, fmt.Errorf("cluster: Shards %d out of range 1..4096", cfg.Shards)
@@ -227,6 +235,8 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cluster: PublishTimeout %v too short", cfg.PublishTimeout)
 	case cfg.PublishQueue < 1:
 		return nil, fmt.Errorf("cluster: PublishQueue %d must be positive", cfg.PublishQueue)
+	case cfg.LastSeenTTL < 0:
+		return nil, fmt.Errorf("cluster: LastSeenTTL %v must not be negative", cfg.LastSeenTTL)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -271,22 +281,24 @@ func (e *Engine) Attach(r presence.Relay) { e.relayP.Store(&relayBox{r}) }
 // Called by presence.Node; an embedder does not call it.
 func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
 
-// SetUser records that this node holds n connections of uid. It never
-// blocks on Redis: changes are coalesced and written in batches. A user
-// arriving on this node is in the Relay when it returns, if the node follows
-// the user. Called by presence.Node; an embedder does not call it.
+// SetUser records that this node holds n connections of uid, away of which
+// are away. It never blocks on Redis: changes are coalesced and written in
+// batches. A user arriving on this node is in the Relay when it returns, if
+// the node follows the user; its activity edges come from Redis, which sums
+// every node's. Called by presence.Node; an embedder does not call it.
 func (e *Engine) SetUser(uid string, n, away int) {
-	if e.w.setUser(uid, n) && n > 0 {
+	if e.w.setUser(uid, n, away) && n > 0 {
 		e.r.own(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true) })
 	}
 }
 
 // SetMember records that n of this node's connections of uid joined
-// channel; like SetUser, it never blocks on Redis, and a membership arriving
-// on this node is in the Relay when it returns. Called by presence.Node; an
-// embedder does not call it.
+// channel, and whether this node says the member is away; like SetUser, it
+// never blocks on Redis, and a membership arriving on this node is in the
+// Relay when it returns. Called by presence.Node; an embedder does not call
+// it.
 func (e *Engine) SetMember(channel, uid string, n int, away bool) {
-	if e.w.setMember(channel, uid, n > 0) && n > 0 {
+	if e.w.setMember(channel, uid, n > 0, away) && n > 0 {
 		e.r.own(presence.Topic{Channel: channel}, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
 	}
 }

@@ -22,7 +22,15 @@ type wireEvent struct {
 	Disconnect int             `json:"x"`
 	From       string          `json:"fr"`
 	Typing     int             `json:"ty"`
+	// Act marks an activity edge: actAway or actActive.
+	Act int `json:"a"`
 }
+
+// The values of wireEvent.Act.
+const (
+	actAway   = 1
+	actActive = 2
+)
 
 // readShard reads one shard's subscription. Snapshots are read on this
 // goroutine, so the events that follow one wait behind it, in order.
@@ -131,13 +139,10 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	r.mu.Lock()
 	for i, ch := range channels {
 		vals := chCmds[i].Val().([]any)
-		members := make([]string, 0, len(vals)-1)
-		for _, v := range vals[1:] {
-			members = append(members, v.(string))
-		}
+		members, away := stringList(vals[1]), stringList(vals[2])
 		if ts := r.topics[k.channelTopic(ch)]; ts != nil {
-			members = r.w.addMembers(ch, members)
-			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members, nil) })
+			members, away = r.w.addMembers(ch, members, away)
+			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members, away) })
 			r.loaded(ts, vals[0].(int64))
 		}
 	}
@@ -145,8 +150,15 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 		vals := userCmd.Val().([]any)
 		for i, uid := range users {
 			if ts := r.topics[k.userTopic(uid)]; ts != nil {
-				on := flag(vals[i+1]) || r.w.holds("", uid)
-				r.post(shard, func(rl presence.Relay) { rl.UserChanged(uid, on) })
+				state, _ := vals[i+1].(int64)
+				on := state > 0 || r.w.holds("", uid)
+				away := state == 2 && !r.w.holdsActive("", uid)
+				r.post(shard, func(rl presence.Relay) {
+					rl.UserChanged(uid, on)
+					if on {
+						rl.ActivityChanged(uid, away)
+					}
+				})
 				r.loaded(ts, vals[0].(int64))
 			}
 		}
@@ -169,6 +181,18 @@ func (r *router) loaded(ts *topicState, seq int64) {
 			}
 		})
 	}
+}
+
+// stringList reads an array of strings a script returned.
+func stringList(v any) []string {
+	vals, _ := v.([]any)
+	out := make([]string, 0, len(vals))
+	for _, v := range vals {
+		if s, ok := v.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func toAny(ss []string) []any {
@@ -223,6 +247,9 @@ func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
 		}
 		ts.seq = ev.S
 	}
+	if ev.Act != 0 {
+		return r.decideActivity(t, ev)
+	}
 	if t.Channel != "" {
 		if ev.Joined == 0 && r.w.holds(t.Channel, ev.UID) {
 			return nil // our own membership is on its way to Redis
@@ -237,4 +264,25 @@ func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
 	r.m.relayed.WithLabelValues("user").Inc()
 	on := ev.On == 1
 	return func(rl presence.Relay) { rl.UserChanged(t.UID, on) }
+}
+
+// decideActivity returns the Relay call for an away or active edge of a
+// user or a channel member. An away edge is dropped while this node holds
+// the user active (or the membership, saying active): its own change is on
+// its way to Redis, which then emits the active edge. Called with r.mu held.
+func (r *router) decideActivity(t presence.Topic, ev wireEvent) func(presence.Relay) {
+	away := ev.Act == actAway
+	if t.Channel != "" {
+		if away && r.w.holdsActive(t.Channel, ev.UID) {
+			return nil
+		}
+		r.m.relayed.WithLabelValues("member_activity").Inc()
+		uid := ev.UID
+		return func(rl presence.Relay) { rl.MemberActivity(t.Channel, uid, away) }
+	}
+	if away && r.w.holdsActive("", t.UID) {
+		return nil
+	}
+	r.m.relayed.WithLabelValues("activity").Inc()
+	return func(rl presence.Relay) { rl.ActivityChanged(t.UID, away) }
 }

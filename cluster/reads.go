@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,11 +27,27 @@ func (e *Engine) User(ctx context.Context, uid string) (int, error) {
 	return n, nil
 }
 
-// Status returns uid's connections summed over all nodes. Called by
-// presence.Node; an embedder does not call it.
+// Status returns uid's connections summed over all nodes, whether it is
+// away and, while it is offline, when it went offline if that was within
+// Config.LastSeenTTL, in one round trip. Called by presence.Node; an
+// embedder does not call it.
 func (e *Engine) Status(ctx context.Context, uid string) (presence.UserStatus, error) {
-	n, err := e.User(ctx, uid)
-	return presence.UserStatus{Conns: n}, err
+	k := e.keys[e.shard(uid)]
+	cmd := runScripts(ctx, e.rdb, []scriptRun{{statusScript, k.alive, []any{k.tag, uid, e.cfg.LastSeenTTL.Milliseconds()}}})[0]
+	vals, err := scriptResult(cmd, 3)
+	if err != nil {
+		e.health.fail("lookup", err)
+		return presence.UserStatus{}, fmt.Errorf("cluster: look up the status of %q: %w", uid, err)
+	}
+	e.health.ok()
+	conns, _ := vals[0].(int64)
+	away, _ := vals[1].(int64)
+	seen, _ := vals[2].(int64)
+	st := presence.UserStatus{Conns: int(conns), Away: conns > 0 && away >= conns}
+	if conns <= 0 && seen > 0 {
+		st.LastSeen = time.UnixMilli(seen)
+	}
+	return st, nil
 }
 
 // Users returns how many users are online on any node and the first limit of

@@ -17,8 +17,13 @@ import (
 // recorder is the Relay of a test node: it keeps everything delivered to it.
 type recorder struct {
 	mu       sync.Mutex
-	edges    []recorded // UserChanged, for the users the node follows
-	produced []recorded // Produced: the edges this node made
+	edges    []recorded          // UserChanged, for the users the node follows
+	produced []recorded          // Produced: the online and offline edges this node made
+	made     []presence.Edge     // Produced: every edge this node made, in order
+	activity []string            // ActivityChanged when it changes the user's state: "uid away" or "uid active"
+	away     map[string]bool     // uid -> away, as relayed
+	awayIn   map[string][]string // channel -> its away members now, as relayed
+	setAway  map[string][]string // channel -> the away list of its last SetMembers
 	online   map[string]bool
 	members  map[string][]string // channel -> its members now, as relayed
 	joins    []string            // "channel uid +" or "channel uid -", in order
@@ -36,7 +41,7 @@ type recorded struct {
 
 func newRecorder() *recorder {
 	return &recorder{notify: make(chan struct{}, 1), online: map[string]bool{}, members: map[string][]string{},
-		sets: map[string]int{}}
+		sets: map[string]int{}, away: map[string]bool{}, awayIn: map[string][]string{}, setAway: map[string][]string{}}
 }
 
 // UserChanged records an edge when it changes the user's state, as a
@@ -45,25 +50,63 @@ func (r *recorder) UserChanged(uid string, on bool) {
 	r.mu.Lock()
 	if r.online[uid] != on {
 		r.online[uid] = on
+		r.away[uid] = false
 		r.edges = append(r.edges, recorded{uid, on, time.Now()})
 	}
 	r.mu.Unlock()
 	r.poke()
 }
 
-// Produced records the user edges this node made.
+// Produced records the edges this node made.
 func (r *recorder) Produced(e presence.Edge) {
-	if e.Kind != presence.EdgeOnline && e.Kind != presence.EdgeOffline {
-		return
-	}
 	r.mu.Lock()
-	r.produced = append(r.produced, recorded{e.UID, e.Kind == presence.EdgeOnline, time.Now()})
+	r.made = append(r.made, e)
+	if e.Kind == presence.EdgeOnline || e.Kind == presence.EdgeOffline {
+		r.produced = append(r.produced, recorded{e.UID, e.Kind == presence.EdgeOnline, time.Now()})
+	}
 	r.mu.Unlock()
 	r.poke()
 }
 
-func (r *recorder) ActivityChanged(uid string, away bool)         {}
-func (r *recorder) MemberActivity(channel, uid string, away bool) {}
+// ActivityChanged records an edge when it changes an online user's
+// activity, as a Node's view does.
+func (r *recorder) ActivityChanged(uid string, away bool) {
+	r.mu.Lock()
+	if r.online[uid] && r.away[uid] != away {
+		r.away[uid] = away
+		r.activity = append(r.activity, uid+" "+activityWord(away))
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+func activityWord(away bool) string {
+	if away {
+		return "away"
+	}
+	return "active"
+}
+
+// MemberActivity records an edge when it changes a member's activity, as
+// a Node's view does: in the member edges, as "channel uid away|active".
+func (r *recorder) MemberActivity(channel, uid string, away bool) {
+	r.mu.Lock()
+	if slices.Contains(r.members[channel], uid) && slices.Contains(r.awayIn[channel], uid) != away {
+		r.setAwayLocked(channel, uid, away)
+		r.joins = append(r.joins, channel+" "+uid+" "+activityWord(away))
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *recorder) setAwayLocked(channel, uid string, away bool) {
+	as := slices.DeleteFunc(r.awayIn[channel], func(m string) bool { return m == uid })
+	if away {
+		as = append(as, uid)
+	}
+	slices.Sort(as)
+	r.awayIn[channel] = as
+}
 
 // MemberChanged records an edge when it changes the channel's members, as
 // a Node's view does.
@@ -81,6 +124,9 @@ func (r *recorder) MemberChanged(channel, uid string, joined bool) {
 	}
 	slices.Sort(ms)
 	r.members[channel] = ms
+	if !joined {
+		r.setAwayLocked(channel, uid, false) // a leave takes the member's activity with it
+	}
 	r.joins = append(r.joins, channel+" "+uid+" "+sign)
 	r.mu.Unlock()
 	r.poke()
@@ -89,6 +135,8 @@ func (r *recorder) MemberChanged(channel, uid string, joined bool) {
 func (r *recorder) SetMembers(channel string, members, away []string) {
 	r.mu.Lock()
 	r.members[channel] = slices.Sorted(slices.Values(members))
+	r.awayIn[channel] = slices.Sorted(slices.Values(away))
+	r.setAway[channel] = slices.Sorted(slices.Values(away))
 	r.sets[channel]++
 	r.mu.Unlock()
 	r.poke()
@@ -176,7 +224,7 @@ func (r *recorder) joinEdges(channel, uid string) []string {
 	var out []string
 	for _, j := range r.joins {
 		if strings.HasPrefix(j, channel+" "+uid+" ") {
-			out = append(out, j[len(j)-1:])
+			out = append(out, j[len(channel)+len(uid)+2:])
 		}
 	}
 	return out
@@ -206,4 +254,54 @@ func (r *recorder) waitFor(t *testing.T, within time.Duration, what string, cond
 func eventually(t *testing.T, what string, check func(c *assert.CollectT)) {
 	t.Helper()
 	require.EventuallyWithT(t, check, testWait, 10*time.Millisecond, what)
+}
+
+// activityOf returns the activity edges relayed for uid, in order.
+func (r *recorder) activityOf(uid string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, a := range r.activity {
+		if w, ok := strings.CutPrefix(a, uid+" "); ok {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// madeEdges returns the edges this node made, in order, as "kind uid" or
+// "kind uid channel".
+func (r *recorder) madeEdges() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.made {
+		s := e.Kind.String() + " " + e.UID
+		if e.Channel != "" {
+			s += " " + e.Channel
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// madeAt returns when the last edge of kind for uid that this node made
+// happened, and whether there is one.
+func (r *recorder) madeAt(kind presence.EdgeKind, uid string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.made) - 1; i >= 0; i-- {
+		if e := r.made[i]; e.Kind == kind && e.UID == uid {
+			return e.At, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// awayOf returns channel's away members as relayed, and the away list of
+// its last snapshot.
+func (r *recorder) awayOf(channel string) (now, snapshot []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.awayIn[channel]), slices.Clone(r.setAway[channel])
 }

@@ -17,18 +17,26 @@ import (
 //	T:dead       SET   nodes whose liveness expired and whose records are being reaped
 //	T:clock      HASH  last = time of the last claim, pause = no claims before
 //	T:u:<node>   HASH  uid -> connections the node holds, for users of this shard
+//	T:ua:<node>  HASH  uid -> how many of those are away (absent: none)
 //	T:m:<node>   SET   "channel uid": the node's memberships, for channels of this shard
+//	T:ma:<node>  SET   "channel uid": those of them the node says are away
 //	T:nodes      HASH  uid -> nodes holding the user (the online edge counter)
 //	T:conns      HASH  uid -> connections summed over nodes
+//	T:away       HASH  uid -> away connections summed over nodes; away when it equals T:conns
 //	T:online     ZSET  online users, score 0 (listed in order with ZRANGE BYLEX)
+//	T:seen       ZSET  uid -> when it last went offline (ms, Redis clock), kept for the last-seen TTL
 //	T:mn         HASH  "channel uid" -> nodes holding the membership (the join edge counter)
+//	T:mna        HASH  "channel uid" -> those of them that say away; away when it equals T:mn
 //	T:c:<chan>   ZSET  the channel's members, score 0
+//	T:ca:<chan>  SET   the channel's members who are away
 //	T:seq        STRING the shard's edge counter: orders edges against snapshots
 //	T:msg:<id>   STRING a published message's ID, so a retried or settled publish is not delivered twice
 //
 // Edges are published, inside the script that makes them, on the sharded
 // Pub/Sub channels T:pu:<uid> and T:pc:<channel>, which only the nodes
-// following that user or channel subscribe to.
+// following that user or channel subscribe to: {s, on} for online or
+// offline and {s, a} for away (a=1) or active (a=2) on a user's; {s, u, j}
+// for a join or leave and {s, u, a} for a member's activity on a channel's.
 //
 // Expiry uses the Redis server's clock (TIME), so nodes' clocks never matter.
 // Scripts are effect-replicated (always so since Redis 7; asked for on 5-6).
@@ -39,58 +47,149 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag = ARGV[1]
 local function K(s) return tag .. ':' .. s end
 
--- produced collects this call's user edges for the caller: uid, 1|0, ...
+-- produced collects this call's edges for the caller, in the order they
+-- were made: kind, uid, channel ('' for a user's), time (ms), ...
 local produced = {}
+local function produce(kind, uid, channel)
+  produced[#produced + 1] = kind
+  produced[#produced + 1] = uid
+  produced[#produced + 1] = channel
+  produced[#produced + 1] = now
+end
+
+-- seenTTL is how long T:seen keeps an offline time (ms); each script sets
+-- it from its arguments. offlines counts this call's offline edges, which
+-- pay for trimming T:seen (trimSeen).
+local seenTTL = 86400000
+local offlines = 0
 
 local function publish(channel, msg)
   msg.s = redis.call('INCR', K('seq'))
   redis.call('SPUBLISH', channel, cjson.encode(msg))
 end
 
--- setUser sets node's connection count for uid and emits the user's edge
--- when its first node arrives or its last one goes.
-local function setUser(node, uid, n)
-  local uk = K('u:' .. node)
-  local old = tonumber(redis.call('HGET', uk, uid) or '0')
-  if n == old then return end
-  if n > 0 then redis.call('HSET', uk, uid, n) else redis.call('HDEL', uk, uid) end
-  if redis.call('HINCRBY', K('conns'), uid, n - old) <= 0 then redis.call('HDEL', K('conns'), uid) end
-  if old == 0 then
+local function num(v) return tonumber(v or '0') or 0 end
+
+-- setUser sets node's connection count for uid, and how many of them are
+-- away, and emits the user's edges: online when its first node arrives,
+-- offline when its last one goes, then away or active when the user's
+-- activity (online, every connection on every node away) changes while it
+-- is online.
+local function setUser(node, uid, n, a)
+  if n <= 0 then n, a = 0, 0 end
+  a = math.max(0, math.min(a, n))
+  local uk, ak = K('u:' .. node), K('ua:' .. node)
+  local old = num(redis.call('HGET', uk, uid))
+  local olda = num(redis.call('HGET', ak, uid))
+  if n == old and a == olda then return end
+  local conns0 = num(redis.call('HGET', K('conns'), uid))
+  local away0 = num(redis.call('HGET', K('away'), uid))
+  if n ~= old then
+    if n > 0 then redis.call('HSET', uk, uid, n) else redis.call('HDEL', uk, uid) end
+  end
+  local conns1 = conns0
+  if n ~= old then
+    conns1 = redis.call('HINCRBY', K('conns'), uid, n - old)
+    if conns1 <= 0 then redis.call('HDEL', K('conns'), uid) end
+  end
+  local away1 = away0
+  if a ~= olda then
+    if a > 0 then redis.call('HSET', ak, uid, a) else redis.call('HDEL', ak, uid) end
+    away1 = redis.call('HINCRBY', K('away'), uid, a - olda)
+    if away1 <= 0 then redis.call('HDEL', K('away'), uid) end
+  end
+  if old == 0 and n > 0 then
     if redis.call('HINCRBY', K('nodes'), uid, 1) == 1 then
       redis.call('ZADD', K('online'), 0, uid)
       publish(K('pu:' .. uid), {on = 1})
-      produced[#produced + 1] = uid
-      produced[#produced + 1] = 1
+      produce('online', uid, '')
     end
-  elseif n == 0 then
+  elseif n == 0 and old > 0 then
     if redis.call('HINCRBY', K('nodes'), uid, -1) <= 0 then
       redis.call('HDEL', K('nodes'), uid)
       redis.call('ZREM', K('online'), uid)
+      redis.call('ZADD', K('seen'), now, uid)
+      offlines = offlines + 1
       publish(K('pu:' .. uid), {on = 0})
-      produced[#produced + 1] = uid
-      produced[#produced + 1] = 0
+      produce('offline', uid, '')
+    end
+  end
+  if conns1 > 0 then
+    local was = conns0 > 0 and away0 >= conns0
+    local is = away1 >= conns1
+    if is ~= was then
+      if is then
+        publish(K('pu:' .. uid), {a = 1})
+        produce('away', uid, '')
+      else
+        publish(K('pu:' .. uid), {a = 2})
+        produce('active', uid, '')
+      end
     end
   end
 end
 
--- setMember records whether node holds a membership of uid in channel and
--- emits the join or leave edge when the first node arrives or the last goes.
-local function setMember(node, channel, uid, on)
+-- setMember records whether node holds a membership of uid in channel, and
+-- whether it says the member is away there, and emits the join or leave
+-- edge when the first node arrives or the last goes, then the member's
+-- activity edge when it changes while a member: away when every node
+-- holding the membership says so.
+local function setMember(node, channel, uid, on, away)
+  if not on then away = false end
   local rec = channel .. ' ' .. uid
-  if on then
-    if redis.call('SADD', K('m:' .. node), rec) == 0 then return end
-    if redis.call('HINCRBY', K('mn'), rec, 1) == 1 then
-      redis.call('ZADD', K('c:' .. channel), 0, uid)
-      publish(K('pc:' .. channel), {u = uid, j = 1})
-    end
-  else
-    if redis.call('SREM', K('m:' .. node), rec) == 0 then return end
-    if redis.call('HINCRBY', K('mn'), rec, -1) <= 0 then
-      redis.call('HDEL', K('mn'), rec)
-      redis.call('ZREM', K('c:' .. channel), uid)
-      publish(K('pc:' .. channel), {u = uid, j = 0})
+  local mk, ak = K('m:' .. node), K('ma:' .. node)
+  local had = redis.call('SISMEMBER', mk, rec) == 1
+  local hadAway = redis.call('SISMEMBER', ak, rec) == 1
+  if had == on and hadAway == away then return end
+  local mn0 = num(redis.call('HGET', K('mn'), rec))
+  local mna0 = num(redis.call('HGET', K('mna'), rec))
+  local mn1, mna1 = mn0, mna0
+  if on and not had then
+    redis.call('SADD', mk, rec)
+    mn1 = redis.call('HINCRBY', K('mn'), rec, 1)
+  elseif had and not on then
+    redis.call('SREM', mk, rec)
+    mn1 = redis.call('HINCRBY', K('mn'), rec, -1)
+    if mn1 <= 0 then redis.call('HDEL', K('mn'), rec) end
+  end
+  if away and not hadAway then
+    redis.call('SADD', ak, rec)
+    mna1 = redis.call('HINCRBY', K('mna'), rec, 1)
+  elseif hadAway and not away then
+    redis.call('SREM', ak, rec)
+    mna1 = redis.call('HINCRBY', K('mna'), rec, -1)
+    if mna1 <= 0 then redis.call('HDEL', K('mna'), rec) end
+  end
+  if mn0 == 0 and mn1 > 0 then
+    redis.call('ZADD', K('c:' .. channel), 0, uid)
+    publish(K('pc:' .. channel), {u = uid, j = 1})
+    produce('join', uid, channel)
+  elseif mn0 > 0 and mn1 <= 0 then
+    redis.call('ZREM', K('c:' .. channel), uid)
+    publish(K('pc:' .. channel), {u = uid, j = 0})
+    produce('leave', uid, channel)
+  end
+  -- A leave takes the member's activity with it: no active edge.
+  local was = mn0 > 0 and mna0 >= mn0
+  local is = mn1 > 0 and mna1 >= mn1
+  if is ~= was then
+    if is then redis.call('SADD', K('ca:' .. channel), uid) else redis.call('SREM', K('ca:' .. channel), uid) end
+    if mn1 > 0 then
+      local a = 2
+      if is then a = 1 end
+      publish(K('pc:' .. channel), {u = uid, a = a})
     end
   end
+end
+
+-- trimSeen drops offline times older than seenTTL, at most a few per
+-- offline edge of this call and none without one: T:seen stays bounded by
+-- the users who went offline within the TTL (plus a backlog that only
+-- shrinks), and a call never pays for a mass expiry at once.
+local function trimSeen()
+  if offlines == 0 then return end
+  local old = redis.call('ZRANGEBYSCORE', K('seen'), '-inf', '(' .. (now - seenTTL), 'LIMIT', 0, 2 * offlines + 16)
+  if #old > 0 then redis.call('ZREM', K('seen'), unpack(old)) end
 end
 
 -- alive renews node's liveness in this shard; 1 means it had been taken
@@ -112,7 +211,7 @@ local function reap(node, budget)
     cursor = r[1]
     for i = 1, #r[2], 2 do
       if budget <= 0 then break end
-      setUser(node, r[2][i], 0)
+      setUser(node, r[2][i], 0, 0)
       budget = budget - 1
     end
   until cursor == '0' or budget <= 0
@@ -123,7 +222,7 @@ local function reap(node, budget)
     for _, rec in ipairs(r[2]) do
       if budget <= 0 then break end
       local sep = string.find(rec, ' ', 1, true)
-      setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false)
+      setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
       budget = budget - 1
     end
     if cursor == '0' then break end
@@ -134,22 +233,26 @@ end
 `
 
 // setScript renews the node's liveness in the shard, then applies its
-// records: ARGV after tag, node, ttl ms is a list of "u", uid, n (n
-// connections, 0 drops the record) and "m", channel, uid, 1|0.
-// Returns {1 if the node had been taken for dead, then uid, 1|0 per user edge}.
+// records: ARGV after tag, node, ttl ms, last-seen TTL ms is a list of "u",
+// uid, n, away (n connections of which away are away; n 0 drops the record)
+// and "m", channel, uid, 1|0, away 1|0.
+// Returns {1 if the node had been taken for dead, then kind, uid, channel,
+// ms per edge made}.
 var setScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 local back = alive(node, tonumber(ARGV[3]))
-local i = 4
+seenTTL = tonumber(ARGV[4])
+local i = 5
 while i <= #ARGV do
   if ARGV[i] == 'u' then
-    setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]))
-    i = i + 3
-  else
-    setMember(node, ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1')
+    setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
     i = i + 4
+  else
+    setMember(node, ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1', ARGV[i + 4] == '1')
+    i = i + 5
   end
 end
+trimSeen()
 table.insert(produced, 1, back)
 return produced
 `)
@@ -164,11 +267,12 @@ return produced
 // look expired then, though it is alive and about to renew. So after a gap of
 // ARGV[5] ms claims pause for ARGV[6] ms, one renewal round. That also
 // covers a claim sent before a stall and run by Redis only after it.
-// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms.
+// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL ms.
 // Returns {1 if the claimer had been taken for dead, 1 if paused, 1 if more
-// is left to reap, then uid, 1|0 per user edge}.
+// is left to reap, then kind, uid, channel, ms per edge made}.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
+seenTTL = tonumber(ARGV[7])
 local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
 local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
@@ -187,6 +291,7 @@ for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
   budget = reap(node, budget)
   if budget <= 0 then break end
 end
+trimSeen()
 local more = 0
 if redis.call('SCARD', K('dead')) > 0 then more = 1 end
 local out = {back, 0, more}
@@ -196,9 +301,11 @@ return out
 
 // leaveScript drops up to ARGV[3] of the node's own records, for a node that
 // shuts down; once none is left it drops the node's liveness too.
-// ARGV: tag, node, limit. Returns {1 if more is left, then uid, 1|0 per user edge}.
+// ARGV: tag, node, limit, last-seen TTL ms. Returns {1 if more is left, then
+// kind, uid, channel, ms per edge made}.
 var leaveScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
+seenTTL = tonumber(ARGV[4])
 redis.call('SADD', K('dead'), node)
 local more = 0
 if reap(node, tonumber(ARGV[3])) <= 0 then more = 1 end
@@ -207,31 +314,59 @@ if redis.call('EXISTS', K('u:' .. node), K('m:' .. node)) == 0 then
   redis.call('SREM', K('dead'), node)
   more = 0
 end
+trimSeen()
 local out = {more}
 for _, v in ipairs(produced) do out[#out + 1] = v end
 return out
 `)
 
-// channelScript reads a channel's members with the shard's edge counter in
-// one atomic step, so edges after the snapshot are told from those in it.
-// ARGV: tag, channel. Returns {seq, member, ...}.
+// channelScript reads a channel's members, and which of them are away, with
+// the shard's edge counter in one atomic step, so edges after the snapshot
+// are told from those in it.
+// ARGV: tag, channel. Returns {seq, {member, ...}, {away member, ...}}.
 var channelScript = redis.NewScript(`
 local tag = ARGV[1]
 local seq = tonumber(redis.call('GET', tag .. ':seq') or '0')
-local out = redis.call('ZRANGE', tag .. ':c:' .. ARGV[2], 0, -1)
-table.insert(out, 1, seq)
-return out
+return {seq, redis.call('ZRANGE', tag .. ':c:' .. ARGV[2], 0, -1), redis.call('SMEMBERS', tag .. ':ca:' .. ARGV[2])}
 `)
 
-// usersScript reads whether users are online, with the edge counter.
-// ARGV: tag, uid, ... Returns {seq, 1|0 per uid}.
+// usersScript reads whether users are online and away, with the edge
+// counter. ARGV: tag, uid, ... Returns {seq, 0 (offline), 1 (online,
+// active) or 2 (online, away) per uid}.
 var usersScript = redis.NewScript(`
 local tag = ARGV[1]
 local out = {tonumber(redis.call('GET', tag .. ':seq') or '0')}
 for i = 2, #ARGV do
-  if redis.call('ZSCORE', tag .. ':online', ARGV[i]) then out[i] = 1 else out[i] = 0 end
+  local conns = tonumber(redis.call('HGET', tag .. ':conns', ARGV[i]) or '0')
+  if conns <= 0 then
+    out[i] = 0
+  elseif tonumber(redis.call('HGET', tag .. ':away', ARGV[i]) or '0') >= conns then
+    out[i] = 2
+  else
+    out[i] = 1
+  end
 end
 return out
+`)
+
+// statusScript reads a user's connections, away connections and, while it
+// is offline, when it went offline if that is within the last-seen TTL.
+// ARGV: tag, uid, last-seen TTL ms. Returns {conns, away, ms or 0}.
+var statusScript = redis.NewScript(`
+local tag, uid = ARGV[1], ARGV[2]
+local conns = tonumber(redis.call('HGET', tag .. ':conns', uid) or '0')
+local away = tonumber(redis.call('HGET', tag .. ':away', uid) or '0')
+local seen = 0
+if conns <= 0 then
+  local at = redis.call('ZSCORE', tag .. ':seen', uid)
+  if at then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    at = tonumber(at)
+    if now - at <= tonumber(ARGV[3]) then seen = at end
+  end
+end
+return {conns, away, seen}
 `)
 
 // publishScript publishes a message once, and only until its last moment.

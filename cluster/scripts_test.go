@@ -16,25 +16,72 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// set runs setScript for node with records ("u", uid, n or "m", channel, uid, 1|0).
-// It returns whether the node had been taken for dead, and the user edges.
+// set runs setScript for node with records ("u", uid, n[, away] or "m",
+// channel, uid, 1|0[, away 1|0]; a missing away is 0). It returns whether
+// the node had been taken for dead, and the online and offline edges as
+// uid, 1|0, ...
 func set(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, recs ...any) (bool, []any) {
 	t.Helper()
-	args := append([]any{k.tag, node, ttl.Milliseconds()}, recs...)
+	back, edges := setEdges(t, c, k, node, ttl, recs...)
+	return back, userEdges(edges)
+}
+
+// setEdges is set returning every edge the script made, as kind, uid,
+// channel, ms, ...
+func setEdges(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, recs ...any) (bool, []any) {
+	t.Helper()
+	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond)}, fullRecords(recs)...)
 	res, err := scriptResult(setScript.Run(context.Background(), c, []string{k.alive}, args...), 1)
 	require.NoError(t, err)
 	return flag(res[0]), res[1:]
 }
 
+// fullRecords adds away 0 to the records that leave it out.
+func fullRecords(recs []any) []any {
+	var out []any
+	for i := 0; i < len(recs); {
+		width := 3 // "u", uid, n
+		if recs[i] == "m" {
+			width = 4
+		}
+		out = append(out, recs[i:i+width]...)
+		i += width
+		if i < len(recs) {
+			if _, tag := recs[i].(string); !tag {
+				out = append(out, recs[i])
+				i++
+				continue
+			}
+		}
+		out = append(out, 0)
+	}
+	return out
+}
+
+// userEdges picks the online and offline edges out of a script's edges, as
+// uid, 1|0, ...
+func userEdges(edges []any) []any {
+	out := []any{}
+	for i := 0; i+3 < len(edges); i += 4 {
+		switch edges[i] {
+		case "online":
+			out = append(out, edges[i+1], int64(1))
+		case "offline":
+			out = append(out, edges[i+1], int64(0))
+		}
+	}
+	return out
+}
+
 // claim runs claimScript as the engine does: it returns {back, paused, more}
-// and the user edges.
+// and the online and offline edges as uid, 1|0, ...
 func claim(c redis.UniversalClient, k shardKeys, by string, limit int, gap, pause time.Duration) ([]bool, []any, error) {
 	res, err := scriptResult(claimScript.Run(context.Background(), c, []string{k.alive}, k.tag, by, int64(60000), limit,
-		gap.Milliseconds(), pause.Milliseconds()), 3)
+		gap.Milliseconds(), pause.Milliseconds(), int64(time.Hour/time.Millisecond)), 3)
 	if err != nil {
 		return nil, nil, err
 	}
-	return []bool{flag(res[0]), flag(res[1]), flag(res[2])}, res[3:], nil
+	return []bool{flag(res[0]), flag(res[1]), flag(res[2])}, userEdges(res[3:]), nil
 }
 
 // topicEvents subscribes to sharded Pub/Sub channels and collects what arrives.
@@ -189,7 +236,7 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 						recs = append(recs, "m", "room", uid, in)
 					}
 				}
-				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000)}, recs...)
+				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000)}, fullRecords(recs)...)
 				if _, err := scriptResult(setScript.Run(context.Background(), c, []string{k.alive}, args...), 1); !assert.NoError(t, err) {
 					return
 				}

@@ -18,20 +18,20 @@ type writer struct {
 
 	// mu guards the changes not yet in Redis and what this node holds now.
 	mu             sync.Mutex
-	pendingUsers   map[string]int // uid -> connections on this node
-	pendingMembers map[membership]bool
+	pendingUsers   map[string]userCount // uid -> connections on this node
+	pendingMembers map[membership]memberState
 	inflight       int // changes taken by a write under way
 	// What this node holds now, written or not: a live node's own users
 	// are online, and members of the channels they joined, whatever Redis
 	// says before its writes land.
-	localUsers   map[string]int
-	localMembers map[string]map[string]struct{} // channel -> uids
+	localUsers   map[string]userCount
+	localMembers map[string]map[string]bool // channel -> uid -> away
 	closed       bool
 	wake         chan struct{}
 
 	// Owned by loop: what Redis holds for this node.
-	heldUsers   map[string]int
-	heldMembers map[membership]struct{}
+	heldUsers   map[string]userCount
+	heldMembers map[membership]bool // -> away
 
 	stop context.CancelFunc
 	done chan struct{} // closed when loop returns
@@ -39,16 +39,23 @@ type writer struct {
 
 type membership struct{ channel, uid string }
 
+// userCount is a user's connections on this node, and how many are away.
+type userCount struct{ n, away int }
+
+// memberState is whether this node holds a membership, and whether it says
+// the member is away: every connection of the user on this node is.
+type memberState struct{ on, away bool }
+
 func newWriter(b *base) *writer {
 	return &writer{
 		base:           b,
-		pendingUsers:   make(map[string]int),
-		pendingMembers: make(map[membership]bool),
-		localUsers:     make(map[string]int),
-		localMembers:   make(map[string]map[string]struct{}),
+		pendingUsers:   make(map[string]userCount),
+		pendingMembers: make(map[membership]memberState),
+		localUsers:     make(map[string]userCount),
+		localMembers:   make(map[string]map[string]bool),
 		wake:           make(chan struct{}, 1),
-		heldUsers:      make(map[string]int),
-		heldMembers:    make(map[membership]struct{}),
+		heldUsers:      make(map[string]userCount),
+		heldMembers:    make(map[membership]bool),
 		done:           make(chan struct{}),
 	}
 }
@@ -70,17 +77,18 @@ func (w *writer) halt() {
 	<-w.done
 }
 
-// setUser records that this node holds n connections of uid; false once
-// halted.
-func (w *writer) setUser(uid string, n int) bool {
+// setUser records that this node holds n connections of uid, away of which
+// are away; false once halted.
+func (w *writer) setUser(uid string, n, away int) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
-	w.pendingUsers[uid] = max(n, 0)
+	c := userCount{max(n, 0), min(max(away, 0), max(n, 0))}
+	w.pendingUsers[uid] = c
 	if n > 0 {
-		w.localUsers[uid] = n
+		w.localUsers[uid] = c
 	} else {
 		delete(w.localUsers, uid)
 	}
@@ -90,20 +98,21 @@ func (w *writer) setUser(uid string, n int) bool {
 	return true
 }
 
-// setMember records whether this node holds uid's membership of channel;
-// false once halted.
-func (w *writer) setMember(channel, uid string, on bool) bool {
+// setMember records whether this node holds uid's membership of channel,
+// and whether it says the member is away; false once halted.
+func (w *writer) setMember(channel, uid string, on, away bool) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
-	w.pendingMembers[membership{channel, uid}] = on
+	away = away && on
+	w.pendingMembers[membership{channel, uid}] = memberState{on, away}
 	if on {
 		if w.localMembers[channel] == nil {
-			w.localMembers[channel] = make(map[string]struct{})
+			w.localMembers[channel] = make(map[string]bool)
 		}
-		w.localMembers[channel][uid] = struct{}{}
+		w.localMembers[channel][uid] = away
 	} else if m := w.localMembers[channel]; m != nil {
 		delete(m, uid)
 		if len(m) == 0 {
@@ -133,22 +142,40 @@ func (w *writer) holds(channel, uid string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if channel == "" {
-		return w.localUsers[uid] > 0
+		return w.localUsers[uid].n > 0
 	}
 	_, ok := w.localMembers[channel][uid]
 	return ok
 }
 
-// addMembers adds to members those of channel this node holds.
-func (w *writer) addMembers(channel string, members []string) []string {
+// holdsActive reports whether this node holds an active connection of uid,
+// or, in channel, holds uid's membership and says it is not away: then uid
+// is active there, whatever Redis says before this node's writes land.
+func (w *writer) holdsActive(channel, uid string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for uid := range w.localMembers[channel] {
+	if channel == "" {
+		c := w.localUsers[uid]
+		return c.n > c.away
+	}
+	away, ok := w.localMembers[channel][uid]
+	return ok && !away
+}
+
+// addMembers adds to members those of channel this node holds, and drops
+// from away those this node holds active.
+func (w *writer) addMembers(channel string, members, away []string) ([]string, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for uid, isAway := range w.localMembers[channel] {
 		if !slices.Contains(members, uid) {
 			members = append(members, uid)
 		}
+		if !isAway {
+			away = slices.DeleteFunc(away, func(a string) bool { return a == uid })
+		}
 	}
-	return members
+	return members, away
 }
 
 func (w *writer) loop(ctx context.Context) {
@@ -211,13 +238,21 @@ func (w *writer) loop(ctx context.Context) {
 type record struct {
 	uid, channel string // channel empty: a user record
 	n            int    // connections, or 1|0 for a membership
+	away         int    // away connections, or 1|0 for a membership
 }
 
 func (r record) args() []any {
 	if r.channel == "" {
-		return []any{"u", r.uid, r.n}
+		return []any{"u", r.uid, r.n, r.away}
 	}
-	return []any{"m", r.channel, r.uid, r.n}
+	return []any{"m", r.channel, r.uid, r.n, r.away}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (w *writer) recordShard(r record) int {
@@ -231,19 +266,15 @@ func (w *writer) recordShard(r record) int {
 func (w *writer) flush(ctx context.Context) error {
 	w.mu.Lock()
 	users, members := w.pendingUsers, w.pendingMembers
-	w.pendingUsers, w.pendingMembers = make(map[string]int), make(map[membership]bool)
+	w.pendingUsers, w.pendingMembers = make(map[string]userCount), make(map[membership]memberState)
 	w.inflight = len(users) + len(members)
 	w.mu.Unlock()
 	var recs []record
-	for uid, n := range users {
-		recs = append(recs, record{uid: uid, n: n})
+	for uid, c := range users {
+		recs = append(recs, record{uid: uid, n: c.n, away: c.away})
 	}
-	for k, on := range members {
-		n := 0
-		if on {
-			n = 1
-		}
-		recs = append(recs, record{uid: k.uid, channel: k.channel, n: n})
+	for k, st := range members {
+		recs = append(recs, record{uid: k.uid, channel: k.channel, n: b2i(st.on), away: b2i(st.away)})
 	}
 	err := w.write(ctx, recs, false)
 	w.mu.Lock()
@@ -275,14 +306,14 @@ func (w *writer) renew(ctx context.Context) error {
 // or reaped it while this node was cut off or stalled.
 func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	var recs []record
-	for uid, n := range w.heldUsers {
+	for uid, c := range w.heldUsers {
 		if shards[w.shard(uid)] {
-			recs = append(recs, record{uid: uid, n: n})
+			recs = append(recs, record{uid: uid, n: c.n, away: c.away})
 		}
 	}
-	for k := range w.heldMembers {
+	for k, away := range w.heldMembers {
 		if shards[w.shard(k.channel)] {
-			recs = append(recs, record{uid: k.uid, channel: k.channel, n: 1})
+			recs = append(recs, record{uid: k.uid, channel: k.channel, n: 1, away: b2i(away)})
 		}
 	}
 	if len(recs) == 0 {
@@ -294,7 +325,7 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 }
 
 func (w *writer) setCall(shard int, recs []record) scriptCall {
-	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds()}
+	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds()}
 	for _, r := range recs {
 		args = append(args, r.args()...)
 	}
@@ -330,6 +361,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 	defer cancel()
 	var firstErr error
 	back := map[int]bool{}
+	var made []any // the edges, handed on once every call is read: see produced
 	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
 		res, err := scriptResult(cmd, 1)
@@ -343,11 +375,12 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 		if flag(res[0]) && !reasserting {
 			back[c.shard] = true
 		}
-		w.produced(res[1:])
+		made = append(made, res[1:]...)
 		for _, r := range c.recs {
 			w.hold(r)
 		}
 	}
+	w.produced(made)
 	w.m.usersHeld.Set(float64(len(w.heldUsers)))
 	if firstErr != nil {
 		w.health.fail("write", firstErr)
@@ -363,11 +396,11 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 func (w *writer) hold(r record) {
 	switch {
 	case r.channel == "" && r.n > 0:
-		w.heldUsers[r.uid] = r.n
+		w.heldUsers[r.uid] = userCount{r.n, r.away}
 	case r.channel == "":
 		delete(w.heldUsers, r.uid)
 	case r.n > 0:
-		w.heldMembers[membership{r.channel, r.uid}] = struct{}{}
+		w.heldMembers[membership{r.channel, r.uid}] = r.away == 1
 	default:
 		delete(w.heldMembers, membership{r.channel, r.uid})
 	}
@@ -384,13 +417,13 @@ func (w *writer) requeue(recs []record) {
 	for _, r := range recs {
 		if r.channel == "" {
 			if _, newer := w.pendingUsers[r.uid]; !newer {
-				w.pendingUsers[r.uid] = r.n
+				w.pendingUsers[r.uid] = userCount{r.n, r.away}
 			}
 			continue
 		}
 		k := membership{r.channel, r.uid}
 		if _, newer := w.pendingMembers[k]; !newer {
-			w.pendingMembers[k] = r.n > 0
+			w.pendingMembers[k] = memberState{r.n > 0, r.away == 1}
 		}
 	}
 }

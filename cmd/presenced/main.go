@@ -248,7 +248,7 @@ func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (presence
 		return nil, nil, fmt.Errorf("-redis: %w", err)
 	}
 	e, err := cluster.New(cluster.Config{Client: rdb, Node: o.node, Timeout: time.Duration(o.slots-1) * o.tick,
-		Logger: log, Registerer: reg})
+		LastSeenTTL: o.lastSeen, Logger: log, Registerer: reg})
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err
