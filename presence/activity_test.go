@@ -340,3 +340,28 @@ func TestAwayStormCostsOneFramePerMember(t *testing.T) {
 		t.Logf("away storm in a channel of %d: %d frames in the tick (%.1f per member)", size, got, float64(got)/float64(size))
 	}
 }
+
+// What a networked engine delivers: a member who joins already away (its
+// away connections are on another node), and one who leaves and comes back
+// away within a tick, which is no news to a client that had it away.
+func TestActivityFromOtherNodesIsNetted(t *testing.T) {
+	n := newNode(t, Config{})
+	obs := connect(t, n, "obs", "lobby")
+	n.Step()
+	obs.take()
+	relay := &n.v // what the Engine calls
+	relay.MemberChanged("lobby", "zed", true)
+	relay.MemberActivity("lobby", "zed", true)
+	n.Step()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["zed"],"leaves":[],"away":["zed"]}`}, obs.take())
+
+	relay.MemberChanged("lobby", "zed", false)
+	relay.MemberChanged("lobby", "zed", true)
+	relay.MemberActivity("lobby", "zed", true)
+	n.Step()
+	assert.Empty(t, obs.take(), "left and came back away: nothing changed")
+
+	relay.SetMembers("lobby", []string{"obs", "zed"}, nil) // a snapshot after an outage: zed is back
+	n.Step()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"active":["zed"]}`}, obs.take())
+}
