@@ -121,6 +121,9 @@ func (c *Client) start(ws *websocket.Conn, w *protocol.Welcome) *conn {
 		}
 		return nil
 	})
+	c.mu.Lock()
+	c.emitLocked(w)
+	c.mu.Unlock()
 	go cn.read()
 	go cn.write()
 	return cn

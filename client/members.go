@@ -77,4 +77,3 @@ func (c *Client) loadMembers(ctx context.Context, ch string) error {
 	}
 	return ErrNotExact
 }
-
