@@ -35,16 +35,14 @@ func (c *Client) run(ready chan<- error) {
 			attempt, triedRefresh = 0, false
 		}
 		code := closeCode(err)
-		final := false
+		final, now := false, false
 		switch {
 		case code == protocol.CloseTokenExpired || httpStatus(err) == http.StatusUnauthorized:
 			if c.opts.RefreshToken != nil && !triedRefresh {
 				triedRefresh = true
-				if c.newToken() {
-					continue // at once: the old token was the trouble
-				}
+				now = c.newToken() // at once: the old token was the trouble
 			}
-			final = true
+			final = !now
 		case code == protocol.CloseDisconnected:
 			final = true
 		case httpStatus(err) == http.StatusBadRequest || httpStatus(err) == http.StatusForbidden || httpStatus(err) == http.StatusNotFound:
@@ -59,8 +57,11 @@ func (c *Client) run(ready chan<- error) {
 			}
 			return
 		}
-		delay := backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
-		attempt++
+		var delay time.Duration
+		if !now {
+			delay = backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
+			attempt++
+		}
 		c.mu.Lock()
 		c.lastErr = err
 		c.setStateLocked(&StateChange{State: Waiting, Code: code, Err: err, Delay: delay})
