@@ -22,13 +22,13 @@ func tokenExpiry(token string) (exp time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	var claims struct {
-		Exp *json.Number `json:"exp"`
+		Exp *float64 `json:"exp"` // a number: a numeric string is refused, as the server does
 	}
 	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
 		return time.Time{}, false
 	}
-	sec, err := claims.Exp.Float64()
-	if err != nil || math.IsNaN(sec) || sec <= 0 || sec > 1<<40 {
+	sec := *claims.Exp
+	if math.IsNaN(sec) || sec <= 0 || sec > 1<<40 {
 		return time.Time{}, false
 	}
 	whole, frac := math.Modf(sec)
