@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +49,11 @@ func TestQuickStart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*waitLong)
 	defer cancel()
-	build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", "quickstart", ".")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to build the quick start with")
+	}
+	build := exec.CommandContext(ctx, goBin, "build", "-o", "quickstart", ".")
 	build.Dir = dir
 	// Offline, from the module cache this repository's build filled.
 	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
