@@ -26,6 +26,7 @@ type Client struct {
 	ctx     context.Context // ends at Close
 	cancel  context.CancelFunc
 	runDone chan struct{}
+	reloads sync.WaitGroup // LoadMembers after a reconnect
 	dropped atomic.Uint64
 	chatRef atomic.Int64
 
@@ -143,6 +144,7 @@ func cmpOr[T comparable](v, def T) T {
 func (c *Client) Close() error {
 	c.cancel()
 	<-c.runDone
+	c.reloads.Wait()
 	return nil
 }
 

@@ -129,11 +129,11 @@ func (c *Client) session(again bool, onLive func()) (wasLive bool, err error) {
 	c.mu.Unlock()
 	onLive()
 	for _, ch := range reload {
-		go func() {
+		c.reloads.Go(func() {
 			if err := c.LoadMembers(c.ctx, ch); err != nil {
 				c.log.Debug("client: load members after reconnect", "channel", ch, "err", err)
 			}
-		}()
+		})
 	}
 	return true, c.serve(cn)
 }
