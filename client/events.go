@@ -41,10 +41,11 @@ var _ protocol.Frame = (*StateChange)(nil)
 // ErrClosed is returned by calls on a Client that Close stopped.
 var ErrClosed = errors.New("client: closed")
 
-// CloseError is why a Client stopped on its own: the server closed the
-// connection with a code the Client does not retry (4401 with no new token,
-// 4403), or refused the handshake with a status it does not retry (400,
-// 401, 403, 404).
+// CloseError is how the server ended a connection (a close code) or
+// refused one (an HTTP status). StateChange.Err carries one for a close the
+// Client retries; Err returns one when the Client stopped for good: 4401
+// with no new token, 4403, or a handshake refused with 400, 401 (no new
+// token), 403 or 404.
 type CloseError struct {
 	Code   int    // the close code, or 0 for a refused handshake
 	Status int    // the HTTP status of a refused handshake, or 0
