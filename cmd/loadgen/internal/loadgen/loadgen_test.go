@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/internal/presencedtest"
+	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -77,10 +77,9 @@ func (s *idleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.channels[uid] = r.URL.Query().Get("channels")
 		s.mu.Unlock()
 	}
-	welcome, _ := json.Marshal(map[string]any{"type": "welcome", "uid": uid, "timeout_ms": s.timeout.Milliseconds(), "online": []string{}})
-	_ = write(welcome)
+	_ = write(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: s.timeout.Milliseconds()}).Data)
 	if uid == s.closeLive {
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4408, "idle timeout"), time.Now().Add(time.Second))
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(protocol.CloseIdleTimeout, protocol.ReasonIdleTimeout), time.Now().Add(time.Second))
 		_ = ws.Close()
 		return
 	}
@@ -105,15 +104,15 @@ func (s *idleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, msg, err := ws.ReadMessage()
 		if err != nil {
 			if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4408, "idle timeout"), time.Now().Add(time.Second))
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(protocol.CloseIdleTimeout, protocol.ReasonIdleTimeout), time.Now().Add(time.Second))
 			}
 			_ = ws.Close()
 			return
 		}
 		extend()
-		if strings.Contains(string(msg), `"ping"`) {
+		if f, err := protocol.ParseClient(msg); err == nil && f == (protocol.Ping{}) {
 			s.appPings.Add(1)
-			_ = write([]byte(`{"type":"pong"}`))
+			_ = write(protocol.MustEncode(protocol.Pong{}).Data)
 		}
 	}
 }

@@ -59,7 +59,7 @@ const (
 	kindRamped   = "ramped"
 	kindFinal    = "final"
 
-	idleCloseCode = 4408
+	idleCloseCode = protocol.CloseIdleTimeout
 	writeWait     = 5 * time.Second
 	dialTimeout   = 10 * time.Second
 )
@@ -131,6 +131,12 @@ func frameType(msg []byte) (string, bool) {
 	return *m.Type, true
 }
 
+// client is one raw gorilla connection. The load generator does not use
+// package client: it measures how the server treats connections that idle,
+// go silent and get closed, so it must see every close instead of having it
+// hidden by a reconnect, keep no presence state per connection, and send the
+// app pings of all its connections from one goroutine. Its frames are
+// package protocol's.
 type client struct {
 	conn     *websocket.Conn
 	silent   atomic.Bool
