@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -40,7 +41,9 @@ func TestJSClient(t *testing.T) {
 	jwtHub := startHub(t, transport.Config{Slots: 101, Tick: 50 * time.Millisecond,
 		Auth: transport.JWTAuth([]byte(secret)), APIKey: apiKey})
 
-	files, err := filepath.Glob(filepath.Join("client", "test", "*.test.js"))
+	// $JS_TESTS narrows the run to some files, e.g. JS_TESTS='closes*'.
+	pattern := cmp.Or(os.Getenv("JS_TESTS"), "*.test.js")
+	files, err := filepath.Glob(filepath.Join("client", "test", pattern))
 	require.NoError(t, err)
 	require.NotEmpty(t, files, "no Node tests in client/test")
 	for i, f := range files {

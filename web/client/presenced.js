@@ -363,16 +363,20 @@ export class Presenced extends EventTarget {
     this.#pingTimer = setTimeout(() => this.#send({ type: 'ping' }), this.timeoutMs * (0.2 + Math.random() * 0.15));
   }
 
-  #scheduleRefresh() {
+  #scheduleRefresh(failed = false) {
     clearTimeout(this.#refreshTimer);
     const exp = this.refreshToken && this.token ? tokenExpiry(this.token) : 0;
-    if (!exp) return;
-    // A quarter of what is left, at most a minute, before exp: slack for a slow refreshToken.
     const left = exp - Date.now();
-    const at = Math.max(0, left - Math.min(60000, left / 4));
+    if (!exp || left <= 0) return; // past exp, the 4401 tries once more
+    // A quarter of what is left, at most a minute, before exp: slack for a
+    // slow refreshToken. After a failure, half of what is left, once a second at most.
+    const at = failed ? Math.max(1000, left / 2) : left - Math.min(60000, left / 4);
+    if (failed && at >= left) return;
     this.#refreshTimer = setTimeout(async () => {
-      if (await this.#refresh() && this.state === 'live') this.#send({ type: 'refresh', token: this.token });
-      if (this.state === 'live') this.#scheduleRefresh();
+      const ok = await this.#refresh();
+      if (this.state !== 'live') return;
+      if (ok) this.#send({ type: 'refresh', token: this.token });
+      this.#scheduleRefresh(!ok);
     }, Math.min(at, MAX_TIMER));
   }
 
@@ -417,7 +421,7 @@ export class Presenced extends EventTarget {
     const delay = backoffDelay(this.attempt++);
     this.retryAt = now + delay;
     this.#retryTimer = setTimeout(() => this.connect(), delay);
-    this.#setState('waiting', code);
+    if (this.state !== 'waiting') this.#setState('waiting', code); // said already while refreshing
   }
 
   // ended makes the client closed: nothing more happens until connect().
