@@ -60,6 +60,7 @@ class Room {
     this.through = null; // the list is exact up to this member; null: every member
     this.countOnly = false; // a count-only diff came after the last snapshot or pass start
     this.mid = false; // a pass of pages is under way: it goes on from `through`
+    this.known = false; // a snapshot arrived, on this connection or an earlier one
     this.snap = false; // a snapshot arrived on the current connection
     this.asked = null; // the `after` of the page in flight
     this.limit = 100; // page size: the server's snapshot size
@@ -68,7 +69,7 @@ class Room {
     this.allWaiters = []; // loadMembers callers: to the end of a pass
   }
 
-  get complete() { return !this.countOnly && this.through === null; }
+  get complete() { return this.known && !this.countOnly && this.through === null; }
 
   // next is the `after` of the page that continues the list, or null when complete.
   next() {
@@ -86,6 +87,7 @@ class Room {
     if (this.through !== null && listed.length) this.limit = Math.min(1000, listed.length);
     this.typing = []; // a typing frame follows the snapshot when someone types
     this.snap = true;
+    this.known = true;
     this.mid = false;
     this.asked = null;
   }
@@ -150,7 +152,8 @@ class Room {
  * leaves, away, active} after the state changed, 'typing' {channel, users},
  * 'watching' {online, away}, 'status' {online, offline, away, active,
  * last_seen}, 'chat' {channel, from, text}, 'publish' {channel, data},
- * 'message' {data}, 'error' {error, channel?}.
+ * 'message' {data}, 'error' {error, channel?}; and 'frame', each server
+ * frame as it came, before it is applied.
  */
 export class Presenced extends EventTarget {
   #ws = null;
@@ -307,6 +310,7 @@ export class Presenced extends EventTarget {
 
   /** close ends the connection for good (connect() opens a new one); pending joins, leaves and loads reject. */
   close(reason = 'closed by the client') {
+    if (this.state === 'closed') return;
     const ws = this.#ws;
     this.#ws = null;
     if (ws && ws.readyState <= 1) ws.close(1000, reason);
@@ -464,6 +468,7 @@ export class Presenced extends EventTarget {
       return;
     }
     if (!f || typeof f !== 'object') return;
+    this.#emit('frame', f); // every frame as it came, for what the state does not keep
     const ch = typeof f.channel === 'string' ? f.channel : '';
     const r = this.#rooms.get(ch);
     switch (f.type) {
