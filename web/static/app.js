@@ -1008,6 +1008,7 @@ probeMode().then((m) => {
     return;
   }
   me = new Presenced({ url: socketURL({}), uid, token, channels: [...rooms.keys()] });
+  globalThis.presenced = me; // for the console, and the browser tests
   listen();
   render();
 });
