@@ -436,8 +436,9 @@ export class Presenced extends EventTarget {
     this.lastClose = { code, reason, at: Date.now() };
     this.liveSince = 0;
     if (retry && this.reconnect) {
-      this.retryAt = Date.now() + backoffDelay(this.attempt);
-      this.#retryTimer = setTimeout(() => this.connect(), backoffDelay(this.attempt++));
+      const delay = backoffDelay(this.attempt++);
+      this.retryAt = Date.now() + delay;
+      this.#retryTimer = setTimeout(() => this.connect(), delay);
       this.#setState('waiting', code);
       return;
     }
@@ -562,6 +563,7 @@ export class Presenced extends EventTarget {
     // The old state stays until each new snapshot replaces it.
     for (const ch of this.#wanted) this.#send({ type: 'join', channel: ch });
     if (this.#watch) this.#send({ type: 'watch', uids: this.#watch });
+    // After the joins, which would make the connection active again.
     if (this.away) this.#send({ type: 'activity', state: 'away' });
     for (const frame of this.#outbox.splice(0)) this.#send(frame);
     this.#schedulePing();

@@ -2,7 +2,7 @@
 // token before its exp and after a 4401.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { api, client, env, next, post, record, sign, uniq, until, wsURL } from './helpers.js';
+import { api, client, env, next, post, raw, record, sign, uniq, until, wsURL } from './helpers.js';
 
 const base = env('PRESENCED_URL');
 const shortBase = env('PRESENCED_SHORT_URL');
@@ -49,13 +49,22 @@ test('4408 is retried: a silenced connection idles out and comes back', async (t
   const uid = uniq('quiet');
   const ch = uniq('idle-room');
   const p = client(t, { url: wsURL(shortBase), uid, channels: [ch] });
+  const friend = uniq('friend');
+  const ws = await raw(t, shortBase, friend);
+  p.watch([friend]);
   await next(p, 'joined');
+  await until('the friend online', () => p.user(friend).state === 'active');
+  p.setActivity('away');
   const states = record(p, 'state');
   assert.equal(p.silence(), true);
   await next(p, 'state', (s) => s.state === 'waiting');
   await next(p, 'joined', (d) => d.channel === ch);
   assert.deepEqual(states.slice(0, 3).map((s) => [s.state, s.code]), [['waiting', 4408], ['connecting', undefined], ['live', undefined]]);
   assert.deepEqual([...p.channel(ch).members], [uid], 're-joined');
+  // The new connection said it is away, and watches again.
+  await until('away again', () => p.channel(ch).away.has(uid));
+  ws.close();
+  await until('the friend offline, from a status frame of the new connection', () => p.user(friend).state === 'offline' && p.user(friend).last_seen);
 });
 
 test('the token is refreshed before its exp', async (t) => {
@@ -93,4 +102,21 @@ test('after a 4401 the client tries refreshToken and reconnects with its token',
   await next(q, 'state', (s) => s.state === 'live');
   await next(q, 'state', (s) => s.state === 'closed');
   assert.equal(q.lastClose.code, 4401);
+});
+
+test('app pings keep a connection whose socket answers no server pings', async (t) => {
+  const { default: WebSocket } = await import('ws');
+  const pings = [];
+  // A socket that leaves the server's pings unanswered: only the client's own pings keep it.
+  class Deaf extends WebSocket {
+    constructor(u) { super(u, { autoPong: false }); }
+    send(d) { if (JSON.parse(d).type === 'ping') pings.push(Date.now()); super.send(d); }
+  }
+  const p = client(t, { url: wsURL(base), uid: uniq('pinger'), WebSocket: Deaf });
+  await next(p, 'state', (s) => s.state === 'live');
+  const states = record(p, 'state');
+  // Three pings come within the server's timeout (5 s) and then some.
+  await until('three app pings', () => pings.length >= 3);
+  assert.equal(p.timeoutMs, 5000);
+  assert.deepEqual(states, [], 'the first connection lived on');
 });
