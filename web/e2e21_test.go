@@ -280,3 +280,31 @@ func TestDemoShowsTyping(t *testing.T) {
 	waitJS(t, a, "no one typing", `(`+text("#typing")+`) === ""`, e2eWait)
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
+
+// TestE2EPageClientReconnects checks that the page's connection is the
+// JavaScript client, and that after a server restart its lobby is rebuilt
+// from the new snapshot: a member who left while the page was away is gone.
+func TestE2EPageClientReconnects(t *testing.T) {
+	chromium := needChromium(t)
+	srv := startPresenced(t, "-slots", strconv.Itoa(e2eSlots), "-tick", e2eTick.String())
+	b := startBrowser(t, chromium)
+	a := b.ctx
+	openPage(t, a, srv, "e2e-rc")
+	assert.Equal(t, "Presenced", eval[string](t, a, `presenced.constructor.name`))
+	x := dialWS(t, srv, "e2e-x", "lobby")
+	waitJS(t, a, "x in the client's lobby", `presenced.channel('lobby').members.has('e2e-x')`, e2eWait)
+	waitJS(t, a, "x listed", has(member("e2e-x")), e2eWait)
+
+	from := time.Now()
+	srv.Stop()
+	x.close() // gone while the page is away
+	waitJS(t, a, "the client waiting", `presenced.state === 'waiting'`, e2eWait)
+	srv.Restart()
+	waitJS(t, a, "live again, the lobby rebuilt without x",
+		`presenced.state === 'live' && presenced.channel('lobby').complete && presenced.channel('lobby').members.has('e2e-rc')`+
+			` && !presenced.channel('lobby').members.has('e2e-x')`, e2eWait)
+	b.outage(from, time.Now())
+	waitJS(t, a, "x no longer listed", hasNo(member("e2e-x")), e2eWait)
+	assert.Equal(t, "1", eval[string](t, a, text("#room-count")))
+	assert.Empty(t, b.errors(), "console errors or exceptions")
+}

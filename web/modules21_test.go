@@ -15,77 +15,85 @@ import (
 func TestModules21InBrowser(t *testing.T) {
 	b, _, run := moduleBrowser(t)
 
-	t.Run("room away", func(t *testing.T) {
+	t.Run("channel away", func(t *testing.T) {
 		type view struct {
 			Members []string `json:"members"`
 			Away    []string `json:"away"`
-			DAway   []string `json:"dAway"`
-			DActive []string `json:"dActive"`
 		}
 		var got []view
-		run(t, `import('/rooms.js').then(m => {
-			const r = new m.Room('lobby');
+		run(t, fakeClient+`.then(({p, feed}) => {
 			const out = [];
-			const look = (d) => out.push({members: r.sorted(), away: [...r.away].sort(),
-				dAway: d ? d.away : [], dActive: d ? d.active : []});
+			const look = () => { const c = p.channel('lobby'); out.push({members: [...c.members].sort(), away: [...c.away].sort()}); };
 			// Away names that are not members are ignored.
-			r.snapshot({type: 'joined', channel: 'lobby', count: 3, members: ['alice', 'bob', 'carol'], away: ['bob', 'zed']}); look(null);
+			feed({type: 'joined', channel: 'lobby', count: 3, members: ['alice', 'bob', 'carol'], away: ['bob', 'zed']}); look();
 			// A user who joins already away is in joins and away.
-			look(r.diff({type: 'presence', channel: 'lobby', count: 4, joins: ['dave'], away: ['alice', 'dave'], active: ['bob']}));
+			feed({type: 'presence', channel: 'lobby', count: 4, joins: ['dave'], away: ['alice', 'dave'], active: ['bob']}); look();
 			// A member who leaves is no longer away; a repeated edge changes nothing.
-			look(r.diff({type: 'presence', channel: 'lobby', count: 3, leaves: ['alice'], away: ['dave']}));
+			feed({type: 'presence', channel: 'lobby', count: 3, leaves: ['alice'], away: ['dave']}); look();
 			// A count-only diff carries no activity.
-			look(r.diff({type: 'presence', channel: 'lobby', count: 9}));
+			feed({type: 'presence', channel: 'lobby', count: 9}); look();
 			return out;
 		})`, &got)
 		assert.Equal(t, []view{
-			{Members: []string{"alice", "bob", "carol"}, Away: []string{"bob"}, DAway: []string{}, DActive: []string{}},
-			{Members: []string{"alice", "bob", "carol", "dave"}, Away: []string{"alice", "dave"}, DAway: []string{"alice", "dave"}, DActive: []string{"bob"}},
-			{Members: []string{"bob", "carol", "dave"}, Away: []string{"dave"}, DAway: []string{}, DActive: []string{}},
-			{Members: []string{"bob", "carol", "dave"}, Away: []string{"dave"}, DAway: []string{}, DActive: []string{}},
+			{Members: []string{"alice", "bob", "carol"}, Away: []string{"bob"}},
+			{Members: []string{"alice", "bob", "carol", "dave"}, Away: []string{"alice", "dave"}},
+			{Members: []string{"bob", "carol", "dave"}, Away: []string{"dave"}},
+			{Members: []string{"bob", "carol", "dave"}, Away: []string{"dave"}},
 		}, got)
 	})
 
-	t.Run("room paged while diffs arrive", func(t *testing.T) {
+	t.Run("channel paged while diffs arrive", func(t *testing.T) {
 		type view struct {
-			Members []string `json:"members"`
-			Away    []string `json:"away"`
-			Count   int      `json:"count"`
-			Partial bool     `json:"partial"`
-			Next    *string  `json:"next"`
-			Limit   int      `json:"limit"`
+			Members  []string         `json:"members"`
+			Away     []string         `json:"away"`
+			Count    int              `json:"count"`
+			Complete bool             `json:"complete"`
+			Asked    []map[string]any `json:"asked"`
 		}
 		var got []view
-		// The channel: a b c d e f g h (8). The snapshot lists 3; pages of 3.
-		run(t, `import('/rooms.js').then(m => {
-			const r = new m.Room('lobby');
+		// The channel: a b c d e f g h (8). The snapshot lists 3, so pages hold 3.
+		// Each step feeds a frame and reads the channel and the pages asked for since the last step.
+		run(t, fakeClient+`.then(async ({p, feed, sent}) => {
 			const out = [];
-			const look = () => out.push({members: r.sorted(), away: [...r.away].sort(), count: r.count,
-				partial: r.partial, next: r.nextPage(), limit: r.limit});
-			r.snapshot({type: 'joined', channel: 'lobby', count: 8, members: ['a', 'b', 'c']}); look();
+			let seen = sent().length;
+			const look = () => {
+				const c = p.channel('lobby');
+				const asked = sent().slice(seen).filter(f => f.type === 'members').map(({after, limit}) => ({after, limit}));
+				seen = sent().length;
+				out.push({members: [...c.members].sort(), away: [...c.away].sort(), count: c.count, complete: c.complete, asked});
+			};
+			feed({type: 'joined', channel: 'lobby', count: 8, members: ['a', 'b', 'c']}); look();
 			// Before the mark a join is listed; past it, it waits for its page.
-			r.diff({type: 'presence', channel: 'lobby', count: 10, joins: ['bb', 'x'], leaves: []}); look();
-			r.page({type: 'members', channel: 'lobby', count: 10, members: ['d', 'e', 'f'], next: 'f', away: ['e']}, 'c'); look();
+			feed({type: 'presence', channel: 'lobby', count: 10, joins: ['bb', 'x'], leaves: []}); look();
+			const loaded = p.loadMembers('lobby'); look();
+			feed({type: 'members', channel: 'lobby', count: 10, members: ['d', 'e', 'f'], next: 'f', away: ['e']}); look();
 			// The mark left: the next page still starts after it.
-			r.diff({type: 'presence', channel: 'lobby', count: 8, leaves: ['f', 'a']}); look();
-			r.page({type: 'members', channel: 'lobby', count: 8, members: ['g', 'h', 'x']}, 'f'); look();
+			feed({type: 'presence', channel: 'lobby', count: 8, leaves: ['f', 'a']}); look();
+			feed({type: 'members', channel: 'lobby', count: 8, members: ['g', 'h', 'x']}); look();
+			await loaded;
 			// Complete: every join is listed from now on.
-			r.diff({type: 'presence', channel: 'lobby', count: 9, joins: ['zz']}); look();
+			feed({type: 'presence', channel: 'lobby', count: 9, joins: ['zz']}); look();
 			// Count-only diffs make it stale: a new pass starts from the first member.
-			r.diff({type: 'presence', channel: 'lobby', count: 10}); look();
-			r.page({type: 'members', channel: 'lobby', count: 10, members: ['b', 'bb', 'c'], next: 'c'}, ''); look();
+			feed({type: 'presence', channel: 'lobby', count: 10}); look();
+			const page = p.loadPage('lobby'); look();
+			feed({type: 'members', channel: 'lobby', count: 10, members: ['b', 'bb', 'c'], next: 'c'}); look();
+			await page;
 			return out;
 		})`, &got)
-		s := func(v string) *string { return &v }
+		asked := func(after string) []map[string]any { return []map[string]any{{"after": after, "limit": 3.0}} }
+		none := []map[string]any{}
 		want := []view{
-			{Members: []string{"a", "b", "c"}, Away: []string{}, Count: 8, Partial: true, Next: s("c"), Limit: 3},
-			{Members: []string{"a", "b", "bb", "c"}, Away: []string{}, Count: 10, Partial: true, Next: s("c"), Limit: 3},
-			{Members: []string{"a", "b", "bb", "c", "d", "e", "f"}, Away: []string{"e"}, Count: 10, Partial: true, Next: s("f"), Limit: 3},
-			{Members: []string{"b", "bb", "c", "d", "e"}, Away: []string{"e"}, Count: 8, Partial: true, Next: s("f"), Limit: 3},
-			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x"}, Away: []string{"e"}, Count: 8, Next: nil, Limit: 3},
-			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x", "zz"}, Away: []string{"e"}, Count: 9, Next: nil, Limit: 3},
-			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x", "zz"}, Away: []string{"e"}, Count: 10, Partial: true, Next: s(""), Limit: 3},
-			{Members: []string{"b", "bb", "c"}, Away: []string{}, Count: 10, Partial: true, Next: s("c"), Limit: 3},
+			{Members: []string{"a", "b", "c"}, Away: []string{}, Count: 8, Asked: none},
+			{Members: []string{"a", "b", "bb", "c"}, Away: []string{}, Count: 10, Asked: none},
+			{Members: []string{"a", "b", "bb", "c"}, Away: []string{}, Count: 10, Asked: asked("c")},
+			{Members: []string{"a", "b", "bb", "c", "d", "e", "f"}, Away: []string{"e"}, Count: 10, Asked: asked("f")},
+			{Members: []string{"b", "bb", "c", "d", "e"}, Away: []string{"e"}, Count: 8, Asked: none},
+			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x"}, Away: []string{"e"}, Count: 8, Complete: true, Asked: none},
+			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x", "zz"}, Away: []string{"e"}, Count: 9, Complete: true, Asked: none},
+			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x", "zz"}, Away: []string{"e"}, Count: 10, Asked: none},
+			{Members: []string{"b", "bb", "c", "d", "e", "g", "h", "x", "zz"}, Away: []string{"e"}, Count: 10, Asked: asked("")},
+			// Loaded in full once, the channel goes on to the end by itself.
+			{Members: []string{"b", "bb", "c"}, Away: []string{}, Count: 10, Asked: asked("c")},
 		}
 		require.Len(t, got, len(want))
 		for i := range want {

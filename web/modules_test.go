@@ -74,51 +74,45 @@ func TestModulesInBrowser(t *testing.T) {
 		}
 	})
 
-	t.Run("room", func(t *testing.T) {
+	t.Run("channel state", func(t *testing.T) {
 		type view struct {
-			State     string   `json:"state"`
-			Count     int      `json:"count"`
-			Members   []string `json:"members"`
-			Partial   bool     `json:"partial"`
-			CountOnly bool     `json:"countOnly"`
-			Joins     []string `json:"joins"`
-			Leaves    []string `json:"leaves"`
+			Count    int      `json:"count"`
+			Members  []string `json:"members"`
+			Complete bool     `json:"complete"`
 		}
-		// Each step feeds one frame (null: none) and reads the room after it.
+		// Each step feeds one frame (null: none) to a client on a fake socket and reads the channel after it.
 		var got []view
-		run(t, `import('/rooms.js').then(m => {
-			const r = new m.Room('lobby');
+		run(t, fakeClient+`.then(({p, feed}) => {
 			const out = [];
-			const look = (d) => out.push({state: r.state, count: r.count, members: r.sorted(), partial: r.partial,
-				countOnly: r.countOnly, joins: d ? d.joins : [], leaves: d ? d.leaves : []});
-			look(null);
-			r.snapshot({type: 'joined', channel: 'lobby', count: 3, members: ['alice', 'bob', 'carol']}); look(null);
-			look(r.diff({type: 'presence', channel: 'lobby', count: 3, joins: ['dave'], leaves: ['bob']}));
+			const look = () => { const c = p.channel('lobby'); out.push({count: c.count, members: [...c.members].sort(), complete: c.complete}); };
+			look();
+			feed({type: 'joined', channel: 'lobby', count: 3, members: ['alice', 'bob', 'carol']}); look();
+			feed({type: 'presence', channel: 'lobby', count: 3, joins: ['dave'], leaves: ['bob']}); look();
 			// An edge the list already has changes nothing.
-			look(r.diff({type: 'presence', channel: 'lobby', count: 3, joins: ['dave'], leaves: ['zed']}));
-			// A big room: the count alone; the list stays, marked partial.
-			look(r.diff({type: 'presence', channel: 'lobby', count: 1500}));
-			look(r.diff({type: 'presence', channel: 'lobby', count: 1499, joins: [], leaves: ['alice']}));
+			feed({type: 'presence', channel: 'lobby', count: 3, joins: ['dave'], leaves: ['zed']}); look();
+			// A big room: the count alone; the list stays, no longer complete.
+			feed({type: 'presence', channel: 'lobby', count: 1500}); look();
+			feed({type: 'presence', channel: 'lobby', count: 1499, joins: [], leaves: ['alice']}); look();
 			// A bounded snapshot: count exact, fewer members listed.
-			r.snapshot({type: 'joined', channel: 'lobby', count: 250, members: ['a', 'b']}); look(null);
-			// A fresh complete snapshot clears the partial mark.
-			r.snapshot({type: 'joined', channel: 'lobby', count: 2, members: ['a', 'b']}); look(null);
-			look(r.diff({type: 'presence', channel: 'lobby', count: 1, leaves: ['a']}));
+			feed({type: 'joined', channel: 'lobby', count: 250, members: ['a', 'b']}); look();
+			// A fresh full snapshot is complete again.
+			feed({type: 'joined', channel: 'lobby', count: 2, members: ['a', 'b']}); look();
+			feed({type: 'presence', channel: 'lobby', count: 1, leaves: ['a']}); look();
 			// Junk in the lists is ignored.
-			look(r.diff({type: 'presence', channel: 'lobby', count: 2, joins: [7, null, 'c']}));
+			feed({type: 'presence', channel: 'lobby', count: 2, joins: [7, null, 'c']}); look();
 			return out;
 		})`, &got)
 		want := []view{
-			{State: "joining", Count: 0, Members: []string{}, Partial: false, Joins: []string{}, Leaves: []string{}},
-			{State: "joined", Count: 3, Members: []string{"alice", "bob", "carol"}, Joins: []string{}, Leaves: []string{}},
-			{State: "joined", Count: 3, Members: []string{"alice", "carol", "dave"}, Joins: []string{"dave"}, Leaves: []string{"bob"}},
-			{State: "joined", Count: 3, Members: []string{"alice", "carol", "dave"}, Joins: []string{}, Leaves: []string{}},
-			{State: "joined", Count: 1500, Members: []string{"alice", "carol", "dave"}, Partial: true, CountOnly: true, Joins: []string{}, Leaves: []string{}},
-			{State: "joined", Count: 1499, Members: []string{"carol", "dave"}, Partial: true, CountOnly: true, Joins: []string{}, Leaves: []string{"alice"}},
-			{State: "joined", Count: 250, Members: []string{"a", "b"}, Partial: true, Joins: []string{}, Leaves: []string{}},
-			{State: "joined", Count: 2, Members: []string{"a", "b"}, Joins: []string{}, Leaves: []string{}},
-			{State: "joined", Count: 1, Members: []string{"b"}, Joins: []string{}, Leaves: []string{"a"}},
-			{State: "joined", Count: 2, Members: []string{"b", "c"}, Joins: []string{"c"}, Leaves: []string{}},
+			{Count: 0, Members: []string{}, Complete: false},
+			{Count: 3, Members: []string{"alice", "bob", "carol"}, Complete: true},
+			{Count: 3, Members: []string{"alice", "carol", "dave"}, Complete: true},
+			{Count: 3, Members: []string{"alice", "carol", "dave"}, Complete: true},
+			{Count: 1500, Members: []string{"alice", "carol", "dave"}, Complete: false},
+			{Count: 1499, Members: []string{"carol", "dave"}, Complete: false},
+			{Count: 250, Members: []string{"a", "b"}, Complete: false},
+			{Count: 2, Members: []string{"a", "b"}, Complete: true},
+			{Count: 1, Members: []string{"b"}, Complete: true},
+			{Count: 2, Members: []string{"b", "c"}, Complete: true},
 		}
 		require.Len(t, got, len(want))
 		for i := range want {
@@ -167,7 +161,7 @@ func TestModulesInBrowser(t *testing.T) {
 	t.Run("backoff", func(t *testing.T) {
 		// Attempt n waits between half and all of min(15 s, 0.5 s * 2^n).
 		var got [][2]float64
-		run(t, `import('/conn.js').then(m => Array.from({length: 12}, (_, n) => {
+		run(t, `import('/presenced.js').then(m => Array.from({length: 12}, (_, n) => {
 			let lo = Infinity, hi = 0;
 			for (let i = 0; i < 200; i++) { const d = m.backoffDelay(n); lo = Math.min(lo, d); hi = Math.max(hi, d); }
 			return [lo, hi];
@@ -183,9 +177,9 @@ func TestModulesInBrowser(t *testing.T) {
 
 	t.Run("socketURL", func(t *testing.T) {
 		var got string
-		run(t, `import('/conn.js').then(m => m.socketURL({uid: 'a b&c'}))`, &got)
+		run(t, `import('/format.js').then(m => m.socketURL({uid: 'a b&c'}))`, &got)
 		assert.Equal(t, "ws"+srv.URL[len("http"):]+"/ws?uid=a+b%26c", got)
-		run(t, `import('/conn.js').then(m => m.socketURL({uid: 'alice', channels: ['lobby', 'team:1/x#y'].join(',')}))`, &got)
+		run(t, `import('/format.js').then(m => m.socketURL({uid: 'alice', channels: ['lobby', 'team:1/x#y'].join(',')}))`, &got)
 		u, err := url.Parse(got)
 		require.NoError(t, err)
 		assert.Equal(t, "/ws", u.Path)
@@ -232,6 +226,22 @@ func TestModulesInBrowser(t *testing.T) {
 
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
+
+// fakeClient is a promise of {p, feed, sent}: a Presenced client (from
+// /presenced.js) on a fake socket, welcomed, having asked for the lobby;
+// feed hands it a server frame, sent lists the frames it sent.
+const fakeClient = `import('/presenced.js').then(m => {
+	let sock;
+	class FakeSocket {
+		constructor(url) { this.url = url; this.readyState = 1; this.sent = []; sock = this; }
+		send(d) { this.sent.push(JSON.parse(d)); }
+		close() { this.readyState = 3; }
+	}
+	const p = new m.Presenced({url: 'ws://example.invalid/ws', uid: 'me', channels: ['lobby'], WebSocket: FakeSocket});
+	const feed = (f) => sock.onmessage({data: JSON.stringify(f)});
+	feed({type: 'welcome', uid: 'me', timeout_ms: 30000});
+	return {p, feed, sent: () => sock.sent};
+})`
 
 func jsNum(f float64) string {
 	b, _ := json.Marshal(f)

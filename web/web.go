@@ -7,15 +7,27 @@
 package web
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"io/fs"
 	"net/http"
 	"strings"
+	"time"
 )
+
+// modTime is zero: embedded files have none, and http.ServeContent then
+// sends no Last-Modified, as the file server does for the page.
+var modTime time.Time
 
 //go:embed static
 var static embed.FS
+
+// clientJS is the JavaScript client, web/client/presenced.js: the page's
+// connections use it, and other pages may load it from /presenced.js.
+//
+//go:embed client/presenced.js
+var clientJS []byte
 
 // files is the page's tree, rooted at static/.
 var files = func() fs.FS {
@@ -26,7 +38,8 @@ var files = func() fs.FS {
 	return sub
 }()
 
-// Handler serves the demo page and its assets, to GET and HEAD. Mount it at
+// Handler serves the demo page and its assets, and the JavaScript client at
+// /presenced.js, to GET and HEAD. Mount it at
 // "/": the page expects /ws and /api/ on the same host. Like the server's
 // API it refuses in JSON: {"error":"not found"} with 404 for a path that
 // names no file, {"error":"method not allowed"} with 405 and Allow for
@@ -37,6 +50,11 @@ func Handler() http.Handler {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		if r.URL.Path == "/presenced.js" {
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+			http.ServeContent(w, r, "presenced.js", modTime, bytes.NewReader(clientJS))
 			return
 		}
 		if !exists(r.URL.Path) {

@@ -4,12 +4,15 @@
 // a chat per room with who is typing. Everything comes from this server: the
 // WebSocket at /ws, GET /api/ring, one POST /api/heartbeat with no identity
 // at load, which tells whether the server needs a token, and in demo mode
-// GET /api/presence/{uid} for the last seen of a watched user.
+// GET /api/presence/{uid} for the last seen of a watched user. Every
+// connection, the page's own and the simulated ones, is a Presenced client
+// (/presenced.js): it keeps the channels' members, away and typing and
+// re-joins after a reconnect; this page draws what it knows.
 
-import { Client, FINAL_CLOSES } from './conn.js';
+import { FINAL_CLOSES, Presenced } from './presenced.js';
 import { RingView } from './ring.js';
-import { Room, WatchList } from './rooms.js';
-import { Throttle, fmtAgo, fmtDur, fmtClock, randomTag, typingText, validChannel, validUid } from './format.js';
+import { WatchList } from './rooms.js';
+import { Throttle, fmtAgo, fmtDur, fmtClock, randomTag, socketURL, typingText, validChannel, validUid } from './format.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -74,12 +77,23 @@ const ui = {
   log: $('log'),
 };
 
+/**
+ * newRoom is the page's side of a channel: state is joining (asked, no
+ * snapshot on this connection yet), joined or leaving; countOnly says a diff
+ * carried the count alone since the last snapshot (the list cannot follow);
+ * paging, that a page is asked for.
+ */
+function newRoom(name) {
+  return { name, state: 'joining', unread: 0, paging: false, countOnly: false, typingCount: 0 };
+}
+
 const ring = new RingView($('ring'));
 let ringInfo = null; // last reading of /api/ring
 
 // rooms: the channels this connection has joined or asked to join, in the
-// order it asked; selected is the one the member list and the chat show.
-const rooms = new Map([[LOBBY, new Room(LOBBY)]]);
+// order it asked, with what the page adds to the client's channel state;
+// selected is the one the member list and the chat show.
+const rooms = new Map([[LOBBY, newRoom(LOBBY)]]);
 let selected = LOBBY;
 const watch = new WatchList();
 // heard: when this page last saw a frame from a user it does not run (a chat).
@@ -160,7 +174,10 @@ function guestUid() {
   }
 }
 
-const me = new Client({ uid, token, reconnect: true, channels: [LOBBY] });
+// me is the page's connection, made once the page knows it may connect;
+// until then a stand-in says "not yet".
+let me = { state: 'new', uid, timeoutMs: 0, away: false, attempt: 0, retryAt: 0, liveSince: 0, lastSent: 0, lastRecv: 0, lastClose: null, channel: () => null };
+const live = (c) => c.state === 'live';
 
 // ---- demo mode or tokens ----
 
@@ -204,7 +221,7 @@ function block(why) {
   blocked = why;
   ui.notice.textContent = why;
   ui.notice.hidden = false;
-  me.close('no usable token');
+  if (me.close) me.close('no usable token');
   render();
 }
 
@@ -231,11 +248,6 @@ async function checkToken() {
   }
 }
 
-// wantChannels keeps the channels a reconnect joins at once in step with the rooms.
-function wantChannels() {
-  me.channels = [...rooms.keys()];
-}
-
 function plural(n, word) {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
@@ -251,107 +263,92 @@ function dataText(v) {
   return s.length > 300 ? `${s.slice(0, 300)}…` : s;
 }
 
-me.addEventListener('frame', (ev) => {
-  const f = ev.detail;
-  const now = Date.now();
-  const ch = typeof f.channel === 'string' ? f.channel : '';
-  switch (f.type) {
-    case 'welcome': {
+// listen wires the page to its connection's events.
+function listen() {
+  me.addEventListener('state', (ev) => {
+    const st = ev.detail.state;
+    if (st === 'live') {
       welcomed = true;
       // Welcomed without a token: the server trusts ?uid=.
       if (mode === 'unknown' && !token) setMode('demo');
-      // The channels of ?channels= follow, one snapshot each; until then a
-      // room shows what the last connection knew, as stale.
-      for (const r of rooms.values()) r.state = 'joining';
+      // The client joins each room again; until its snapshot a room shows what the last connection knew, as stale.
+      for (const r of rooms.values()) if (r.state === 'joined') r.state = 'joining';
       watch.unknown();
-      if (watch.size) me.send({ type: 'watch', uids: watch.uids() });
       const names = [...rooms.keys()];
       logEvent('conn', me.uid, `connected · timeout ${fmtDur(me.timeoutMs)}` + (names.length ? ` · joining ${names.join(', ')}` : ''));
-      break;
+    } else if (st === 'waiting' || (st === 'closed' && ev.detail.code !== undefined)) {
+      closed(me.lastClose, st === 'waiting');
     }
-    case 'joined': {
-      if (!ch) break;
-      let r = rooms.get(ch);
-      if (!r) {
-        r = new Room(ch);
-        rooms.set(ch, r);
-        wantChannels();
-      }
-      r.snapshot(f);
-      const shown = r.partial ? ` (${r.members.size} listed)` : '';
-      const away = r.away.size ? ` · ${r.away.size} away` : '';
-      logEvent('joined', '', `joined ${ch} · ${plural(r.count, 'member')}${shown}${away}`);
-      break;
-    }
-    case 'members': {
-      // The answer to "load more": frames on one connection keep their
-      // order, so it is the page asked for last.
-      const r = rooms.get(ch);
-      if (!r || r.paging === null) break;
-      const after = r.paging;
-      r.paging = null;
-      r.page(f, after);
-      logEvent('members', '', `${ch}: a page after ${after ? JSON.stringify(after) : 'the start'} · ${r.members.size} of ${r.count} listed`);
-      break;
-    }
-    case 'typing': {
-      const r = rooms.get(ch);
-      if (r && r.state === 'joined') r.typed(f);
-      break;
-    }
-    case 'left':
-      if (!ch) break;
-      dropRoom(ch);
-      logEvent('left', '', `left ${ch}`);
-      break;
-    case 'presence': {
-      const r = rooms.get(ch);
-      if (!r || r.state !== 'joined') break;
-      const d = r.diff(f);
-      // Count-only diffs come at most once a tick from big rooms: the count shows them.
-      logEdges('join', d.joins, `joined ${ch}`);
-      logEdges('leave', d.leaves, `left ${ch}`);
-      logEdges('away', d.away, `is away (${ch})`);
-      logEdges('active', d.active, `is back (${ch})`);
-      break;
-    }
-    case 'chat': {
-      if (typeof f.from !== 'string' || typeof f.text !== 'string') break;
-      // A chat frame is a keepalive of its sender's connection.
-      heard.set(f.from, now);
-      addChat(ch, { from: f.from, text: f.text }, now);
-      break;
-    }
-    case 'publish': {
-      const text = dataText(f.data);
-      addChat(ch, { text, system: 'published by the server' }, now);
-      logEvent('publish', '', `to ${ch}: ${text}`);
-      break;
-    }
-    case 'message':
-      logEvent('message', '', `from the server to ${me.uid}: ${dataText(f.data)}`);
-      break;
-    case 'watching': {
-      watch.watching(f, now);
-      const on = watch.uids().filter((u) => watch.users.get(u).online);
-      logEvent('watch', '', `watching ${plural(watch.size, 'user')}, ${on.length} online` + (on.length ? `: ${on.join(', ')}` : ''));
-      askLastSeen();
-      break;
-    }
-    case 'status':
-      for (const c of watch.status(f, now)) logEvent(c.kind, c.uid, STATUS_WORDS[c.kind]);
-      break;
-    case 'error': {
-      logEvent('error', '', `server: ${f.error}` + (ch ? ` (${ch})` : ''));
-      // A room still waiting for its snapshot was refused; a page asked
-      // for may have been.
-      const r = rooms.get(ch);
-      if (r && r.state === 'joining') dropRoom(ch);
-      else if (r) r.paging = null;
-      break;
-    }
-  }
-});
+    renderSoon();
+  });
+  me.addEventListener('frame', (ev) => {
+    // What the client's channel state does not say: a count-only diff, and how many type past the ten named.
+    const f = ev.detail;
+    const r = rooms.get(f.channel);
+    if (!r) return;
+    if (f.type === 'joined') r.countOnly = false;
+    if (f.type === 'presence' && !Array.isArray(f.joins)) r.countOnly = true;
+    if (f.type === 'typing') r.typingCount = Number.isInteger(f.count) ? f.count : 0;
+  });
+  me.addEventListener('joined', (ev) => {
+    const ch = ev.detail.channel;
+    let r = rooms.get(ch);
+    if (!r) return;
+    if (r.state !== 'leaving') r.state = 'joined';
+    r.paging = false;
+    const c = me.channel(ch);
+    const shown = c.complete ? '' : ` (${c.members.size} listed)`;
+    const away = c.away.size ? ` · ${c.away.size} away` : '';
+    logEvent('joined', '', `joined ${ch} · ${plural(c.count, 'member')}${shown}${away}`);
+    renderSoon();
+  });
+  me.addEventListener('left', (ev) => {
+    // The server took a room away.
+    dropRoom(ev.detail.channel);
+    logEvent('left', '', `left ${ev.detail.channel}`);
+    renderSoon();
+  });
+  me.addEventListener('presence', (ev) => {
+    const d = ev.detail;
+    // Count-only diffs come at most once a tick from big rooms: the count shows them.
+    logEdges('join', d.joins, `joined ${d.channel}`);
+    logEdges('leave', d.leaves, `left ${d.channel}`);
+    logEdges('away', d.away, `is away (${d.channel})`);
+    logEdges('active', d.active, `is back (${d.channel})`);
+    renderSoon();
+  });
+  me.addEventListener('typing', renderSoon);
+  me.addEventListener('chat', (ev) => {
+    const f = ev.detail;
+    if (typeof f.from !== 'string' || typeof f.text !== 'string') return;
+    // A chat frame is a keepalive of its sender's connection.
+    heard.set(f.from, Date.now());
+    addChat(f.channel, { from: f.from, text: f.text }, Date.now());
+  });
+  me.addEventListener('publish', (ev) => {
+    const text = dataText(ev.detail.data);
+    addChat(ev.detail.channel, { text, system: 'published by the server' }, Date.now());
+    logEvent('publish', '', `to ${ev.detail.channel}: ${text}`);
+  });
+  me.addEventListener('message', (ev) => {
+    logEvent('message', '', `from the server to ${me.uid}: ${dataText(ev.detail.data)}`);
+  });
+  me.addEventListener('watching', (ev) => {
+    watch.watching(ev.detail, Date.now());
+    const on = watch.uids().filter((u) => watch.users.get(u).online);
+    logEvent('watch', '', `watching ${plural(watch.size, 'user')}, ${on.length} online` + (on.length ? `: ${on.join(', ')}` : ''));
+    askLastSeen();
+    renderSoon();
+  });
+  me.addEventListener('status', (ev) => {
+    for (const c of watch.status(ev.detail, Date.now())) logEvent(c.kind, c.uid, STATUS_WORDS[c.kind]);
+    renderSoon();
+  });
+  me.addEventListener('error', (ev) => {
+    const ch = ev.detail.channel;
+    logEvent('error', '', `server: ${ev.detail.error}` + (ch ? ` (${ch})` : ''));
+  });
+}
 
 const STATUS_WORDS = { online: 'is online', offline: 'is offline', away: 'is away', active: 'is back' };
 
@@ -376,7 +373,6 @@ function askLastSeen() {
 
 function dropRoom(ch) {
   if (!rooms.delete(ch)) return;
-  wantChannels();
   for (const li of [...ui.chat.children]) if (li.dataset.channel === ch) li.remove();
   if (selected === ch) selected = rooms.keys().next().value || '';
   showChat();
@@ -385,25 +381,21 @@ function dropRoom(ch) {
 // welcomed says whether the server welcomed the current connection attempt.
 let welcomed = false;
 
-me.addEventListener('closed', (ev) => {
-  const c = ev.detail;
-  // Who types, and the page asked for, belong to the connection that ended.
-  for (const r of rooms.values()) {
-    r.typing = { users: [], count: 0 };
-    r.paging = null;
-  }
+// closed logs a close of the page's connection, and stops for good on the
+// closes that say the user cannot come back as it is.
+function closed(c, retrying) {
+  for (const r of rooms.values()) r.paging = false;
   const final = FINAL_CLOSES.includes(c.code);
-  const then = me.reconnect && me.wanted && !final ? ' · reconnecting with backoff' : '';
-  logEvent('conn', me.uid, `connection closed: ${closeText(c)}${then}`);
+  logEvent('conn', me.uid, `connection closed: ${closeText(c)}${retrying ? ' · reconnecting with backoff' : ''}`);
   if (c.code === 4401) {
     block(`Your token expired and the server closed the connection (4401 token expired): ${TOKEN_HELP}.`);
   } else if (c.code === 4403) {
     block('The server disconnected this user (4403 disconnected): reload the page to connect again.');
-  } else if (!welcomed && token && mode !== 'demo') {
+  } else if (!final && !welcomed && token && mode !== 'demo') {
     checkToken();
   }
   welcomed = false;
-});
+}
 
 function renderMe(now) {
   const s = me.state;
@@ -413,11 +405,11 @@ function renderMe(now) {
   let pill;
   let state;
   ui.meToggle.hidden = !!blocked;
-  ui.meAway.hidden = !!blocked || !me.live;
+  ui.meAway.hidden = !!blocked || !live(me);
   ui.meAway.textContent = me.away ? "I'm back" : 'Go away';
   ui.meAway.setAttribute('aria-pressed', String(me.away));
   ui.me.dataset.away = String(me.away);
-  ui.meActivity.textContent = !me.live ? '—' : me.away ? 'away: still online, drawn dimmed' : 'active';
+  ui.meActivity.textContent = !live(me) ? '—' : me.away ? 'away: still online, drawn dimmed' : 'active';
   if (blocked) {
     ui.me.dataset.state = 'needs-token';
     ui.pill.dataset.state = 'needs-token';
@@ -431,10 +423,6 @@ function renderMe(now) {
     case 'new':
       pill = 'connecting…';
       state = me.attempt ? `reconnecting (try ${me.attempt})…` : 'connecting…';
-      break;
-    case 'open':
-      pill = 'connecting…';
-      state = 'socket open, waiting for the welcome';
       break;
     case 'live':
       pill = `online as ${me.uid}`;
@@ -452,18 +440,22 @@ function renderMe(now) {
   }
   ui.pill.lastElementChild.textContent = pill;
   ui.meState.textContent = state;
-  ui.meToggle.textContent = me.wanted ? 'Disconnect' : 'Connect';
+  ui.meToggle.textContent = s !== 'closed' ? 'Disconnect' : 'Connect';
   if (me.lastSent) ui.meKeepalive.textContent = `${fmtDur(now - me.lastSent)} ago`;
   if (me.lastRecv) ui.meRecv.textContent = `${fmtDur(now - me.lastRecv)} ago`;
   if (me.lastClose) ui.meClose.textContent = `${closeText(me.lastClose)} at ${fmtClock(me.lastClose.at)}`;
 }
 
 ui.meAway.addEventListener('click', () => {
-  if (me.setActivity(!me.away)) logEvent(me.away ? 'away' : 'active', me.uid, me.away ? 'says it is away' : 'says it is back');
+  if (!live(me)) return;
+  me.setActivity(me.away ? 'active' : 'away');
+  logEvent(me.away ? 'away' : 'active', me.uid, me.away ? 'says it is away' : 'says it is back');
+  renderSoon();
 });
 
 ui.meToggle.addEventListener('click', () => {
-  if (me.wanted) me.close('disconnected by the user');
+  if (me.state === 'new') return;
+  if (me.state !== 'closed') me.close('disconnected by the user');
   else me.connect();
 });
 
@@ -487,19 +479,18 @@ function spawn(n) {
   }
   n = Math.max(1, Math.min(n | 0 || 1, MAX_SPAWN, room));
   for (let i = 0; i < n; i++) {
-    // Pings at a spread of delays, so the clients land in different slots.
-    const client = new Client({ uid: `sim-${simTag}-${++simSeq}`, pingAt: [0.2, 0.4], channels: [LOBBY] });
+    // Not reconnected: a simulated client closed stays closed until Bring back.
+    const client = new Presenced({ url: socketURL({}), uid: `sim-${simTag}-${++simSeq}`, channels: [LOBBY], reconnect: false });
     const sim = { client, idleLogged: false };
-    client.addEventListener('closed', (ev) => {
-      logEvent('closed', client.uid, `connection closed: ${closeText(ev.detail)}`);
+    client.addEventListener('state', (ev) => {
+      if (ev.detail.state === 'closed' && client.lastClose) logEvent('closed', client.uid, `connection closed: ${closeText(client.lastClose)}`);
+      renderSoon();
     });
-    client.addEventListener('frame', (ev) => {
-      const f = ev.detail;
-      if (f.type === 'error') logEvent('error', client.uid, `server: ${f.error}` + (typeof f.channel === 'string' ? ` (${f.channel})` : ''));
+    client.addEventListener('error', (ev) => {
+      const d = ev.detail;
+      logEvent('error', client.uid, `server: ${d.error}` + (d.channel ? ` (${d.channel})` : ''));
     });
-    client.addEventListener('change', renderSoon);
     sims.push(sim);
-    client.connect();
   }
 }
 
@@ -512,13 +503,18 @@ function silence(sim) {
 
 function setAway(sim) {
   const c = sim.client;
-  if (c.setActivity(!c.away)) logEvent(c.away ? 'away' : 'active', c.uid, c.away ? 'says it is away' : 'says it is back');
+  if (!live(c)) return;
+  c.setActivity(c.away ? 'active' : 'away');
+  logEvent(c.away ? 'away' : 'active', c.uid, c.away ? 'says it is away' : 'says it is back');
 }
 
+// bringBack sends a keepalive on a silenced socket that is still open, or reconnects.
 function bringBack(sim) {
+  const c = sim.client;
   sim.idleLogged = false;
-  logEvent('back', sim.client.uid, sim.client.ws ? 'sends a ping again' : 'reconnects');
-  sim.client.bringBack();
+  logEvent('back', c.uid, live(c) ? 'sends a ping again' : 'reconnects');
+  if (live(c)) c.send({ type: 'ping' });
+  else c.connect();
 }
 
 function removeSim(sim) {
@@ -534,7 +530,7 @@ function simView(sim, now) {
   if (c.state === 'closed' || c.state === 'waiting') {
     return { state: 'closed', text: `closed ${closeText(c.lastClose)}`, life: 0 };
   }
-  if (c.state !== 'live') return { state: 'connecting', text: 'connecting…', life: 1 };
+  if (!live(c)) return { state: 'connecting', text: 'connecting…', life: 1 };
   const age = now - c.lastSent;
   const life = t ? Math.max(0, 1 - age / t) : 1;
   if (!c.silenced) return { state: 'live', text: `${c.away ? 'away' : 'live'} · keepalive ${fmtDur(age)} ago`, life };
@@ -615,7 +611,7 @@ $('spawn-form').addEventListener('submit', (ev) => {
 });
 
 $('silence-one').addEventListener('click', () => {
-  const sim = sims.find((s) => s.client.live && !s.client.silenced);
+  const sim = sims.find((s) => live(s.client) && !s.client.silenced);
   if (sim) silence(sim);
   else logEvent('error', '', 'no live simulated client to silence: spawn some first');
   render();
@@ -630,9 +626,9 @@ $('close-sims').addEventListener('click', () => {
 
 // lastHeard is when this page last knew of a keepalive from u, or 0.
 function lastHeard(u) {
-  if (u === me.uid && me.live) return me.lastSent;
+  if (u === me.uid && live(me)) return me.lastSent;
   const sim = sims.find((s) => s.client.uid === u);
-  if (sim && sim.client.live) return sim.client.lastSent;
+  if (sim && live(sim.client)) return sim.client.lastSent;
   return heard.get(u) || 0;
 }
 
@@ -653,44 +649,46 @@ function renderRooms(now) {
     }
     b.dataset.state = r.state;
     b.setAttribute('aria-selected', String(r.name === selected));
-    b.querySelector('.n').textContent = r.state === 'joined' ? String(r.count) : '…';
+    b.querySelector('.n').textContent = r.state === 'joined' ? String(me.channel(r.name)?.count ?? 0) : '…';
     b.querySelector('.unread').textContent = r.unread ? String(r.unread) : '';
     tabs.push(b);
   }
   syncChildren(ui.roomTabs, tabs);
 
   const r = rooms.get(selected);
+  // What the client knows of the channel; the last connection's while a new one joins again.
+  const c = (r && me.channel(r.name)) || { count: 0, members: new Set(), away: new Set(), typing: [], complete: true };
   ui.roomsCard.dataset.channel = r ? r.name : '';
   ui.roomsCard.dataset.state = r ? r.state : 'none';
-  ui.roomsCard.dataset.partial = String(!!r && r.partial);
-  ui.roomsCard.classList.toggle('stale', !me.live || !r || r.state !== 'joined');
+  ui.roomsCard.dataset.partial = String(!!r && !c.complete);
+  ui.roomsCard.classList.toggle('stale', !live(me) || !r || r.state !== 'joined');
   ui.roomLeave.hidden = !r;
-  ui.roomCount.textContent = r ? String(r.count) : '0';
+  ui.roomCount.textContent = String(c.count);
   ui.chatRoom.textContent = r ? r.name : 'no room';
   ui.chatText.placeholder = r ? `Message ${r.name}…` : 'Join a room to chat';
-  renderTyping(r);
+  renderTyping(r, c);
   if (!r) {
     ui.roomNote.textContent = 'no room: join one';
     ui.roomMore.hidden = true;
     syncChildren(ui.members, []);
     return;
   }
-  const noun = r.count === 1 ? 'member' : 'members';
+  const noun = c.count === 1 ? 'member' : 'members';
+  const countOnly = r.countOnly && !c.complete;
   if (r.state !== 'joined') ui.roomNote.textContent = `${r.state}…`;
-  else if (r.countOnly) ui.roomNote.textContent = `${noun} · list partial: a room this big gets counts, not names`;
-  else if (r.partial) ui.roomNote.textContent = `${noun}, showing ${r.members.size}`;
+  else if (countOnly) ui.roomNote.textContent = `${noun} · list partial: a room this big gets counts, not names`;
+  else if (!c.complete) ui.roomNote.textContent = `${noun}, showing ${c.members.size}`;
   else ui.roomNote.textContent = noun;
   // Paging needs the room joined on a live connection: a page belongs to
   // the snapshot and diffs of the connection that asks.
-  const next = r.state === 'joined' && me.live ? r.nextPage() : null;
-  ui.roomMore.hidden = next === null;
-  ui.roomMore.disabled = r.paging !== null;
-  ui.roomMore.textContent = r.paging !== null ? 'loading…' : next === '' ? 'reload the list' : 'load more';
+  ui.roomMore.hidden = !(r.state === 'joined' && live(me) && !c.complete);
+  ui.roomMore.disabled = r.paging;
+  ui.roomMore.textContent = r.paging ? 'loading…' : countOnly ? 'reload the list' : 'load more';
 
   const t = timeoutMs();
   const mine = new Map(sims.map((s, i) => [s.client.uid, i]));
   const rank = (u) => (u === me.uid ? -1 : mine.has(u) ? mine.get(u) : MAX_SIMS);
-  const list = r.sorted().sort((a, b) => rank(a) - rank(b));
+  const list = [...c.members].sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : a > b ? 1 : 0));
   const rows = new Map();
   for (const li of ui.members.children) if (li.dataset.uid) rows.set(li.dataset.uid, li);
   const shown = list.slice(0, MAX_USERS_SHOWN);
@@ -707,7 +705,7 @@ function renderRooms(now) {
     const at = lastHeard(u);
     const age = now - at;
     const known = at > 0 && t > 0 && age < t;
-    const away = r.away.has(u);
+    const away = c.away.has(u);
     li.classList.toggle('known', known);
     li.classList.toggle('away', away);
     li.querySelector('.dot').style.setProperty('--life', known ? (1 - age / t).toFixed(3) : '0');
@@ -719,7 +717,7 @@ function renderRooms(now) {
       : 'a member; its keepalives are not visible from this page';
     frag.push(li);
   }
-  const hidden = r.count - shown.length;
+  const hidden = c.count - shown.length;
   if (hidden > 0) {
     let more = ui.members.querySelector('.more');
     if (!more) {
@@ -734,15 +732,16 @@ function renderRooms(now) {
 
 ui.roomMore.addEventListener('click', () => {
   const r = rooms.get(selected);
-  if (!r || r.paging !== null) return;
-  const after = r.nextPage();
-  if (after === null) return;
-  if (!me.send({ type: 'members', channel: r.name, after, limit: r.limit })) {
-    logEvent('error', '', 'not connected: cannot page the members now');
-    return;
-  }
-  r.paging = after;
+  if (!r || r.paging || !live(me)) return;
+  r.paging = true;
   render();
+  me.loadPage(r.name).then(() => {
+    const c = me.channel(r.name);
+    if (c) logEvent('members', '', `${r.name}: a page · ${c.members.size} of ${c.count} listed`);
+  }, (err) => logEvent('error', '', `paging ${r.name}: ${err.message}`)).finally(() => {
+    r.paging = false;
+    renderSoon();
+  });
 });
 
 function select(ch) {
@@ -770,12 +769,17 @@ $('join-form').addEventListener('submit', (ev) => {
     logEvent('error', '', `at most ${MAX_ROOMS} rooms per page`);
     return;
   }
-  if (!me.send({ type: 'join', channel: ch })) {
+  if (me.state === 'new' || me.state === 'closed') {
     logEvent('error', '', 'not connected: cannot join now');
     return;
   }
-  if (!rooms.has(ch)) rooms.set(ch, new Room(ch));
-  wantChannels();
+  if (!rooms.has(ch)) rooms.set(ch, newRoom(ch));
+  me.join(ch).catch((err) => {
+    // Refused: the client has let it go.
+    logEvent('error', '', err.message);
+    dropRoom(ch);
+    render();
+  });
   ui.joinName.value = '';
   select(ch);
 });
@@ -783,22 +787,21 @@ $('join-form').addEventListener('submit', (ev) => {
 ui.roomLeave.addEventListener('click', () => {
   const r = rooms.get(selected);
   if (!r) return;
-  if (me.send({ type: 'leave', channel: r.name })) {
-    r.state = 'leaving';
+  r.state = 'leaving';
+  const offline = !live(me);
+  me.leave(r.name).catch(() => {}).finally(() => {
+    dropRoom(r.name);
+    logEvent('left', '', `left ${r.name}` + (offline ? ' (while disconnected)' : ''));
     render();
-    return;
-  }
-  // Not connected: nothing to tell the server, just forget the room.
-  dropRoom(r.name);
-  logEvent('left', '', `left ${r.name} (while disconnected)`);
+  });
   render();
 });
 
 // ---- watched users ----
 
 function sendWatch() {
-  // Offline: the welcome of the next connection sends the list.
-  if (me.live) me.send({ type: 'watch', uids: watch.uids() });
+  // Offline, the client sends the list once live.
+  if (me.watch) me.watch(watch.uids());
 }
 
 function renderWatch(now) {
@@ -815,14 +818,14 @@ function renderWatch(now) {
         '<button type="button" class="small-btn icon" data-act="unwatch" aria-label="Stop watching" title="Stop watching">×</button>';
       li.querySelector('.uid').textContent = u;
     }
-    const state = w.online === null || !me.live ? 'unknown' : w.online ? 'online' : 'offline';
+    const state = w.online === null || !live(me) ? 'unknown' : w.online ? 'online' : 'offline';
     const away = state === 'online' && w.away;
     li.dataset.online = state;
     li.dataset.away = String(away);
     li.dataset.lastSeen = state === 'offline' && w.lastSeen ? String(w.lastSeen) : '';
     const since = w.since ? ` for ${fmtDur(now - w.since)}` : '';
     let seen;
-    if (state === 'unknown') seen = me.live ? 'asking…' : 'not connected';
+    if (state === 'unknown') seen = live(me) ? 'asking…' : 'not connected';
     else if (away) seen = 'away';
     else if (state === 'offline' && w.lastSeen) seen = `last seen ${fmtAgo(now - w.lastSeen)}`;
     else seen = `${state}${since}`;
@@ -891,8 +894,8 @@ function addChat(ch, { from = '', text, system = '' }, at) {
 }
 
 // renderTyping says who types in the selected room, others than this user.
-function renderTyping(r) {
-  const t = r && r.state === 'joined' && me.live ? typingText(r.typing.users, r.typing.count, me.uid) : '';
+function renderTyping(r, c) {
+  const t = r && r.state === 'joined' && live(me) ? typingText(c.typing, Math.max(r.typingCount, c.typing.length), me.uid) : '';
   if (ui.typing.textContent !== t) ui.typing.textContent = t;
 }
 
@@ -901,7 +904,7 @@ function renderTyping(r) {
 ui.chatText.addEventListener('input', () => {
   const r = rooms.get(selected);
   if (!r || r.state !== 'joined' || !ui.chatText.value.trim()) return;
-  if (typingPace.due(r.name, Date.now())) me.send({ type: 'typing', channel: r.name });
+  if (live(me) && typingPace.due(r.name, Date.now())) me.typing(r.name);
 });
 
 // showChat shows the messages of the selected room only.
@@ -930,10 +933,11 @@ $('chat-form').addEventListener('submit', (ev) => {
     logEvent('error', '', `message too long: at most ${MAX_CHAT_BYTES} bytes`);
     return;
   }
-  if (!me.send({ type: 'chat', channel: r.name, text })) {
+  if (!live(me)) {
     logEvent('error', '', 'not connected: the message was not sent');
     return;
   }
+  me.chat(r.name, text);
   // The chat ends the typing mark; the next key starts a new one at once.
   typingPace.reset(r.name);
   ui.chatText.value = '';
@@ -993,7 +997,6 @@ function renderSoon() {
   });
 }
 
-me.addEventListener('change', renderSoon);
 showChat();
 pollRing();
 loop();
@@ -1004,5 +1007,8 @@ probeMode().then((m) => {
     logEvent('error', '', 'this server needs a token; not connecting');
     return;
   }
-  me.connect();
+  me = new Presenced({ url: socketURL({}), uid, token, channels: [...rooms.keys()] });
+  globalThis.presenced = me; // for the console, and the browser tests
+  listen();
+  render();
 });

@@ -85,3 +85,11 @@ export class Throttle {
     this.last.delete(key);
   }
 }
+
+/** socketURL returns the /ws address on this page's host with the given query. */
+export function socketURL(query) {
+  const u = new URL('/ws', location.href);
+  u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  for (const [k, v] of Object.entries(query)) u.searchParams.set(k, v);
+  return u.toString();
+}

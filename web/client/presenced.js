@@ -1,0 +1,635 @@
+// presenced.js: a client of presenced, the presence server, for browsers and
+// Node 20. One ES module, no dependencies.
+//
+// It keeps what a chat UI shows (each joined channel's members, who of them
+// is away, who types; the watched users' state and last seen) from the
+// server's snapshots and per-tick diffs, and keeps it true across
+// reconnects: every reconnect re-joins, re-watches and rebuilds each state
+// from the new snapshots, so a member who left while the client was away is
+// not kept.
+//
+//   import { Presenced } from './presenced.js';
+//   const p = new Presenced({ url: 'wss://chat.example.com/ws', token, refreshToken, channels: ['lobby'] });
+//   p.addEventListener('presence', (e) => draw(p.channel(e.detail.channel)));
+
+/** Close codes never retried: 4401 (token expired) would fail again with the same token, 4403 is on purpose. */
+export const FINAL_CLOSES = [4401, 4403];
+
+// A connection that lived this long resets the backoff: a server that
+// accepts and drops at once must not be hammered.
+const STABLE_MS = 10000;
+const MAX_TIMER = 2 ** 31 - 1; // setTimeout overflows past this
+
+/** backoffDelay is the wait before reconnect attempt n (0-based): 0.5 s doubling to 15 s, the upper half jittered. */
+export function backoffDelay(n) {
+  const base = Math.min(15000, 500 * 2 ** Math.min(n, 10));
+  return base / 2 + Math.random() * (base / 2);
+}
+
+/** tokenExpiry returns a JWT's exp in Unix ms, or 0 when it has none or is not a JWT. */
+export function tokenExpiry(token) {
+  try {
+    const b64 = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const exp = Number(JSON.parse(atob(b64)).exp);
+    return Number.isFinite(exp) && exp > 0 ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+// The server's rule for channel names: a bad one gets an error frame that
+// names no channel, which no join could be told from.
+const CHANNEL = /^[A-Za-z0-9_.:@/#-]{1,128}$/;
+
+const strings = (v) => (Array.isArray(v) ? v.filter((s) => typeof s === 'string') : []);
+const wholeOr = (v, fallback) => (Number.isInteger(v) && v >= 0 ? v : fallback);
+
+// ---- one channel's state ----
+
+// Room is what the client knows of one channel. A bounded snapshot lists the
+// first members in sorted order, so the list is exact up to its last member,
+// `through`. Pages move that mark on; a join past it is left for the page
+// that will hold it. So members only ever holds real members, and the next
+// page's `after` is simply the mark.
+class Room {
+  constructor() {
+    this.count = 0;
+    this.members = new Set();
+    this.away = new Set();
+    this.typing = [];
+    this.through = null; // the list is exact up to this member; null: every member
+    this.countOnly = false; // a count-only diff came after the last snapshot or pass start
+    this.mid = false; // a pass of pages is under way: it goes on from `through`
+    this.known = false; // a snapshot arrived, on this connection or an earlier one
+    this.snap = false; // a snapshot arrived on the current connection
+    this.asked = null; // the `after` of the page in flight
+    this.limit = 100; // page size: the server's snapshot size
+    this.follow = false; // loadMembers was called: page again after every new snapshot
+    this.pageWaiters = []; // loadPage callers: one page each
+    this.allWaiters = []; // loadMembers callers: to the end of a pass
+  }
+
+  get complete() { return this.known && !this.countOnly && this.through === null; }
+
+  // next is the `after` of the page that continues the list, or null when complete.
+  next() {
+    if (!this.mid && this.countOnly) return '';
+    return this.through;
+  }
+
+  snapshot(f) {
+    const listed = strings(f.members);
+    this.members = new Set(listed);
+    this.count = wholeOr(f.count, listed.length);
+    this.away = new Set(strings(f.away).filter((u) => this.members.has(u)));
+    this.countOnly = false;
+    this.through = listed.length < this.count ? (listed[listed.length - 1] ?? '') : null;
+    if (this.through !== null && listed.length) this.limit = Math.min(1000, listed.length);
+    this.typing = []; // a typing frame follows the snapshot when someone types
+    this.snap = true;
+    this.known = true;
+    this.mid = false;
+    this.asked = null;
+  }
+
+  // page applies a members frame answering the page asked after `after`:
+  // what the list holds past `after`, up to and including the page's next
+  // (to the end on the last page), becomes the page's members.
+  page(f, after) {
+    const next = typeof f.next === 'string' && f.next !== '' ? f.next : null;
+    if (after === '' && this.countOnly) {
+      this.members.clear();
+      this.away.clear();
+      this.countOnly = false;
+    }
+    for (const u of [...this.members]) {
+      if (u > after && (next === null || u <= next)) {
+        this.members.delete(u);
+        this.away.delete(u);
+      }
+    }
+    for (const u of strings(f.members)) this.members.add(u);
+    for (const u of strings(f.away)) if (this.members.has(u)) this.away.add(u);
+    this.count = wholeOr(f.count, this.count);
+    this.through = next;
+    this.mid = next !== null;
+  }
+
+  diff(f) {
+    if (!Array.isArray(f.joins) && !Array.isArray(f.leaves)) {
+      // Above the server's -presence-lists: the list can no longer follow.
+      this.countOnly = true;
+      this.count = wholeOr(f.count, this.count);
+      return;
+    }
+    for (const u of strings(f.leaves)) {
+      this.members.delete(u);
+      this.away.delete(u);
+    }
+    for (const u of strings(f.joins)) if (this.through === null || u <= this.through) this.members.add(u);
+    for (const u of strings(f.active)) this.away.delete(u);
+    for (const u of strings(f.away)) if (this.members.has(u)) this.away.add(u);
+    this.count = wholeOr(f.count, this.count);
+  }
+
+  view() {
+    return { count: this.count, members: new Set(this.members), away: new Set(this.away), typing: [...this.typing], complete: this.complete };
+  }
+}
+
+// ---- the client ----
+
+/**
+ * @typedef {'connecting'|'live'|'waiting'|'closed'} State
+ * @typedef {{count: number, members: Set<string>, away: Set<string>, typing: string[], complete: boolean}} ChannelState
+ * @typedef {{state: 'unknown'|'active'|'away'|'offline', last_seen: number|null}} UserState
+ */
+
+/**
+ * Presenced is one connection to presenced, reconnected as needed. Events
+ * (an EventTarget; CustomEvent detail in brackets): 'state' {state, code?},
+ * 'joined' {channel}, 'left' {channel}, 'presence' {channel, count, joins,
+ * leaves, away, active} after the state changed, 'typing' {channel, users},
+ * 'watching' {online, away}, 'status' {online, offline, away, active,
+ * last_seen}, 'chat' {channel, from, text}, 'publish' {channel, data},
+ * 'message' {data}, 'error' {error, channel?}; and 'frame', each server
+ * frame as it came, before it is applied.
+ */
+export class Presenced extends EventTarget {
+  #ws = null;
+  #WS;
+  #rooms = new Map(); // channel -> Room: joined, or asked to join, or leaving
+  #wanted = new Set(); // channels every connection joins
+  #joins = new Map(); // channel -> [{resolve, reject}]: join() calls waiting for joined
+  #leaves = new Map(); // channel -> [{resolve, reject}]: leave() calls waiting for left
+  #watch = null; // the watch list, null before watch()
+  #users = new Map(); // watched uid -> UserState
+  #outbox = []; // frames sent while not live
+  #pingTimer = 0;
+  #retryTimer = 0;
+  #refreshTimer = 0;
+  #silenced = false;
+
+  /**
+   * @param {object} o
+   * @param {string} o.url the server's WebSocket address, e.g. wss://chat.example.com/ws
+   * @param {string} [o.token] an HS256 JWT for a server with -jwt-secret
+   * @param {() => Promise<string>} [o.refreshToken] gives a newer token: called before the token's exp, and after a 4401
+   * @param {string} [o.uid] the user ID, for a server in demo mode (no token)
+   * @param {string[]} [o.channels] joined at connect and after every reconnect
+   * @param {any} [o.WebSocket] a WebSocket implementation (the ws package in Node); default globalThis.WebSocket
+   * @param {boolean} [o.reconnect] reconnect after a close the server did not mean as final (default true)
+   * @param {boolean} [o.keepalive] send app pings (default true)
+   */
+  constructor({ url, token = '', refreshToken = null, uid = '', channels = [], WebSocket = globalThis.WebSocket, reconnect = true, keepalive = true } = {}) {
+    super();
+    if (!url) throw new TypeError('Presenced: url is required');
+    if (!WebSocket) throw new TypeError('Presenced: no WebSocket implementation: pass one (in Node, the ws package)');
+    this.url = url;
+    this.token = token;
+    this.refreshToken = refreshToken;
+    this.uid = uid;
+    this.reconnect = reconnect;
+    this.keepalive = keepalive;
+    this.#WS = WebSocket;
+    /** @type {State} */
+    this.state = 'connecting';
+    this.timeoutMs = 0; // the server's idle timeout, from its welcome
+    this.away = false; // what setActivity last said
+    this.attempt = 0; // reconnect attempts since the last stable connection
+    this.retryAt = 0; // when the next attempt starts, while waiting
+    this.liveSince = 0;
+    this.lastSent = 0; // ms epoch of the last frame sent: the last keepalive
+    this.lastRecv = 0;
+    this.lastClose = null; // {code, reason, at}
+    for (const ch of channels) this.#want(ch);
+    this.connect();
+  }
+
+  // ---- the API ----
+
+  /** channel returns a copy of what is known of a channel, or null when it is not joined. @returns {ChannelState|null} */
+  channel(name) {
+    const r = this.#rooms.get(name);
+    return r ? r.view() : null;
+  }
+
+  /** user returns what the last watching or status frame said of a watched user. @returns {UserState} */
+  user(uid) {
+    const u = this.#users.get(uid);
+    return u ? { ...u } : { state: 'unknown', last_seen: null };
+  }
+
+  /** join joins a channel (now, or once live) and resolves at its snapshot; an error frame for it rejects. */
+  join(channel) {
+    if (this.state === 'closed') return Promise.reject(new Error('presenced: the client is closed'));
+    if (!CHANNEL.test(channel)) return Promise.reject(new TypeError(`presenced: join ${JSON.stringify(channel)}: a channel name is 1 to 128 letters, digits or _.-:@/#`));
+    return new Promise((resolve, reject) => {
+      push(this.#joins, channel, { resolve, reject });
+      const fresh = !this.#wanted.has(channel);
+      this.#want(channel);
+      // Not live: the welcome joins every wanted channel.
+      if (this.state === 'live' && (fresh || this.#rooms.get(channel).snap)) this.#send({ type: 'join', channel });
+    });
+  }
+
+  /** leave leaves a channel and resolves when the server says so (or at once when no connection holds it). */
+  leave(channel) {
+    if (this.state === 'closed') return Promise.reject(new Error('presenced: the client is closed'));
+    this.#wanted.delete(channel);
+    if (!this.#rooms.has(channel)) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      push(this.#leaves, channel, { resolve, reject });
+      if (this.state === 'live') this.#send({ type: 'leave', channel });
+      // Not live: the next welcome does not join it, and settles this.
+    });
+  }
+
+  /** watch replaces the watch list: status events and user() follow these users. */
+  watch(uids) {
+    this.#watch = [...new Set(strings(uids))].sort(order);
+    const keep = new Set(this.#watch);
+    for (const u of [...this.#users.keys()]) if (!keep.has(u)) this.#users.delete(u);
+    for (const u of this.#watch) if (!this.#users.has(u)) this.#users.set(u, { state: 'unknown', last_seen: null });
+    if (this.state === 'live') this.#send({ type: 'watch', uids: this.#watch });
+  }
+
+  /** chat sends a message to a joined channel; it comes back as a 'chat' event to every member. */
+  chat(channel, text) { this.send({ type: 'chat', channel, text }); }
+
+  /** typing says the user types in a joined channel; say it again every few seconds while typing goes on. */
+  typing(channel) { this.send({ type: 'typing', channel }); }
+
+  /** setActivity says this connection is 'away' or 'active'; it is said again after every reconnect. */
+  setActivity(state) {
+    if (state !== 'away' && state !== 'active') throw new TypeError(`presenced: activity is 'away' or 'active', not ${JSON.stringify(state)}`);
+    this.away = state === 'away';
+    if (this.state === 'live') this.#send({ type: 'activity', state });
+  }
+
+  /**
+   * loadMembers pages through a joined channel's whole member list, applying
+   * diffs meanwhile; then complete is true until a count-only diff. The
+   * channel stays loaded in full: after a reconnect its pages are loaded again.
+   */
+  loadMembers(channel) {
+    return this.#load(channel, (r, w) => { r.follow = true; r.allWaiters.push(w); });
+  }
+
+  /** loadPage loads one more page of a joined channel's members, of the snapshot's size; it resolves to complete. */
+  loadPage(channel) {
+    return this.#load(channel, (r, w) => r.pageWaiters.push(w));
+  }
+
+  /** send sends a frame of the protocol as it is, now when live or else once live (also frames the embedding app handles). */
+  send(frame) {
+    if (this.state === 'live') this.#send(frame);
+    else if (this.state !== 'closed') this.#outbox.push(frame);
+  }
+
+  /** silence is the demo mode's testing aid: the server ignores this connection's pongs and no app pings go out, so it idles out (4408) unless the app sends a frame. */
+  silence() {
+    if (this.state !== 'live') return false;
+    this.#send({ type: 'silence' });
+    this.#silenced = true;
+    clearTimeout(this.#pingTimer);
+    return true;
+  }
+
+  get silenced() { return this.#silenced; }
+
+  /** connect opens a connection now, after close() or a final close, or instead of waiting out the backoff. */
+  connect() {
+    clearTimeout(this.#retryTimer);
+    this.retryAt = 0;
+    if (this.#ws) return;
+    this.#silenced = false;
+    this.#setState('connecting');
+    this.#open();
+  }
+
+  /** close ends the connection for good (connect() opens a new one); pending joins, leaves and loads reject. */
+  close(reason = 'closed by the client') {
+    if (this.state === 'closed') return;
+    const ws = this.#ws;
+    this.#ws = null;
+    if (ws && ws.readyState <= 1) ws.close(1000, reason);
+    this.#ended(1000, reason);
+  }
+
+  // ---- the connection ----
+
+  async #open() {
+    const ws0 = {}; // marks this attempt, so a close() during the refresh below wins
+    this.#ws = ws0;
+    // A token that expires before the server would read it: ask for a new one first.
+    if (this.token && this.refreshToken && tokenExpiry(this.token) && tokenExpiry(this.token) < Date.now() + 1000) {
+      await this.#refresh();
+      if (this.#ws !== ws0) return;
+    }
+    let ws;
+    try {
+      const u = new URL(this.url);
+      if (this.token) u.searchParams.set('token', this.token);
+      else if (this.uid) u.searchParams.set('uid', this.uid);
+      ws = new this.#WS(u.toString());
+    } catch (err) {
+      this.#ws = null;
+      this.#emit('error', { error: `cannot connect: ${err.message}` });
+      this.#ended(1006, String(err.message), true);
+      return;
+    }
+    this.#ws = ws;
+    ws.onmessage = (ev) => { if (ws === this.#ws) this.#frame(ev.data); };
+    ws.onclose = (ev) => { if (ws === this.#ws) this.#lost(ev.code, ev.reason); };
+    ws.onerror = () => {}; // a close follows, with its code
+  }
+
+  #send(frame) {
+    const ws = this.#ws;
+    if (!ws || ws.readyState !== 1) return false;
+    ws.send(JSON.stringify(frame));
+    this.lastSent = Date.now();
+    // Any text frame ends a silence; chat and typing make the server count the connection active.
+    if (frame.type !== 'silence') this.#silenced = false;
+    if (frame.type === 'chat' || frame.type === 'typing') this.away = false;
+    this.#schedulePing();
+    return true;
+  }
+
+  // Pinging a spread fraction of the timeout after the last frame sent keeps
+  // one timer re-armed, never an interval: a throttled background tab sends
+  // fewer pings instead of a burst, and the server's own pings (answered by
+  // the browser) keep such a tab online.
+  #schedulePing() {
+    clearTimeout(this.#pingTimer);
+    if (!this.keepalive || this.#silenced || !this.timeoutMs) return;
+    this.#pingTimer = setTimeout(() => this.#send({ type: 'ping' }), this.timeoutMs * (0.2 + Math.random() * 0.15));
+  }
+
+  #scheduleRefresh(failed = false) {
+    clearTimeout(this.#refreshTimer);
+    const exp = this.refreshToken && this.token ? tokenExpiry(this.token) : 0;
+    const left = exp - Date.now();
+    if (!exp || left <= 0) return; // past exp, the 4401 tries once more
+    // A quarter of what is left, at most a minute, before exp: slack for a
+    // slow refreshToken. After a failure, half of what is left, once a second at most.
+    const at = failed ? Math.max(1000, left / 2) : left - Math.min(60000, left / 4);
+    if (failed && at >= left) return;
+    this.#refreshTimer = setTimeout(async () => {
+      const ok = await this.#refresh();
+      if (this.state !== 'live') return;
+      if (ok) this.#send({ type: 'refresh', token: this.token });
+      this.#scheduleRefresh(!ok);
+    }, Math.min(at, MAX_TIMER));
+  }
+
+  // refresh asks the app for a newer token; it reports whether one came.
+  async #refresh() {
+    try {
+      const t = await this.refreshToken();
+      if (typeof t === 'string' && t) {
+        this.token = t;
+        return true;
+      }
+      this.#emit('error', { error: 'refreshToken gave no token' });
+    } catch (err) {
+      this.#emit('error', { error: `refreshToken failed: ${err && err.message}` });
+    }
+    return false;
+  }
+
+  async #lost(code, reason) {
+    const now = Date.now();
+    this.#ws = null;
+    clearTimeout(this.#pingTimer);
+    clearTimeout(this.#refreshTimer);
+    this.lastClose = { code, reason, at: now };
+    if (this.liveSince && now - this.liveSince >= STABLE_MS) this.attempt = 0;
+    this.liveSince = 0;
+    // Pages belong to the connection that asked: the next snapshot starts over.
+    for (const r of this.#rooms.values()) { r.asked = null; r.snap = false; }
+    let final = !this.reconnect || FINAL_CLOSES.includes(code);
+    if (code === 4401 && this.reconnect && this.refreshToken) {
+      const marker = {}; // an attempt under way: connect() and close() see it
+      this.#ws = marker;
+      this.#setState('waiting', code);
+      final = !(await this.#refresh());
+      if (this.#ws !== marker) return;
+      this.#ws = null;
+    }
+    if (final) {
+      this.#ended(code, reason);
+      return;
+    }
+    const delay = backoffDelay(this.attempt++);
+    this.retryAt = now + delay;
+    this.#retryTimer = setTimeout(() => this.connect(), delay);
+    if (this.state !== 'waiting') this.#setState('waiting', code); // said already while refreshing
+  }
+
+  // ended makes the client closed: nothing more happens until connect().
+  #ended(code, reason, retry = false) {
+    clearTimeout(this.#pingTimer);
+    clearTimeout(this.#retryTimer);
+    clearTimeout(this.#refreshTimer);
+    this.lastClose = { code, reason, at: Date.now() };
+    this.liveSince = 0;
+    if (retry && this.reconnect) {
+      const delay = backoffDelay(this.attempt++);
+      this.retryAt = Date.now() + delay;
+      this.#retryTimer = setTimeout(() => this.connect(), delay);
+      this.#setState('waiting', code);
+      return;
+    }
+    this.#outbox = [];
+    const err = new Error(`presenced: closed (${code}${reason ? ` ${reason}` : ''})`);
+    for (const m of [this.#joins, this.#leaves]) {
+      for (const ws of m.values()) for (const w of ws) w.reject(err);
+      m.clear();
+    }
+    for (const r of this.#rooms.values()) {
+      for (const w of r.pageWaiters.concat(r.allWaiters)) w.reject(err);
+      r.pageWaiters = [];
+      r.allWaiters = [];
+      r.asked = null;
+      r.snap = false;
+    }
+    this.#setState('closed', code);
+  }
+
+  // ---- frames ----
+
+  #frame(data) {
+    this.lastRecv = Date.now();
+    let f;
+    try {
+      f = JSON.parse(typeof data === 'string' ? data : String(data));
+    } catch {
+      return;
+    }
+    if (!f || typeof f !== 'object') return;
+    this.#emit('frame', f); // every frame as it came, for what the state does not keep
+    const ch = typeof f.channel === 'string' ? f.channel : '';
+    const r = this.#rooms.get(ch);
+    switch (f.type) {
+      case 'welcome': return this.#welcome(f);
+      case 'joined': {
+        if (!r) return; // left since it was asked
+        r.snapshot(f);
+        settle(this.#joins, ch, (w) => w.resolve());
+        this.#emit('joined', { channel: ch });
+        this.#pump(ch, r);
+        return;
+      }
+      case 'left': {
+        // Unasked, the server took the channel away (a refreshed token no longer allows it).
+        const asked = this.#leaves.has(ch);
+        settle(this.#leaves, ch, (w) => w.resolve());
+        if (asked && this.#wanted.has(ch)) return; // joined again since: its snapshot follows
+        this.#wanted.delete(ch);
+        this.#drop(ch, 'left');
+        this.#emit('left', { channel: ch });
+        return;
+      }
+      case 'presence':
+        if (!r || !r.snap) return;
+        r.diff(f);
+        this.#emit('presence', {
+          channel: ch, count: r.count, joins: strings(f.joins), leaves: strings(f.leaves),
+          away: strings(f.away), active: strings(f.active),
+        });
+        return;
+      case 'members': {
+        if (!r || r.asked === null) return;
+        r.page(f, r.asked);
+        r.asked = null;
+        for (const w of r.pageWaiters.splice(0)) w.resolve(r.complete);
+        if (r.through === null) for (const w of r.allWaiters.splice(0)) w.resolve(r.complete);
+        this.#pump(ch, r);
+        return;
+      }
+      case 'typing':
+        if (!r) return;
+        r.typing = strings(f.users);
+        this.#emit('typing', { channel: ch, users: [...r.typing] });
+        return;
+      case 'watching': {
+        const on = new Set(strings(f.online));
+        const away = new Set(strings(f.away));
+        for (const [u, s] of this.#users) {
+          // The watching answer says who is online, not since when the others are gone.
+          const state = on.has(u) ? (away.has(u) ? 'away' : 'active') : 'offline';
+          if (state !== s.state) this.#users.set(u, { state, last_seen: null });
+        }
+        this.#emit('watching', { online: [...on], away: [...away] });
+        return;
+      }
+      case 'status': {
+        const seen = f.last_seen && typeof f.last_seen === 'object' ? f.last_seen : {};
+        const set = (u, state, last_seen = null) => { if (this.#users.has(u)) this.#users.set(u, { state, last_seen }); };
+        for (const u of strings(f.offline)) set(u, 'offline', Number.isFinite(seen[u]) ? seen[u] : null);
+        for (const u of strings(f.online)) set(u, 'active');
+        for (const u of strings(f.active)) set(u, 'active');
+        for (const u of strings(f.away)) set(u, 'away');
+        this.#emit('status', {
+          online: strings(f.online), offline: strings(f.offline), away: strings(f.away), active: strings(f.active), last_seen: { ...seen },
+        });
+        return;
+      }
+      case 'chat': return this.#emit('chat', { channel: ch, from: f.from, text: f.text });
+      case 'publish': return this.#emit('publish', { channel: ch, data: f.data });
+      case 'message': return this.#emit('message', { data: f.data });
+      case 'error': {
+        if (ch && this.#joins.has(ch)) {
+          // A join refused: the channel is not joined, now or after a reconnect.
+          this.#wanted.delete(ch);
+          this.#drop(ch, f.error);
+          settle(this.#joins, ch, (w) => w.reject(new Error(`presenced: join ${ch}: ${f.error}`)));
+        }
+        this.#emit('error', ch ? { error: f.error, channel: ch } : { error: f.error });
+      }
+    }
+  }
+
+  #welcome(f) {
+    if (typeof f.uid === 'string') this.uid = f.uid;
+    this.timeoutMs = Number(f.timeout_ms) || 0;
+    this.liveSince = Date.now();
+    this.state = 'live';
+    // Channels left while no connection held them are left by not joining them.
+    for (const ch of [...this.#rooms.keys()]) if (!this.#wanted.has(ch)) this.#drop(ch, 'left');
+    for (const ch of [...this.#leaves.keys()]) settle(this.#leaves, ch, (w) => w.resolve());
+    // The old state stays until each new snapshot replaces it.
+    for (const ch of this.#wanted) this.#send({ type: 'join', channel: ch });
+    if (this.#watch) this.#send({ type: 'watch', uids: this.#watch });
+    // After the joins, which would make the connection active again.
+    if (this.away) this.#send({ type: 'activity', state: 'away' });
+    for (const frame of this.#outbox.splice(0)) this.#send(frame);
+    this.#schedulePing();
+    this.#scheduleRefresh();
+    this.#setState('live');
+  }
+
+  // ---- helpers ----
+
+  #want(ch) {
+    this.#wanted.add(ch);
+    if (!this.#rooms.has(ch)) this.#rooms.set(ch, new Room());
+  }
+
+  #drop(ch, why) {
+    const r = this.#rooms.get(ch);
+    if (!r) return;
+    this.#rooms.delete(ch);
+    const err = new Error(`presenced: ${ch}: ${why}`);
+    for (const w of r.pageWaiters.concat(r.allWaiters)) w.reject(err);
+  }
+
+  #load(ch, enqueue) {
+    const r = this.#rooms.get(ch);
+    if (!r || !this.#wanted.has(ch)) return Promise.reject(new Error(`presenced: ${ch} is not joined`));
+    if (this.state === 'closed') return Promise.reject(new Error('presenced: the client is closed'));
+    return new Promise((resolve, reject) => {
+      enqueue(r, { resolve, reject });
+      this.#pump(ch, r);
+    });
+  }
+
+  // pump asks for the next page when someone waits for one, or the channel
+  // is followed in full, and a connection's snapshot is there to page on.
+  #pump(ch, r) {
+    if (this.state !== 'live' || !r.snap || r.asked !== null) return;
+    const after = r.next();
+    if (after === null) {
+      for (const w of r.pageWaiters.splice(0).concat(r.allWaiters.splice(0))) w.resolve(true);
+      return;
+    }
+    if (!r.pageWaiters.length && !r.allWaiters.length && !(r.follow && !r.countOnly)) return;
+    if (this.#send({ type: 'members', channel: ch, after, limit: r.limit })) r.asked = after;
+  }
+
+  #setState(state, code) {
+    this.state = state;
+    this.#emit('state', code === undefined ? { state } : { state, code });
+  }
+
+  #emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+}
+
+function order(a, b) { return a < b ? -1 : a > b ? 1 : 0; }
+
+function push(m, k, v) {
+  const a = m.get(k);
+  if (a) a.push(v);
+  else m.set(k, [v]);
+}
+
+function settle(m, k, fn) {
+  const a = m.get(k);
+  if (!a) return;
+  m.delete(k);
+  for (const w of a) fn(w);
+}
