@@ -76,7 +76,7 @@ func TestHandlerServesPageAndAssets(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/app.js", "/presenced.js", "/ring.js", "/rooms.js", "/format.js", "/style.css", "/favicon.svg"} {
+	for _, p := range []string{"/app.js", "/presenced.js", "/ring.js", "/rooms.js", "/format.js", "/state.js", "/sims.js", "/members.js", "/watched.js", "/chat.js", "/style.css", "/favicon.svg"} {
 		assert.True(t, seen[p], "%s is not reachable from index.html", p)
 	}
 }
