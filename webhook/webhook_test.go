@@ -89,7 +89,9 @@ func TestRetriesSameBatchUntilAccepted(t *testing.T) {
 	assert.True(t, bytes.Equal(reqs[0].body, reqs[2].body), "second retry differs")
 	assert.Equal(t, wantBody(evs[10:]), string(reqs[3].body))
 	assert.Equal(t, 20.0, metric(t, reg, "presenced_webhook_events_retried_total"), "two retries of 10 events")
-	assert.Equal(t, 15.0, metric(t, reg, "presenced_webhook_events_sent_total"))
+	// The receiver has the last batch before the Sender has its answer.
+	require.Eventually(t, func() bool { return metric(t, reg, "presenced_webhook_events_sent_total") == 15 },
+		testWait, testPoll, "sent_total: %v", metric(t, reg, "presenced_webhook_events_sent_total"))
 }
 
 // A POST not answered within Timeout is abandoned and the batch sent again.
