@@ -52,7 +52,8 @@ test('4408 is retried: a silenced connection idles out and comes back', async (t
   const friend = uniq('friend');
   const ws = await raw(t, shortBase, friend);
   p.watch([friend]);
-  await next(p, 'joined');
+  // The snapshot may have come already: wait for the state, not an event.
+  await until('joined', () => p.state === 'live' && p.channel(ch).members.has(uid));
   await until('the friend online', () => p.user(friend).state === 'active');
   p.setActivity('away');
   const states = record(p, 'state');
