@@ -1,5 +1,7 @@
 package presence
 
+import "slices"
+
 // A connection is active or away. It starts active; its client may say it is
 // away or back (SetActivity), and a chat, typing or join frame makes it
 // active again. With Config.AwayAfter, a connection with none of those for
@@ -28,13 +30,15 @@ func (n *Node) SetActivity(c Client, away bool) error {
 	return nil
 }
 
-// markActive makes c active, for a frame that shows its user is there.
-func (n *Node) markActive(c Client) {
+// activeMember returns the user of c, which must have joined channel (else
+// ErrNotJoined), and makes c active: for a chat or typing frame, which
+// shows its user is there.
+func (n *Node) activeMember(c Client, channel string) (uid string, err error) {
 	n.mu.Lock()
 	cs := n.conns[c]
-	if cs == nil {
+	if cs == nil || !slices.Contains(cs.channels, channel) {
 		n.mu.Unlock()
-		return
+		return "", ErrNotJoined
 	}
 	was := cs.away
 	n.activeLocked(c, cs)
@@ -42,6 +46,7 @@ func (n *Node) markActive(c Client) {
 	if was {
 		n.sendOps()
 	}
+	return cs.uid, nil
 }
 
 // activeLocked makes cs, c's state, active and renews its deadline. Under

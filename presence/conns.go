@@ -448,16 +448,12 @@ func (n *Node) Watch(ctx context.Context, c Client, uids []string) error {
 // every node, c included; c must have joined channel. It ends the user's
 // typing there.
 func (n *Node) Chat(ctx context.Context, c Client, channel, text string) error {
-	n.mu.Lock()
-	cs := n.conns[c]
-	joined := cs != nil && slices.Contains(cs.channels, channel)
-	n.mu.Unlock()
-	if !joined {
-		return ErrNotJoined
+	uid, err := n.activeMember(c, channel)
+	if err != nil {
+		return err
 	}
-	n.markActive(c)
-	frame := protocol.MustEncode(protocol.Chat{Channel: channel, From: cs.uid, Text: text})
-	return n.engine.Publish(ctx, Message{Channel: channel, From: cs.uid, Frame: frame})
+	frame := protocol.MustEncode(protocol.Chat{Channel: channel, From: uid, Text: text})
+	return n.engine.Publish(ctx, Message{Channel: channel, From: uid, Frame: frame})
 }
 
 // Publish sends data, valid JSON, in a publish frame to every connection

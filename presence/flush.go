@@ -179,39 +179,37 @@ func (v *view) flushStatus() {
 		}
 		return st
 	}
-	add := func(c Client, uid string, online bool) {
+	// add puts uid in c's status frame, in the list of changes[kind].
+	add := func(c Client, uid string, kind int) {
 		st := get(c)
-		if online {
+		switch kind {
+		case 0:
 			st.online = append(st.online, uid)
-			return
-		}
-		st.offline = append(st.offline, uid)
-		if at, ok := v.offAt[uid]; ok {
-			if st.lastSeen == nil {
-				st.lastSeen = make(map[string]int64)
+		case 1:
+			st.offline = append(st.offline, uid)
+			if at, ok := v.offAt[uid]; ok {
+				if st.lastSeen == nil {
+					st.lastSeen = make(map[string]int64)
+				}
+				st.lastSeen[uid] = at
 			}
-			st.lastSeen[uid] = at
-		}
-	}
-	addActivity := func(c Client, uid string, away bool) {
-		st := get(c)
-		if away {
+		case 2:
 			st.away = append(st.away, uid)
-		} else {
+		default:
 			st.active = append(st.active, uid)
 		}
 	}
-	on, off := netEdges(v.userLog, isOnline)
-	turned, back := netActivity(v.userLog, on, isOnline, isAway)
-	for _, l := range []struct {
-		uids []string
-		add  func(Client, string, bool)
-		on   bool
-	}{{on, add, true}, {off, add, false}, {turned, addActivity, true}, {back, addActivity, false}} {
-		for _, uid := range l.uids {
+	// changes nets log: who came online, went offline, turned away, came back.
+	changes := func(log []edge) [4][]string {
+		on, off := netEdges(log, isOnline)
+		turned, back := netActivity(log, on, isOnline, isAway)
+		return [4][]string{on, off, turned, back}
+	}
+	for kind, uids := range changes(v.userLog) {
+		for _, uid := range uids {
 			for c := range v.watchers[uid] {
 				if v.watching[c].base == 0 {
-					l.add(c, uid, l.on)
+					add(c, uid, kind)
 				}
 			}
 		}
@@ -221,21 +219,10 @@ func (v *view) flushStatus() {
 		if v.watching[ws.c] != ws {
 			continue // replaced, or the client is gone
 		}
-		log := v.userLog[ws.base:]
-		in, gone := netEdges(log, isOnline)
-		turned, back := netActivity(log, in, isOnline, isAway)
-		watched := func(uid string) bool {
-			_, ok := slices.BinarySearch(ws.uids, uid)
-			return ok
-		}
-		for _, l := range []struct {
-			uids []string
-			add  func(Client, string, bool)
-			on   bool
-		}{{in, add, true}, {gone, add, false}, {turned, addActivity, true}, {back, addActivity, false}} {
-			for _, uid := range l.uids {
-				if watched(uid) {
-					l.add(ws.c, uid, l.on)
+		for kind, uids := range changes(v.userLog[ws.base:]) {
+			for _, uid := range uids {
+				if _, ok := slices.BinarySearch(ws.uids, uid); ok {
+					add(ws.c, uid, kind)
 				}
 			}
 		}

@@ -21,15 +21,11 @@ const DefaultTypingTTL = 5 * time.Second
 // chats there, leaves or goes offline, and tells the channel's members at
 // its next tick. It makes c active. It is never a presence edge.
 func (n *Node) Typing(ctx context.Context, c Client, channel string) error {
-	n.mu.Lock()
-	cs := n.conns[c]
-	joined := cs != nil && slices.Contains(cs.channels, channel)
-	n.mu.Unlock()
-	if !joined {
-		return ErrNotJoined
+	uid, err := n.activeMember(c, channel)
+	if err != nil {
+		return err
 	}
-	n.markActive(c)
-	return n.engine.Publish(ctx, Message{Channel: channel, From: cs.uid, Typing: true})
+	return n.engine.Publish(ctx, Message{Channel: channel, From: uid, Typing: true})
 }
 
 // typingKey is one user typing in one channel, on the typing ring.
