@@ -70,7 +70,8 @@ func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
 		assert.Equal(t, "offline alice ", got[len(got)-1], "delivered before the server exited")
 		backend.Close()
 	})
-	addr, out := startRun(t, []string{"-slots", "11", "-tick", "100ms", "-webhook", backend.URL + "/presence"},
+	// A 3 s timeout: nobody should time out while a busy machine runs the test.
+	addr, out := startRun(t, []string{"-slots", "31", "-tick", "100ms", "-webhook", backend.URL + "/presence"},
 		map[string]string{"PRESENCED_WEBHOOK_SECRET": "hook-secret"})
 
 	dial := func(uid string) *websocket.Conn {
@@ -81,6 +82,13 @@ func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
 			require.NoError(t, ws.ReadJSON(&f))
 			require.Equal(t, want, f.Type)
 		}
+		go func() { // answers the server's pings, so the user stays online while the test waits
+			for {
+				if _, _, err := ws.NextReader(); err != nil {
+					return
+				}
+			}
+		}()
 		return ws
 	}
 	dial("alice")
@@ -88,12 +96,12 @@ func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
 	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"activity","state":"away"}`)))
 	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"activity","state":"active"}`)))
 	require.NoError(t, bob.WriteMessage(websocket.TextMessage, []byte(`{"type":"leave","channel":"lobby"}`)))
-	require.Eventually(t, func() bool { return len(rc.got()) == 7 }, waitLong, 10*time.Millisecond, "got %v\n%s", rc.got(), out)
+	require.Eventually(t, func() bool { return len(rc.got()) >= 7 }, waitLong, 10*time.Millisecond, "%s", out)
 	assert.Equal(t, []string{
 		"online alice ", "join alice lobby",
 		"online bob ", "join bob lobby", "away bob ", "active bob ", "leave bob lobby",
 	}, rc.got())
 	require.NoError(t, bob.Close())
-	require.Eventually(t, func() bool { return len(rc.got()) == 8 }, waitLong, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(rc.got()) >= 8 }, waitLong, 10*time.Millisecond)
 	assert.Equal(t, "offline bob ", rc.got()[7])
 }
