@@ -12,14 +12,13 @@ import (
 // Join joins channel ch and returns once its snapshot came, or with the
 // server's refusal (a *ServerError). The Client stays in ch across
 // reconnects until Leave. If ctx ends first, the Client still joins ch
-// when it can. A join makes the connection active, as the server counts it.
+// when it can. A join leaves the connection's activity as it was.
 func (c *Client) Join(ctx context.Context, ch string) error {
 	if !protocol.ValidChannel(ch) {
 		return fmt.Errorf("client: join %q: %w", protocol.Truncate(ch), protocol.ErrInvalidChannel)
 	}
 	c.mu.Lock()
 	c.joined[ch] = struct{}{}
-	c.away = false
 	c.mu.Unlock()
 	err := c.retry(ctx, func(cn *conn) error {
 		c.mu.Lock()
@@ -151,8 +150,8 @@ func (c *Client) mustHaveJoined(ch string) error {
 }
 
 // SetActivity says whether the user is away (true) or active, and keeps
-// saying it after each reconnect. The server answers nothing; a Join, Chat
-// or Typing makes the connection active again.
+// saying it after each reconnect. The server answers nothing; a Chat or
+// Typing makes the connection active again.
 func (c *Client) SetActivity(ctx context.Context, away bool) error {
 	state := "active"
 	if away {

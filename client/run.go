@@ -265,7 +265,7 @@ func (c *Client) resync(cn *conn, first bool) error {
 			return fmt.Errorf("client: watch: %w", err)
 		}
 	}
-	if away { // after the joins, which make a connection active
+	if away {
 		if err := cn.send(ctx, protocol.Activity{State: "away"}); err != nil {
 			return fmt.Errorf("client: set activity: %w", err)
 		}

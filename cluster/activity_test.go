@@ -195,6 +195,45 @@ func TestProducedEdgeOrder(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), off, time.Minute, "edges carry the Redis clock's time")
 }
 
+// A tab that connects and closes before the node's next write round is
+// written in order all the same: the node makes every edge of the flap, and
+// its own Relay, told of the arrival at once, hears the departure too.
+func TestFlapWithinOneRoundIsWritten(t *testing.T) {
+	srv := startRedis(t)
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	uids := []string{"u0", "u1", "u2", "u3", "u4", "u5"}
+	names := append([]string{"#lobby"}, uids...)
+	a.follow(t, names...)
+	b.follow(t, names...)
+	for _, uid := range uids { // back to back: no write round between them
+		a.SetUser(uid, 1, 0)
+		a.SetMember("lobby", uid, 1, false)
+		a.SetMember("lobby", uid, 0, false)
+		a.SetUser(uid, 0, 0)
+	}
+	for _, uid := range uids {
+		a.rec.waitFor(t, testWait, uid+" flapped", func() bool { return len(madeAcross(uid, a)) == 4 })
+		assert.Equal(t, []string{"online " + uid, "join " + uid + " lobby", "leave " + uid + " lobby", "offline " + uid},
+			madeAcross(uid, a, b), "made once, by a")
+	}
+	for _, n := range []*node{a, b} {
+		n.rec.waitFor(t, testWait, "nobody left on "+n.Node(), func() bool {
+			n.rec.mu.Lock()
+			defer n.rec.mu.Unlock()
+			for _, uid := range uids {
+				if n.rec.online[uid] {
+					return false
+				}
+			}
+			return len(n.rec.members["lobby"]) == 0
+		})
+	}
+	for _, uid := range uids { // b heard both edges, not a netted nothing
+		assert.Equal(t, []string{"+", "-"}, b.rec.joinEdges("lobby", uid), uid)
+	}
+}
+
 // Last seen is recorded in Redis with each offline edge, by the node that
 // made it (the claimer for a crashed node), and read on any node.
 func TestLastSeenInRedis(t *testing.T) {

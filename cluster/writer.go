@@ -17,10 +17,9 @@ type writer struct {
 	*base
 
 	// mu guards the changes not yet in Redis and what this node holds now.
-	mu             sync.Mutex
-	pendingUsers   map[string]userCount // uid -> connections on this node
-	pendingMembers map[membership]memberState
-	inflight       int // changes taken by a write under way
+	mu       sync.Mutex
+	pending  changes
+	inflight int // changes taken by a write under way
 	// What this node holds now, written or not: a live node's own users
 	// are online, and members of the channels they joined, whatever Redis
 	// says before its writes land.
@@ -42,21 +41,15 @@ type membership struct{ channel, uid string }
 // userCount is a user's connections on this node, and how many are away.
 type userCount struct{ n, away int }
 
-// memberState is whether this node holds a membership, and whether it says
-// the member is away: every connection of the user on this node is.
-type memberState struct{ on, away bool }
-
 func newWriter(b *base) *writer {
 	return &writer{
-		base:           b,
-		pendingUsers:   make(map[string]userCount),
-		pendingMembers: make(map[membership]memberState),
-		localUsers:     make(map[string]userCount),
-		localMembers:   make(map[string]map[string]bool),
-		wake:           make(chan struct{}, 1),
-		heldUsers:      make(map[string]userCount),
-		heldMembers:    make(map[membership]bool),
-		done:           make(chan struct{}),
+		base:         b,
+		localUsers:   make(map[string]userCount),
+		localMembers: make(map[string]map[string]bool),
+		wake:         make(chan struct{}, 1),
+		heldUsers:    make(map[string]userCount),
+		heldMembers:  make(map[membership]bool),
+		done:         make(chan struct{}),
 	}
 }
 
@@ -86,7 +79,7 @@ func (w *writer) setUser(uid string, n, away int) bool {
 		return false
 	}
 	c := userCount{max(n, 0), min(max(away, 0), max(n, 0))}
-	w.pendingUsers[uid] = c
+	w.pending.add(record{uid: uid, n: c.n, away: c.away})
 	if n > 0 {
 		w.localUsers[uid] = c
 	} else {
@@ -107,7 +100,7 @@ func (w *writer) setMember(channel, uid string, on, away bool) bool {
 		return false
 	}
 	away = away && on
-	w.pendingMembers[membership{channel, uid}] = memberState{on, away}
+	w.pending.add(record{uid: uid, channel: channel, n: b2i(on), away: b2i(away)})
 	if on {
 		if w.localMembers[channel] == nil {
 			w.localMembers[channel] = make(map[string]bool)
@@ -126,7 +119,7 @@ func (w *writer) setMember(channel, uid string, on, away bool) bool {
 }
 
 func (w *writer) countPendingLocked() {
-	w.m.pending.Set(float64(len(w.pendingUsers) + len(w.pendingMembers) + w.inflight))
+	w.m.pending.Set(float64(w.pending.n + w.inflight))
 }
 
 // poke wakes the loop.
@@ -262,26 +255,32 @@ func (w *writer) recordShard(r record) int {
 	return w.shard(r.channel)
 }
 
-// flush writes the pending changes.
+// flush writes the pending changes, round after round (see changes).
 func (w *writer) flush(ctx context.Context) error {
 	w.mu.Lock()
-	users, members := w.pendingUsers, w.pendingMembers
-	w.pendingUsers, w.pendingMembers = make(map[string]userCount), make(map[membership]memberState)
-	w.inflight = len(users) + len(members)
-	w.mu.Unlock()
-	var recs []record
-	for uid, c := range users {
-		recs = append(recs, record{uid: uid, n: c.n, away: c.away})
+	rounds := w.pending.take()
+	for _, rs := range rounds {
+		w.inflight += len(rs)
 	}
-	for k, st := range members {
-		recs = append(recs, record{uid: k.uid, channel: k.channel, n: b2i(st.on), away: b2i(st.away)})
-	}
-	err := w.write(ctx, recs, false)
-	w.mu.Lock()
-	w.inflight = 0
-	w.countPendingLocked()
 	w.mu.Unlock()
-	return err
+	defer func() {
+		w.mu.Lock()
+		w.inflight = 0
+		w.countPendingLocked()
+		w.mu.Unlock()
+	}()
+	for i, recs := range rounds {
+		failed, err := w.write(ctx, recs, false)
+		if err != nil {
+			w.mu.Lock()
+			if !w.closed {
+				w.pending.putBack(append([][]record{failed}, rounds[i+1:]...))
+			}
+			w.mu.Unlock()
+			return err
+		}
+	}
+	return nil
 }
 
 // renew flushes, then renews this node's liveness in every shard; a shard
@@ -295,7 +294,7 @@ func (w *writer) renew(ctx context.Context) error {
 	for s := range w.keys {
 		calls[s] = w.setCall(s, nil)
 	}
-	if err := w.runSet(ctx, calls, false); err != nil {
+	if _, err := w.runSet(ctx, calls, false); err != nil {
 		return err
 	}
 	w.m.renew.Observe(time.Since(start).Seconds())
@@ -321,7 +320,9 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	}
 	w.m.rewritten.Add(float64(len(recs)))
 	w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
-	return w.write(ctx, recs, true)
+	failed, err := w.write(ctx, recs, true)
+	w.requeueHeld(failed)
+	return err
 }
 
 func (w *writer) setCall(shard int, recs []record) scriptCall {
@@ -332,10 +333,11 @@ func (w *writer) setCall(shard int, recs []record) scriptCall {
 	return scriptCall{shard: shard, args: args, recs: recs}
 }
 
-// write runs setScript for recs in pipelined batches per shard.
-func (w *writer) write(ctx context.Context, recs []record, reasserting bool) error {
+// write runs setScript for recs in pipelined batches per shard, and
+// returns the records of the calls that failed.
+func (w *writer) write(ctx context.Context, recs []record, reasserting bool) ([]record, error) {
 	if len(recs) == 0 {
-		return nil
+		return nil, nil
 	}
 	perShard := make([][]record, len(w.keys))
 	for _, r := range recs {
@@ -353,10 +355,10 @@ func (w *writer) write(ctx context.Context, recs []record, reasserting bool) err
 	return w.runSet(ctx, calls, reasserting)
 }
 
-// runSet runs setScript calls. Records of calls that fail go back to pending
-// unless a newer change is there; records that landed update what this node
-// holds. Shards that had taken this node for dead get its records again.
-func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting bool) error {
+// runSet runs setScript calls and returns the records of those that failed;
+// records that landed update what this node holds. Shards that had taken
+// this node for dead get its records again.
+func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting bool) (failed []record, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout())
 	defer cancel()
 	var firstErr error
@@ -369,7 +371,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 			if firstErr == nil {
 				firstErr = err
 			}
-			w.requeue(c.recs)
+			failed = append(failed, c.recs...)
 			continue
 		}
 		if flag(res[0]) && !reasserting {
@@ -384,13 +386,13 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 	w.m.usersHeld.Set(float64(len(w.heldUsers)))
 	if firstErr != nil {
 		w.health.fail("write", firstErr)
-		return firstErr
+		return failed, firstErr
 	}
 	w.health.ok()
 	if len(back) > 0 {
-		return w.reassert(ctx, back)
+		return nil, w.reassert(ctx, back)
 	}
-	return nil
+	return nil, nil
 }
 
 func (w *writer) hold(r record) {
@@ -406,24 +408,17 @@ func (w *writer) hold(r record) {
 	}
 }
 
-// requeue puts records that did not land back in pending, unless a newer
-// change is already there.
-func (w *writer) requeue(recs []record) {
+// requeueHeld puts held records that could not be written again in
+// pending, unless a newer change is there: that one says what to write.
+func (w *writer) requeueHeld(recs []record) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return
 	}
 	for _, r := range recs {
-		if r.channel == "" {
-			if _, newer := w.pendingUsers[r.uid]; !newer {
-				w.pendingUsers[r.uid] = userCount{r.n, r.away}
-			}
-			continue
-		}
-		k := membership{r.channel, r.uid}
-		if _, newer := w.pendingMembers[k]; !newer {
-			w.pendingMembers[k] = memberState{r.n > 0, r.away == 1}
+		if !w.pending.has(r.key()) {
+			w.pending.add(r)
 		}
 	}
 }

@@ -3,11 +3,12 @@ package presence
 import "slices"
 
 // A connection is active or away. It starts active; its client may say it is
-// away or back (SetActivity), and a chat, typing or join frame makes it
-// active again. With Config.AwayAfter, a connection with none of those for
-// that long turns away: the idle ring holds each active connection's
-// deadline, renewed by each of them, and the Node's clock steps it. A
-// keepalive never changes activity. A user is away here while every one of
+// away or back (SetActivity), and a chat or typing frame makes it active
+// again. A join does not: a user who joins while away joins away. With
+// Config.AwayAfter, an active connection with none of those frames, nor a
+// join, for that long turns away: the idle ring holds each active
+// connection's deadline, renewed by each of them, and the Node's clock steps
+// it. A keepalive never changes activity. A user is away here while every one of
 // its connections here is away (a heartbeat lease never is); the Engine
 // counts the away connections of every node.
 
@@ -56,6 +57,14 @@ func (n *Node) activeLocked(c Client, cs *connState) {
 		n.idle.TouchFor(c, n.awayAfter)
 	}
 	n.setAwayLocked(cs, false)
+}
+
+// joinedLocked renews the deadline of c, which joined a channel, if it is
+// active; an away connection stays away.
+func (n *Node) joinedLocked(c Client, cs *connState) {
+	if n.awayAfter > 0 && !cs.away {
+		n.idle.TouchFor(c, n.awayAfter)
+	}
 }
 
 // setAwayLocked sets cs's activity and queues the user's new counts.

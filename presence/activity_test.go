@@ -73,8 +73,9 @@ func TestAwayIsPerUserOverItsConnections(t *testing.T) {
 	}, obs.take())
 }
 
-// A connection with no activity, chat, typing or join frame for AwayAfter
-// turns away on the clock; a keepalive does not count.
+// An active connection with no activity, chat, typing or join frame for
+// AwayAfter turns away on the clock; a keepalive does not count, and a join
+// does not bring an away connection back.
 func TestAwayAfterMarksSilentConnectionsAway(t *testing.T) {
 	n := newNode(t, Config{Slots: 31, Tick: time.Second, AwayAfter: 3 * time.Second})
 	ctx := context.Background()
@@ -92,15 +93,29 @@ func TestAwayAfterMarksSilentConnectionsAway(t *testing.T) {
 	n.Step() // ceil(3s/1s)+1 steps after the connect: between 3 s and 4 s
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["bob","obs"]}`}, obs.take())
 
-	require.NoError(t, n.Join(ctx, bob, "lobby"))
-	obs.take()
+	require.NoError(t, n.Join(ctx, bob, "room"))
+	n.Step()
+	assert.Empty(t, obs.take(), "a join leaves an away connection away")
+	require.NoError(t, n.SetActivity(bob, false))
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"active":["bob"]}`}, obs.take())
-	require.NoError(t, n.SetActivity(bob, false))
-	for range 3 {
+	for range 2 {
 		n.Step()
 	}
 	assert.Empty(t, obs.take(), "an active frame renews the deadline")
+	n.Step()
+	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["bob"]}`}, obs.take())
+
+	// A join renews an active connection's deadline.
+	require.NoError(t, n.SetActivity(bob, false))
+	n.Step()
+	n.Step()
+	obs.take()
+	require.NoError(t, n.Join(ctx, bob, "room2"))
+	for range 3 {
+		n.Step()
+	}
+	assert.Empty(t, obs.take(), "a join renews the deadline")
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["bob"]}`}, obs.take())
 }
@@ -123,12 +138,8 @@ func TestActivityIsNettedPerTick(t *testing.T) {
 	require.NoError(t, n.SetActivity(carol, true))
 	n.Step()
 	obs.take()
-	// Joining makes the connection active; a second connection that stays
-	// away keeps the user away where that one joins.
-	tab := connect(t, n, "carol")
-	require.NoError(t, n.SetActivity(tab, true))
+	// A join leaves the connection away.
 	require.NoError(t, n.Join(context.Background(), carol, "room"))
-	require.NoError(t, n.SetActivity(carol, true))
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"room","count":2,"joins":["carol"],"leaves":[],"away":["carol"]}`}, obs.take())
 }
@@ -273,7 +284,7 @@ func TestSnapshotPlusDiffsKeepAwayExact(t *testing.T) {
 				s := live[rng.IntN(len(live))]
 				ch := channels[rng.IntN(2)]
 				require.NoError(t, n.Join(context.Background(), s.c, ch))
-				s.joined[ch], s.away = true, false
+				s.joined[ch] = true
 			case op < 7:
 				s := live[rng.IntN(len(live))]
 				ch := channels[rng.IntN(2)]

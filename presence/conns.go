@@ -373,7 +373,7 @@ func (n *Node) Join(ctx context.Context, c Client, channel string) error {
 		n.joinCountLocked(cs, n.users[cs.uid], channel)
 	}
 	if err == nil {
-		n.activeLocked(c, cs)
+		n.joinedLocked(c, cs)
 	}
 	n.mu.Unlock()
 	if err != nil || already {

@@ -62,7 +62,7 @@ func TestActivityIsPerUserOverTabs(t *testing.T) {
 }
 
 // With AwayAfter a tab that sends no activity, chat, typing or join frame
-// turns away, whatever keepalives it sends.
+// turns away, whatever keepalives it sends; a join does not bring it back.
 func TestAwayAfterOverTheWire(t *testing.T) {
 	cfg := testConfig()
 	cfg.AwayAfter = 3 * cfg.Tick
@@ -78,8 +78,10 @@ func TestAwayAfterOverTheWire(t *testing.T) {
 		s.step(1)
 	}
 	readUntil(t, obs, `{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"away":["bob"]}`)
-	send(t, bob, `{"type":"join","channel":"lobby"}`) // the snapshot comes after the join made it active
-	readUntil(t, bob, `{"type":"joined","channel":"lobby","count":2,"members":["bob","obs"]}`)
+	send(t, bob, `{"type":"join","channel":"lobby"}`) // a join leaves it away
+	readUntil(t, bob, `{"type":"joined","channel":"lobby","count":2,"members":["bob","obs"],"away":["bob"]}`)
+	send(t, bob, `{"type":"activity","state":"active"}`)
+	handled(t, bob)
 	send(t, obs, `{"type":"activity","state":"active"}`)
 	handled(t, obs)
 	s.step(1)

@@ -563,7 +563,6 @@ export class Presenced extends EventTarget {
     // The old state stays until each new snapshot replaces it.
     for (const ch of this.#wanted) this.#send({ type: 'join', channel: ch });
     if (this.#watch) this.#send({ type: 'watch', uids: this.#watch });
-    // After the joins, which would make the connection active again.
     if (this.away) this.#send({ type: 'activity', state: 'away' });
     for (const frame of this.#outbox.splice(0)) this.#send(frame);
     this.#schedulePing();

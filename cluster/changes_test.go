@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func u(uid string, n, away int) record { return record{uid: uid, n: n, away: away} }
+func m(ch, uid string, on, away int) record {
+	return record{channel: ch, uid: uid, n: on, away: away}
+}
+
+// roundsOf renders rounds as sorted strings, a round a line.
+func roundsOf(rounds [][]record) []string {
+	var out []string
+	for _, rs := range rounds {
+		var line []string
+		for _, r := range rs {
+			line = append(line, fmt.Sprintf("%s/%s=%d.%d", r.channel, r.uid, r.n, r.away))
+		}
+		slices.Sort(line)
+		out = append(out, fmt.Sprint(line))
+	}
+	return out
+}
+
+func TestChangesKeepFlipsInOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		adds []record
+		want []string
+	}{
+		{"coalesced while nothing flips", []record{u("a", 1, 0), u("a", 2, 0), u("a", 3, 1)},
+			[]string{"[/a=3.1]"}},
+		{"a connect and close are two rounds", []record{u("a", 1, 0), u("a", 0, 0)},
+			[]string{"[/a=1.0]", "[/a=0.0]"}},
+		{"away and back are two rounds", []record{u("a", 1, 0), u("a", 1, 1), u("a", 1, 0)},
+			[]string{"[/a=1.0]", "[/a=1.1]", "[/a=1.0]"}},
+		{"one away of two flips nothing", []record{u("a", 2, 0), u("a", 2, 1)},
+			[]string{"[/a=2.1]"}},
+		{"a leave made before the offline is not written after it", []record{
+			u("a", 1, 0), m("lobby", "a", 1, 0), m("lobby", "a", 0, 0), u("a", 0, 0)},
+			[]string{"[/a=1.0 lobby/a=1.0]", "[/a=0.0 lobby/a=0.0]"}},
+		{"a key first seen after a flip goes after it", []record{
+			m("lobby", "a", 1, 0), m("lobby", "a", 0, 0), u("a", 0, 0)},
+			[]string{"[lobby/a=1.0]", "[/a=0.0 lobby/a=0.0]"}},
+		{"unrelated keys share rounds", []record{u("a", 1, 0), u("b", 1, 0), u("a", 0, 0), u("b", 2, 0)},
+			[]string{"[/a=1.0 /b=2.0]", "[/a=0.0]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c changes
+			for _, r := range tc.adds {
+				c.add(r)
+			}
+			n := c.n
+			rounds := c.take()
+			assert.Equal(t, tc.want, roundsOf(rounds))
+			total := 0
+			for _, rs := range rounds {
+				total += len(rs)
+			}
+			assert.Equal(t, total, n, "counted")
+			assert.Zero(t, c.n, "take empties")
+		})
+	}
+}
+
+// Rounds that failed go back before what changed since.
+func TestChangesPutBackBeforeNewer(t *testing.T) {
+	var c changes
+	c.add(u("a", 1, 0))
+	taken := c.take()
+	c.add(u("a", 0, 0))
+	c.putBack(taken)
+	assert.Equal(t, []string{"[/a=1.0]", "[/a=0.0]"}, roundsOf(c.take()))
+
+	c.add(u("b", 1, 0))
+	taken = c.take()
+	c.add(u("b", 2, 0)) // the same in Redis's eyes: the newer count wins
+	c.putBack(taken)
+	assert.Equal(t, []string{"[/b=2.0]"}, roundsOf(c.take()))
+}
