@@ -164,7 +164,7 @@ func (b *base) opTimeout() time.Duration { return b.cfg.Timeout / 2 }
 // discard is the Relay before Attach.
 type discard struct{}
 
-func (discard) UserChanged(string, bool)              {}
+func (discard) UserChanged(string, bool, time.Time)   {}
 func (discard) ActivityChanged(string, bool)          {}
 func (discard) Produced(presence.Edge)                {}
 func (discard) MemberChanged(string, string, bool)    {}
@@ -288,7 +288,7 @@ func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
 // every node's. Called by presence.Node; an embedder does not call it.
 func (e *Engine) SetUser(uid string, n, away int) {
 	if e.w.setUser(uid, n, away) && n > 0 {
-		e.r.own(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true) })
+		e.r.own(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true, time.Now()) })
 	}
 }
 

@@ -369,3 +369,34 @@ func TestReadinessFollowsRedis(t *testing.T) {
 	srv.start()
 	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, testWait, 20*time.Millisecond)
 }
+
+// A watcher on one node hears when a user on another was last seen: the
+// offline edge's time on the Redis clock, the same that GET reads.
+func TestLastSeenInStatusIsTheEdgeTime(t *testing.T) {
+	srv := startRedis(t)
+	a, _ := startHub(t, srv, "a")
+	b, _ := startHub(t, srv, "b")
+	w := dial(t, b, "w")
+	require.NoError(t, w.WriteJSON(map[string]any{"type": "watch", "uids": []string{"bob"}}))
+	next(t, w, "watching", func(f frame) bool { return f.Type == "watching" })
+	bob := dial(t, a, "bob")
+	next(t, w, "bob online", status("bob", true))
+	require.NoError(t, bob.Close())
+	type lastSeen struct {
+		Type     string           `json:"type"`
+		Offline  []string         `json:"offline"`
+		LastSeen map[string]int64 `json:"last_seen"`
+	}
+	st := nextAs(t, w, "bob offline", func(f lastSeen) bool { return f.Type == "status" && slices.Contains(f.Offline, "bob") })
+	resp, err := http.Get(b.URL + "/api/presence/bob")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var p struct {
+		Online   bool  `json:"online"`
+		LastSeen int64 `json:"last_seen"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	assert.False(t, p.Online)
+	assert.NotZero(t, p.LastSeen)
+	assert.Equal(t, p.LastSeen, st.LastSeen["bob"])
+}

@@ -22,6 +22,7 @@ type wireEvent struct {
 	Disconnect int             `json:"x"`
 	From       string          `json:"fr"`
 	Typing     int             `json:"ty"`
+	At         int64           `json:"at"` // an offline edge's time, Unix ms on the Redis clock
 	// Act marks an activity edge: actAway or actActive.
 	Act int `json:"a"`
 }
@@ -154,7 +155,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 				on := state > 0 || r.w.holds("", uid)
 				away := state == 2 && !r.w.holdsActive("", uid)
 				r.post(shard, func(rl presence.Relay) {
-					rl.UserChanged(uid, on)
+					rl.UserChanged(uid, on, time.Time{})
 					if on {
 						rl.ActivityChanged(uid, away)
 					}
@@ -262,8 +263,11 @@ func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
 		return nil // our own connection is on its way to Redis
 	}
 	r.m.relayed.WithLabelValues("user").Inc()
-	on := ev.On == 1
-	return func(rl presence.Relay) { rl.UserChanged(t.UID, on) }
+	on, at := ev.On == 1, time.Time{}
+	if ev.At > 0 {
+		at = time.UnixMilli(ev.At)
+	}
+	return func(rl presence.Relay) { rl.UserChanged(t.UID, on, at) }
 }
 
 // decideActivity returns the Relay call for an away or active edge of a

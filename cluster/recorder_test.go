@@ -46,7 +46,7 @@ func newRecorder() *recorder {
 
 // UserChanged records an edge when it changes the user's state, as a
 // Node's view does: a snapshot of an offline user is no edge.
-func (r *recorder) UserChanged(uid string, on bool) {
+func (r *recorder) UserChanged(uid string, on bool, at time.Time) {
 	r.mu.Lock()
 	if r.online[uid] != on {
 		r.online[uid] = on

@@ -223,7 +223,7 @@ func (r *router) sweep() {
 		if t.Channel != "" {
 			r.post(ts.shard, func(rl presence.Relay) { rl.SetMembers(t.Channel, nil, nil) })
 		} else {
-			r.post(ts.shard, func(rl presence.Relay) { rl.UserChanged(t.UID, false) })
+			r.post(ts.shard, func(rl presence.Relay) { rl.UserChanged(t.UID, false, time.Time{}) })
 		}
 	}
 	for s, names := range gone {

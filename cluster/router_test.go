@@ -75,12 +75,12 @@ type blockingRelay struct {
 	release chan struct{}
 }
 
-func (r *blockingRelay) UserChanged(uid string, on bool) {
+func (r *blockingRelay) UserChanged(uid string, on bool, at time.Time) {
 	if uid == r.uid {
 		r.entered <- struct{}{}
 		<-r.release
 	}
-	r.recorder.UserChanged(uid, on)
+	r.recorder.UserChanged(uid, on, at)
 }
 
 // A Relay call in progress holds no lock of the engine: other shards'

@@ -110,7 +110,7 @@ local function setUser(node, uid, n, a)
       redis.call('ZREM', K('online'), uid)
       redis.call('ZADD', K('seen'), now, uid)
       offlines = offlines + 1
-      publish(K('pu:' .. uid), {on = 0})
+      publish(K('pu:' .. uid), {on = 0, at = now})
       produce('offline', uid, '')
     end
   end

@@ -89,8 +89,10 @@ type Engine interface {
 // online edge, then its away edge; a user who goes offline away gets no
 // active edge.
 type Relay interface {
-	// UserChanged reports a user's online or offline edge.
-	UserChanged(uid string, online bool)
+	// UserChanged reports a user's online or offline edge, made at at: an
+	// offline edge's time is the user's last seen. at is zero where the
+	// time is not known (a snapshot's state, a topic dropped).
+	UserChanged(uid string, online bool, at time.Time)
 	// ActivityChanged reports an online user's away or active edge.
 	ActivityChanged(uid string, away bool)
 	// Produced reports an edge that this node's change (or its claim of a

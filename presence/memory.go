@@ -77,7 +77,7 @@ func (e *memoryEngine) SetUser(uid string, n, away int) {
 		if n > 0 {
 			kind = EdgeOnline
 		}
-		e.relay.UserChanged(uid, n > 0)
+		e.relay.UserChanged(uid, n > 0, now)
 		e.relay.Produced(Edge{Kind: kind, UID: uid, At: now})
 	}
 	if n > 0 && isAway != (was && wasAway) {

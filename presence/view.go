@@ -136,7 +136,7 @@ func (v *view) Produced(e Edge) {
 }
 
 // UserChanged records an online or offline edge; offline ends being away.
-func (v *view) UserChanged(uid string, online bool) {
+func (v *view) UserChanged(uid string, online bool, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	u := v.users[uid]
@@ -155,7 +155,10 @@ func (v *view) UserChanged(uid string, online bool) {
 			if v.offAt == nil {
 				v.offAt = make(map[string]int64)
 			}
-			v.offAt[uid] = time.Now().UnixMilli()
+			if at.IsZero() {
+				at = time.Now()
+			}
+			v.offAt[uid] = at.UnixMilli()
 		}
 	}
 }

@@ -348,4 +348,9 @@ func TestStatusFramesSayWhenLastSeen(t *testing.T) {
 	assert.Equal(t, []string{"bob"}, st.Offline)
 	require.Contains(t, st.LastSeen, "bob")
 	assert.True(t, st.LastSeen["bob"] >= before && st.LastSeen["bob"] <= after, "last seen %d within [%d, %d]", st.LastSeen["bob"], before, after)
+	var p struct {
+		LastSeen int64 `json:"last_seen"`
+	}
+	s.getJSON(t, "/api/presence/bob", &p)
+	assert.Equal(t, p.LastSeen, st.LastSeen["bob"], "the status frame and the HTTP API say the same time: the offline edge's")
 }
