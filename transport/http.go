@@ -390,14 +390,15 @@ func (h *Hub) mayJoin(s Session, channel string) bool {
 	return s.Allows(channel) && (h.authorize == nil || h.authorize(s.UID, channel))
 }
 
-// mayWatch reports whether the user of s may watch target: everyone in demo
-// mode, else as Config.AuthorizeWatch or, without it, the watch claim says.
+// mayWatch reports whether the user of s may watch target: as
+// Config.AuthorizeWatch says or, without it, everyone in demo mode and
+// else the watch claim.
 func (h *Hub) mayWatch(s Session, target string) bool {
 	switch {
-	case h.demo:
-		return true
 	case h.authorizeWatch != nil:
 		return h.authorizeWatch(s.UID, target)
+	case h.demo:
+		return true
 	}
 	return s.MayWatch(target)
 }

@@ -119,11 +119,11 @@ type Config struct {
 	// Authorize, if set, says whether uid may join channel, on top of what
 	// its token's channels claim allows; a refused join gets an error frame.
 	Authorize func(uid, channel string) bool
-	// AuthorizeWatch, if set, says whether uid may watch target. nil: the
-	// session's watch claim decides (Session.MayWatch), so a user whose
-	// token has none may watch nobody. In demo mode everyone may watch
-	// everyone. The IDs a watch frame may not have get an error frame; the
-	// rest are watched.
+	// AuthorizeWatch, if set, says whether uid may watch target, in demo
+	// mode too. nil: the session's watch claim decides (Session.MayWatch),
+	// so a user whose token has none may watch nobody; in demo mode
+	// everyone may watch everyone. The IDs a watch frame may not have get an
+	// error frame; the rest are watched.
 	AuthorizeWatch func(uid, target string) bool
 	// OnMessage receives client frames of types the Hub does not handle,
 	// on the connection's reader (so in order, one at a time per

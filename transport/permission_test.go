@@ -89,6 +89,16 @@ func TestWatchNeedsPermission(t *testing.T) {
 		w.until(t, `{"type":"watching","online":["boss"]}`)
 		w.sync(t)
 	})
+	t.Run("the hook in demo mode", func(t *testing.T) {
+		s := startServer(t, transport.Config{Slots: 31, Tick: 100 * time.Millisecond,
+			AuthorizeWatch: func(uid, target string) bool { return target != "boss" }})
+		s.dial(t, "boss")
+		ws, _ := s.dial(t, "eve")
+		w := listen(ws)
+		send(t, ws, `{"type":"watch","uids":["boss"]}`)
+		w.until(t, `{"type":"watching","online":[]}`)
+		w.until(t, `{"type":"error","error":"not allowed to watch \"boss\"; the others are watched"}`)
+	})
 }
 
 // A POST body is one JSON object: anything after it is refused, and
