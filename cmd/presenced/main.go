@@ -200,8 +200,8 @@ func (o options) check() error {
 		return fmt.Errorf("-max-message %d: at least 1 byte", o.maxMessage)
 	case o.grace < 0:
 		return fmt.Errorf("-grace %v: not negative", o.grace)
-	case o.lastSeen < time.Second:
-		return fmt.Errorf("-last-seen-ttl %v: at least 1s", o.lastSeen)
+	case o.lastSeen < time.Millisecond:
+		return fmt.Errorf("-last-seen-ttl %v: at least 1ms", o.lastSeen)
 	case o.awayAfter < 0:
 		return fmt.Errorf("-away-after %v: not negative", o.awayAfter)
 	case o.webhookQueue < 1:
