@@ -15,6 +15,10 @@
 /** Close codes never retried: 4401 (token expired) would fail again with the same token, 4403 is on purpose. */
 export const FINAL_CLOSES = [4401, 4403];
 
+// Handshake refusals never retried, where the WebSocket implementation tells
+// the status (a browser's does not): a bad user ID, an origin or a path.
+const REFUSALS = [400, 403, 404];
+
 // A connection that lived this long resets the backoff: a server that
 // accepts and drops at once must not be hammered.
 const STABLE_MS = 10000;
@@ -203,15 +207,17 @@ export class Presenced extends EventTarget {
     this.lastRecv = 0;
     this.lastClose = null; // {code, reason, at}
     for (const ch of channels) this.#want(ch);
-    this.connect();
+    // In a microtask, so listeners added right after the constructor hear
+    // the first 'connecting'; close() before then means no connection.
+    queueMicrotask(() => { if (this.state === 'connecting' && !this.#ws) this.connect(); });
   }
 
   // ---- the API ----
 
-  /** channel returns a copy of what is known of a channel, or null when it is not joined. @returns {ChannelState|null} */
+  /** channel returns a copy of what is known of a channel: empty (count 0, complete false) until its snapshot, or when not joined. @returns {ChannelState} */
   channel(name) {
     const r = this.#rooms.get(name);
-    return r ? r.view() : null;
+    return r ? r.view() : new Room().view();
   }
 
   /** user returns what the last watching or status frame said of a watched user. @returns {UserState} */
@@ -233,10 +239,11 @@ export class Presenced extends EventTarget {
     });
   }
 
-  /** leave leaves a channel and resolves when the server says so (or at once when no connection holds it). */
+  /** leave leaves a channel and resolves when the server says so (or at once when no connection holds it); a join of it still waiting resolves too. */
   leave(channel) {
     if (this.state === 'closed') return Promise.reject(new Error('presenced: the client is closed'));
     this.#wanted.delete(channel);
+    settle(this.#joins, channel, (w) => w.resolve());
     if (!this.#rooms.has(channel)) return Promise.resolve();
     return new Promise((resolve, reject) => {
       push(this.#leaves, channel, { resolve, reject });
@@ -264,7 +271,7 @@ export class Presenced extends EventTarget {
   setActivity(state) {
     if (state !== 'away' && state !== 'active') throw new TypeError(`presenced: activity is 'away' or 'active', not ${JSON.stringify(state)}`);
     this.away = state === 'away';
-    if (this.state === 'live') this.#send({ type: 'activity', state });
+    this.send({ type: 'activity', state }); // queued in order with chat and typing while not live
   }
 
   /**
@@ -323,9 +330,17 @@ export class Presenced extends EventTarget {
     const ws0 = {}; // marks this attempt, so a close() during the refresh below wins
     this.#ws = ws0;
     // A token that expires before the server would read it: ask for a new one first.
-    if (this.token && this.refreshToken && tokenExpiry(this.token) && tokenExpiry(this.token) < Date.now() + 1000) {
+    const expiring = () => this.token && tokenExpiry(this.token) && tokenExpiry(this.token) < Date.now() + 1000;
+    if (expiring() && this.refreshToken) {
       await this.#refresh();
       if (this.#ws !== ws0) return;
+    }
+    // The server would refuse it (HTTP 401, which a browser reports as 1006):
+    // final, as a 4401 with no newer token is.
+    if (this.token && tokenExpiry(this.token) && tokenExpiry(this.token) <= Date.now()) {
+      this.#ws = null;
+      this.#ended(4401, 'token expired');
+      return;
     }
     let ws;
     try {
@@ -340,9 +355,18 @@ export class Presenced extends EventTarget {
       return;
     }
     this.#ws = ws;
+    let refused = 0; // the HTTP status of a refused handshake, where the implementation says it (ws does)
     ws.onmessage = (ev) => { if (ws === this.#ws) this.#frame(ev.data); };
-    ws.onclose = (ev) => { if (ws === this.#ws) this.#lost(ev.code, ev.reason); };
-    ws.onerror = () => {}; // a close follows, with its code
+    ws.onclose = (ev) => {
+      if (ws !== this.#ws) return;
+      if (refused === 401) this.#lost(4401, 'HTTP 401'); // refreshed and retried like a 4401
+      else if (REFUSALS.includes(refused)) { this.#ws = null; this.#ended(ev.code, `HTTP ${refused}`); }
+      else this.#lost(ev.code, ev.reason);
+    };
+    ws.onerror = (ev) => { // a close follows, with its code
+      const m = /Unexpected server response: (\d+)/.exec(String((ev && (ev.message || (ev.error && ev.error.message))) || ''));
+      if (m) refused = Number(m[1]);
+    };
   }
 
   #send(frame) {
@@ -353,6 +377,7 @@ export class Presenced extends EventTarget {
     // Any text frame ends a silence; chat and typing make the server count the connection active.
     if (frame.type !== 'silence') this.#silenced = false;
     if (frame.type === 'chat' || frame.type === 'typing') this.away = false;
+    if (frame.type === 'activity') this.away = frame.state === 'away';
     this.#schedulePing();
     return true;
   }

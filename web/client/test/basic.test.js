@@ -15,7 +15,7 @@ test('connects by uid and joins its channels', async (t) => {
   await next(p, 'joined', (d) => d.channel === ch);
   assert.equal(p.state, 'live');
   assert.equal(p.uid, uid);
-  assert.deepEqual(states.map((s) => s.state), ['live'], 'connecting was the state before any event');
+  assert.deepEqual(states.map((s) => s.state), ['connecting', 'live'], 'a listener added after the constructor hears connecting');
   const c = p.channel(ch);
   assert.deepEqual(sorted(c.members), [uid]);
   assert.equal(c.count, 1);
@@ -35,10 +35,10 @@ test('join and leave resolve at their answers; a refused join rejects', async (t
   assert.deepEqual(sorted(p.channel(room).members), [uid]);
   assert.deepEqual(await api(base, `/api/channels/${room}`), { channel: room, count: 1, members: [uid] });
   await p.leave(room);
-  assert.equal(p.channel(room), null);
+  assert.deepEqual(p.channel(room), { count: 0, members: new Set(), away: new Set(), typing: [], complete: false }, 'not joined: empty');
   assert.equal((await api(base, `/api/channels/${room}`)).count, 0);
   await assert.rejects(p.join('no spaces'), /join "no spaces"/);
-  assert.equal(p.channel('no spaces'), null);
+  assert.equal(p.channel('no spaces').count, 0);
   // Live now: a join goes out at once.
   await p.join(room);
   assert.equal(p.channel(room).count, 1);
