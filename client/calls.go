@@ -51,13 +51,10 @@ func (c *Client) Leave(ctx context.Context, ch string) error {
 	delete(c.joined, ch)
 	delete(c.loaded, ch)
 	c.mu.Unlock()
+	// Said even for a channel with no state yet: a join of it may be on its
+	// way (one whose ctx ended, or one made meanwhile). The server answers
+	// left either way.
 	err := c.retry(ctx, func(cn *conn) error {
-		c.mu.Lock()
-		_, known := c.channels[ch]
-		c.mu.Unlock()
-		if !known {
-			return nil // not joined on this connection
-		}
 		_, err := cn.call(ctx, protocol.Leave{Channel: ch}, &request{kind: "left", channel: ch})
 		return err
 	})

@@ -14,13 +14,16 @@ func (c *Client) handle(cn *conn, f protocol.Frame) {
 	case *protocol.Pong:
 		return
 	case *protocol.Joined:
+		answered = cn.takeLocked("joined", f.Channel)
+		if _, want := c.joined[f.Channel]; !want {
+			break // left since the join went out: its leave follows
+		}
 		st := c.channels[f.Channel]
 		if st == nil {
 			st = newChanState()
 			c.channels[f.Channel] = st
 		}
 		st.snapshot(f, cn.gen)
-		answered = cn.takeLocked("joined", f.Channel)
 	case *protocol.Left:
 		// Also unasked: a refreshed token that no longer allows the channel.
 		delete(c.channels, f.Channel)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,9 @@ import (
 
 // TestMembersConverge: a Client following a channel of 300 members, more
 // than a snapshot lists, loads them page by page while 200 others join and
-// leave, is cut off three times (once while 50 members leave), and ends
-// with exactly the server's member set, from its snapshots, pages and
-// diffs alone.
+// leave (each at least once, before, between and after the cuts), is cut
+// off three times (once while 50 members leave), and ends with exactly the
+// server's member set, from its snapshots, pages and diffs alone.
 func TestMembersConverge(t *testing.T) {
 	cfg := realClock()
 	cfg.presence.MemberList = 100
@@ -40,11 +41,16 @@ func TestMembersConverge(t *testing.T) {
 
 	// 200 others join and leave, each again and again, until stop.
 	stop := make(chan struct{})
-	var churn sync.WaitGroup
+	var (
+		churn   sync.WaitGroup
+		ops     atomic.Int64 // joins and leaves so far
+		covered atomic.Int64 // others who joined and left at least once
+	)
 	for w := range 4 {
 		churn.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			others := make([]*member, 50)
+			left := make([]bool, 50)
 			for {
 				select {
 				case <-stop:
@@ -57,10 +63,20 @@ func TestMembersConverge(t *testing.T) {
 				} else {
 					s.disconnect(others[i])
 					others[i] = nil
+					if !left[i] {
+						left[i] = true
+						covered.Add(1)
+					}
 				}
+				ops.Add(1)
 				time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond)
 			}
 		})
+	}
+	// churned waits until n more joins and leaves were made.
+	churned := func(n int64) {
+		mark := ops.Load()
+		eventually(t, func() bool { return ops.Load() >= mark+n }, "churn")
 	}
 	stopChurn := sync.OnceFunc(func() { close(stop); churn.Wait() })
 	t.Cleanup(stopChurn)
@@ -68,6 +84,7 @@ func TestMembersConverge(t *testing.T) {
 	ctx := ctxLong(t)
 	require.NoError(t, c.LoadMembers(ctx, room))
 	for i := range 3 {
+		churned(100)
 		if i == 1 {
 			d.hold()
 		}
@@ -81,7 +98,9 @@ func TestMembersConverge(t *testing.T) {
 		}
 		nextState(t, c, client.Live)
 	}
+	eventually(t, func() bool { return covered.Load() == 200 }, "every other joined and left")
 	stopChurn()
+	t.Logf("churn: %d joins and leaves; all 200 others joined and left at least once", ops.Load())
 
 	want := func() []string { return s.members(t, room) }
 	eventually(t, func() bool {

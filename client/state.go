@@ -22,8 +22,9 @@ type ChannelState struct {
 	// Typing are the users typing in the channel now, sorted, at most
 	// protocol.MaxTypingListed of them.
 	Typing []string
-	// TypingCount is how many users type there in all: len(Typing), or
-	// more when the server names only some.
+	// TypingCount is how many users type there in all when the server
+	// names only some of them (more than protocol.MaxTypingListed); 0 when
+	// Typing names them all.
 	TypingCount int
 	// Complete is true while Members holds every member: after a full
 	// snapshot or LoadMembers, until a count-only diff of a big channel
@@ -134,7 +135,10 @@ func (s *chanState) page(f *protocol.MembersPage, after string) {
 // typingUsers replaces who is typing.
 func (s *chanState) typingUsers(f *protocol.TypingUsers) {
 	s.typing = slices.Clone(f.Users)
-	s.typingCount = max(f.Count, len(f.Users))
+	s.typingCount = 0
+	if f.Count > len(f.Users) {
+		s.typingCount = f.Count
+	}
 }
 
 // complete reports whether members holds every member. The members held
@@ -144,11 +148,15 @@ func (s *chanState) typingUsers(f *protocol.TypingUsers) {
 func (s *chanState) complete() bool { return !s.stale && len(s.members) == s.count }
 
 func (s *chanState) export() ChannelState {
+	var typing []string // nil when nobody types, as Members and Away are when empty
+	if len(s.typing) > 0 {
+		typing = slices.Clone(s.typing)
+	}
 	return ChannelState{
 		Count:       s.count,
 		Members:     sorted(s.members),
 		Away:        sorted(s.away),
-		Typing:      slices.Clone(s.typing),
+		Typing:      typing,
 		TypingCount: s.typingCount,
 		Complete:    s.complete(),
 	}
