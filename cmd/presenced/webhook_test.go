@@ -30,7 +30,9 @@ type receiver struct {
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
-	require.NoError(rc.t, err)
+	if !assert.NoError(rc.t, err) {
+		return
+	}
 	mac := hmac.New(sha256.New, []byte(rc.secret))
 	mac.Write(body)
 	assert.Equal(rc.t, "sha256="+hex.EncodeToString(mac.Sum(nil)), r.Header.Get("X-Presenced-Signature"))
@@ -41,7 +43,9 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			At                 int64
 		}
 	}
-	require.NoError(rc.t, json.Unmarshal(body, &batch))
+	if !assert.NoError(rc.t, json.Unmarshal(body, &batch)) {
+		return
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.posts++
@@ -66,8 +70,9 @@ func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
 	// After the server's own cleanup, which shuts it down: alice, still
 	// connected then, went offline last.
 	t.Cleanup(func() {
-		got := rc.got()
-		assert.Equal(t, "offline alice ", got[len(got)-1], "delivered before the server exited")
+		if got := rc.got(); assert.NotEmpty(t, got) {
+			assert.Equal(t, "offline alice ", got[len(got)-1], "delivered before the server exited")
+		}
 		backend.Close()
 	})
 	// A 3 s timeout: nobody should time out while a busy machine runs the test.
