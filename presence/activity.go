@@ -8,9 +8,9 @@ import "slices"
 // Config.AwayAfter, an active connection with none of those frames, nor a
 // join, for that long turns away: the idle ring holds each active
 // connection's deadline, renewed by each of them, and the Node's clock steps
-// it. A keepalive never changes activity. A user is away here while every one of
-// its connections here is away (a heartbeat lease never is); the Engine
-// counts the away connections of every node.
+// it. A keepalive never changes activity. A user is away here while every
+// one of its connections here is away (a heartbeat lease never is); the
+// Engine counts the away connections of every node.
 
 // SetActivity sets c's activity, as its client said: away, or active again.
 func (n *Node) SetActivity(c Client, away bool) error {
