@@ -230,7 +230,7 @@ func TestModulesInBrowser(t *testing.T) {
 // fakeClient is a promise of {p, feed, sent}: a Presenced client (from
 // /presenced.js) on a fake socket, welcomed, having asked for the lobby;
 // feed hands it a server frame, sent lists the frames it sent.
-const fakeClient = `import('/presenced.js').then(m => {
+const fakeClient = `import('/presenced.js').then(async m => {
 	let sock;
 	class FakeSocket {
 		constructor(url) { this.url = url; this.readyState = 1; this.sent = []; sock = this; }
@@ -238,6 +238,7 @@ const fakeClient = `import('/presenced.js').then(m => {
 		close() { this.readyState = 3; }
 	}
 	const p = new m.Presenced({url: 'ws://example.invalid/ws', uid: 'me', channels: ['lobby'], WebSocket: FakeSocket});
+	await null; // the client connects in a microtask
 	const feed = (f) => sock.onmessage({data: JSON.stringify(f)});
 	feed({type: 'welcome', uid: 'me', timeout_ms: 30000});
 	return {p, feed, sent: () => sock.sent};

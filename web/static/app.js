@@ -228,7 +228,10 @@ function closed(c, retrying) {
   for (const r of rooms.values()) r.paging = false;
   const final = FINAL_CLOSES.includes(c.code);
   logEvent('conn', page.me.uid, `connection closed: ${closeText(c)}${retrying ? ' · reconnecting with backoff' : ''}`);
-  if (c.code === 4401) {
+  if (c.code === 4401 && !welcomed) {
+    // Refused before the server welcomed it: a token past its exp, or HTTP 401.
+    block(`This server refused the token (${c.reason || 'token expired'}): ${TOKEN_HELP}.`);
+  } else if (c.code === 4401) {
     block(`Your token expired and the server closed the connection (4401 token expired): ${TOKEN_HELP}.`);
   } else if (c.code === 4403) {
     block('The server disconnected this user (4403 disconnected): reload the page to connect again.');
