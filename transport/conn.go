@@ -15,7 +15,6 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 )
 
@@ -325,92 +324,6 @@ func (c *conn) admit(size int) bool {
 // timeout, so a reader held up by a stalled engine still counts as alive.
 func (h *Hub) followWait() time.Duration { return min(5*time.Second, h.Timeout()/4) }
 
-// Chats wait for the engine off the reader: at most maxPendingChats per
-// connection, each handed over within chatHandover or refused with an error
-// frame. A stalled engine delays chats; it never holds up the reader.
-const (
-	maxPendingChats = 16
-	chatHandover    = 2 * time.Second
-)
-
-// pendingChat is a chat, or with typing set a typing frame (Text unused),
-// waiting for the engine, due by its deadline.
-type pendingChat struct {
-	protocol.Chat
-	typing bool
-	due    time.Time
-}
-
-// queueChat hands f to the engine on a goroutine of c's own, which exists
-// while chats wait, so they go out in order. Each has chatHandover from its
-// arrival, however long the ones before it took. Typing frames take the
-// same way, so a chat ends the typing that came before it, never the one
-// after.
-func (c *conn) queueChat(f protocol.Chat, typing bool) {
-	what := "chat"
-	if typing {
-		what = "typing"
-	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	b := c.backlogLocked()
-	if typing && slices.ContainsFunc(b.chats, func(p pendingChat) bool { return p.typing && p.Channel == f.Channel }) {
-		// One already waits: handed over later than this one came, it
-		// starts the same typing at least as late.
-		c.mu.Unlock()
-		return
-	}
-	if len(b.chats) >= maxPendingChats {
-		c.mu.Unlock()
-		c.reply(protocol.Error{Error: what + " not delivered: too many chats waiting to be sent, try again", Channel: f.Channel, Ref: f.Ref})
-		return
-	}
-	b.chats = append(b.chats, pendingChat{f, typing, time.Now().Add(chatHandover)})
-	start := !b.chatting
-	b.chatting = true
-	c.mu.Unlock()
-	if start {
-		go c.chatLoop()
-	}
-}
-
-func (c *conn) chatLoop() {
-	h := c.hub
-	for {
-		c.mu.Lock()
-		b := c.backlog // not nil while chatting
-		if len(b.chats) == 0 {
-			b.chats, b.chatting = nil, false
-			c.tidyLocked()
-			c.mu.Unlock()
-			return
-		}
-		f := b.chats[0]
-		b.chats = b.chats[1:]
-		c.mu.Unlock()
-		ctx, cancel := context.WithDeadline(context.Background(), f.due)
-		what := "chat"
-		var err error
-		if f.typing {
-			what = "typing"
-			err = h.node.Typing(ctx, c, f.Channel)
-		} else {
-			err = h.node.Chat(ctx, c, f.Channel, f.Text)
-		}
-		cancel()
-		switch {
-		case errors.Is(err, presence.ErrNotJoined):
-			c.reply(protocol.Error{Error: err.Error(), Channel: f.Channel, Ref: f.Ref})
-		case err != nil:
-			h.log.Warn("transport: "+what+" not delivered", "uid", c.uid, "channel", f.Channel, "err", err)
-			c.reply(protocol.Error{Error: what + " not delivered: " + err.Error(), Channel: f.Channel, Ref: f.Ref})
-		}
-	}
-}
-
 // handle acts on one text frame. Whatever the client sent, the answer is a
 // frame; a bad one gets an error frame and the connection stays open.
 func (c *conn) handle(data []byte) {
@@ -467,6 +380,9 @@ func (c *conn) handle(data []byte) {
 			c.replyError(err.Error(), f.Channel)
 		}
 	case protocol.Activity:
+		if c.queueActivity(f.State == "away") {
+			return // behind chats and typing still waiting, which it must follow
+		}
 		if err := h.node.SetActivity(c, f.State == "away"); err != nil {
 			c.replyError(err.Error(), "")
 		}

@@ -179,3 +179,29 @@ func TestChatErrorsEchoTheRef(t *testing.T) {
 	send(t, ws, `{"type":"chat","channel":"lobby","text":"hi","ref":{"n":2}}`)
 	w.until(t, `{"type":"chat","channel":"lobby","from":"alice","text":"hi"}`)
 }
+
+// An activity frame takes effect after the chats and typing frames sent
+// before it, however long the engine holds them: a user who types and then
+// says it is away is away.
+func TestActivityFollowsTheChatsBeforeIt(t *testing.T) {
+	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
+	cfg := testConfig()
+	cfg.Engine = e
+	s := startServer(t, cfg)
+	ws, _ := s.dialIn(t, "alice", "lobby")
+	w := listen(ws)
+	state := func() string {
+		var p struct{ State string }
+		s.getJSON(t, "/api/presence/alice", &p)
+		return p.State
+	}
+	send(t, ws, `{"type":"chat","channel":"lobby","text":"brb"}`) // held by the engine
+	send(t, ws, `{"type":"typing","channel":"lobby"}`)
+	send(t, ws, `{"type":"activity","state":"away"}`)
+	send(t, ws, `{"type":"ping"}`)
+	w.until(t, `{"type":"pong"}`)
+	assert.Equal(t, "active", state(), "the away waits behind the chat and the typing")
+	close(e.gate)
+	w.until(t, `{"type":"chat","channel":"lobby","from":"alice","text":"brb"}`)
+	require.Eventually(t, func() bool { return state() == "away" }, waitLong, 10*time.Millisecond)
+}

@@ -18,22 +18,26 @@ async function sync(p) {
   await pong;
 }
 
+// The server hands a typing frame over off the connection's reader, and
+// what came after it follows: once the typing is seen, no earlier frame can
+// change the state any more.
 test('calls queued before live go out in the order they were made', async (t) => {
   const awayLast = uniq('al');
   const ch = uniq('order-room');
   const a = client(t, { url: wsURL(base), uid: awayLast, channels: [ch] });
+  const aTyped = next(a, 'typing', (d) => d.users.includes(awayLast));
   a.typing(ch);
   a.setActivity('away'); // made after the typing: the user ends away
-  await until('a live', () => a.state === 'live');
-  await sync(a);
-  assert.equal((await api(base, `/api/presence/${awayLast}`)).state, 'away');
+  await aTyped;
+  await until('away, after the typing', async () => (await api(base, `/api/presence/${awayLast}`)).state === 'away');
   assert.equal(a.away, true);
 
   const activeLast = uniq('tl');
   const b = client(t, { url: wsURL(base), uid: activeLast, channels: [ch] });
+  const bTyped = next(b, 'typing', (d) => d.users.includes(activeLast));
   b.setActivity('away');
   b.typing(ch); // made after: typing makes the connection active
-  await until('b live', () => b.state === 'live');
+  await bTyped;
   await sync(b);
   assert.equal((await api(base, `/api/presence/${activeLast}`)).state, 'active');
   assert.equal(b.away, false);
