@@ -49,10 +49,16 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 	// (64 KB + 8 KB) well before the end.
 	const chatters, perChatter = 8, 60
 	text := strings.Repeat("x", 3000)
+	// A chatter has at most window chats of its own not yet echoed back, so
+	// its chats never fill the queue of those waiting for the engine, however
+	// slowly a busy machine hands them over.
+	const window = 8
 	var (
 		conns      []*websocket.Conn
 		readers    sync.WaitGroup
 		got        = make([]atomic.Int64, chatters)
+		echoes     = make([]chan struct{}, chatters)
+		refused    atomic.Int64 // error frames: chats the server did not take
 		sawOffline = make([]atomic.Bool, chatters)
 		readErrs   = make(chan error, chatters)
 	)
@@ -61,6 +67,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 		require.NoError(t, err)
 		defer ws.Close()
 		conns = append(conns, ws)
+		echoes[i] = make(chan struct{}, perChatter)
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -85,6 +92,11 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 				switch {
 				case m.Type == "chat" && strings.HasPrefix(m.From, "chat-"):
 					got[i].Add(1)
+					if m.From == fmt.Sprintf("chat-%d", i) {
+						echoes[i] <- struct{}{}
+					}
+				case m.Type == "error":
+					refused.Add(1)
 				case m.Type == "presence" && slices.Contains(m.Leaves, "slow"):
 					sawOffline[i].Store(true)
 				}
@@ -99,7 +111,15 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
-			for range perChatter {
+			for k := range perChatter {
+				if k >= window {
+					select {
+					case <-echoes[i]:
+					case <-time.After(waitLong):
+						sendErrs <- fmt.Errorf("chatter %d: chat %d not echoed", i, k-window)
+						return
+					}
+				}
 				if err := ws.WriteMessage(websocket.TextMessage, []byte(frame)); err != nil {
 					sendErrs <- fmt.Errorf("chatter %d send: %w", i, err)
 					return
@@ -115,6 +135,7 @@ func TestSlowConsumerIsClosedAndOthersKeepChatting(t *testing.T) {
 	}
 
 	const total = chatters * perChatter
+	require.Zero(t, refused.Load(), "chats refused")
 	require.Eventually(t, func() bool {
 		for i := range got {
 			if got[i].Load() < total {
