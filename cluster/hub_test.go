@@ -400,3 +400,43 @@ func TestLastSeenInStatusIsTheEdgeTime(t *testing.T) {
 	assert.NotZero(t, p.LastSeen)
 	assert.Equal(t, p.LastSeen, st.LastSeen["bob"])
 }
+
+// Tabs that connect and close at once, over real WebSockets on a cluster
+// Hub, each yield their four edges in order, as the webhooks report them,
+// and leave nobody behind in the channel or online.
+func TestTabsThatComeAndGoYieldEveryEdge(t *testing.T) {
+	srv := startRedis(t)
+	var (
+		mu    sync.Mutex
+		edges = map[string][]string{}
+	)
+	onEdges := func(es []presence.Edge) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range es {
+			edges[e.UID] = append(edges[e.UID], strings.TrimSpace(e.Kind.String()+" "+e.Channel))
+		}
+	}
+	hs, _, _ := startHubConfig(t, testConfig(srv.client(t), "a"),
+		transport.Config{Slots: 31, Tick: 100 * time.Millisecond, OnEdges: onEdges}, nil)
+	w := dial(t, hs, "watcher")
+	next(t, w, "welcome", func(f frame) bool { return f.Type == "welcome" })
+	uids := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9"}
+	for _, uid := range uids { // closed as soon as it is open: within one write round of the engine
+		require.NoError(t, dial(t, hs, uid).Close())
+	}
+	want := []string{"online", "join lobby", "leave lobby", "offline"}
+	eventually(t, "every tab's four edges", func(c *assert.CollectT) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, uid := range uids {
+			assert.Equal(c, want, edges[uid], uid)
+		}
+	})
+	resp, err := http.Get(hs.URL + "/api/channels/lobby")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var ch struct{ Members []string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ch))
+	assert.Equal(t, []string{"watcher"}, ch.Members)
+}
