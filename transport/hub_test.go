@@ -513,7 +513,10 @@ func TestSlowConsumerIsClosedOthersUnaffected(t *testing.T) {
 	cfg := testConfig()
 	cfg.QueueBytes = 256 << 10
 	cfg.ByteRate, cfg.FrameRate = 64<<20, 1e4 // the fast client sends 200 frames, 12 MB, as fast as it can
-	cfg.WriteTimeout = 300 * time.Millisecond
+	// Long enough that the slow client is closed because its queue fills, not
+	// because a write to it timed out first on a busy machine: the frames
+	// that did not fit are the ones counted as dropped.
+	cfg.WriteTimeout = waitLong
 	cfg.MaxMessage = 64 << 10
 	s := startServer(t, cfg)
 	fast, _ := s.dialIn(t, "fast", "lobby")
