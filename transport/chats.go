@@ -46,8 +46,7 @@ func (c *conn) queueChat(f protocol.Chat, typing bool) {
 	b := c.backlogLocked()
 	// Behind the last activity frame waiting, a typing frame already there
 	// starts the same typing at least as late: this one adds nothing.
-	since := b.chats[lastActivity(b.chats)+1:]
-	if typing && slices.ContainsFunc(since, func(p pendingChat) bool { return p.typing && p.Channel == f.Channel }) {
+	if typing && slices.ContainsFunc(b.chats[lastActivity(b.chats)+1:], func(p pendingChat) bool { return p.typing && p.Channel == f.Channel }) {
 		c.mu.Unlock()
 		return
 	}

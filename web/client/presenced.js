@@ -330,14 +330,14 @@ export class Presenced extends EventTarget {
     const ws0 = {}; // marks this attempt, so a close() during the refresh below wins
     this.#ws = ws0;
     // A token that expires before the server would read it: ask for a new one first.
-    const expiring = () => this.token && tokenExpiry(this.token) && tokenExpiry(this.token) < Date.now() + 1000;
-    if (expiring() && this.refreshToken) {
+    const exp = () => tokenExpiry(this.token); // 0: no token, or none that says
+    if (exp() && exp() < Date.now() + 1000 && this.refreshToken) {
       await this.#refresh();
       if (this.#ws !== ws0) return;
     }
     // The server would refuse it (HTTP 401, which a browser reports as 1006):
     // final, as a 4401 with no newer token is.
-    if (this.token && tokenExpiry(this.token) && tokenExpiry(this.token) <= Date.now()) {
+    if (exp() && exp() <= Date.now()) {
       this.#ws = null;
       this.#ended(4401, 'token expired');
       return;
