@@ -112,18 +112,21 @@ func (rc *receiver) count() int {
 }
 
 // delivered returns the events of the POSTs answered 2xx, in order of
-// arrival; with dedupe, a body seen before is skipped (a retry whose first
-// 2xx the sender did not hear in time). It fails if a body did not parse.
+// arrival; with dedupe, a POST whose webhook-id was seen before is skipped
+// (a retry whose first 2xx the sender did not hear in time), as a backend
+// does. It fails if a body did not parse.
 func (rc *receiver) delivered(t *testing.T, dedupe bool) []webhook.Event {
 	t.Helper()
 	var out []webhook.Event
 	seen := map[string]bool{}
 	for i, r := range rc.requests() {
 		require.NoError(t, r.decodeErr, "POST %d: %.200s", i, r.body)
-		if r.status < 200 || r.status > 299 || (dedupe && seen[string(r.body)]) {
+		id := r.header.Get("webhook-id")
+		require.NotEmpty(t, id, "POST %d: no webhook-id", i)
+		if r.status < 200 || r.status > 299 || (dedupe && seen[id]) {
 			continue
 		}
-		seen[string(r.body)] = true
+		seen[id] = true
 		out = append(out, r.events...)
 	}
 	return out
@@ -178,19 +181,24 @@ func events(from, n int) []webhook.Event {
 }
 
 // wantBody is the body the spec gives for evs, written out by hand rather
-// than by encoding/json: fields in the order type, channel, uid, at, and no
-// channel when it is empty.
-func wantBody(evs []webhook.Event) string {
+// than by encoding/json: fields in the order id, type, channel, uid, at, and
+// no channel when it is empty. The ids are those of got, the events that
+// arrived, which the Sender named.
+func wantBody(evs, got []webhook.Event) string {
 	var b strings.Builder
 	b.WriteString(`{"events":[`)
 	for i, e := range evs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
+		id := ""
+		if i < len(got) {
+			id = got[i].ID
+		}
 		if e.Channel == "" {
-			fmt.Fprintf(&b, `{"type":%q,"uid":%q,"at":%d}`, e.Type, e.UID, e.At)
+			fmt.Fprintf(&b, `{"id":%q,"type":%q,"uid":%q,"at":%d}`, id, e.Type, e.UID, e.At)
 		} else {
-			fmt.Fprintf(&b, `{"type":%q,"channel":%q,"uid":%q,"at":%d}`, e.Type, e.Channel, e.UID, e.At)
+			fmt.Fprintf(&b, `{"id":%q,"type":%q,"channel":%q,"uid":%q,"at":%d}`, id, e.Type, e.Channel, e.UID, e.At)
 		}
 	}
 	b.WriteString("]}")
@@ -198,11 +206,15 @@ func wantBody(evs []webhook.Event) string {
 }
 
 // requireSame fails with the first difference between two event sequences
-// rather than a diff of thousands of lines.
+// rather than a diff of thousands of lines. It compares the edges, not the
+// ids the Sender gave them, but requires each of got to have one.
 func requireSame(t *testing.T, want, got []webhook.Event) {
 	t.Helper()
 	for i := range min(len(want), len(got)) {
-		if want[i] != got[i] {
+		g := got[i]
+		require.NotEmpty(t, g.ID, "event %d has no id", i)
+		g.ID = want[i].ID
+		if want[i] != g {
 			require.Failf(t, "events differ", "at %d of %d: want %+v, got %+v", i, len(want), want[i], got[i])
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -24,11 +26,13 @@ const dropLogEvery = 10 * time.Second
 const maxDrain = 64 << 10
 
 // batch is one POST's worth of events, encoded once so that every attempt
-// sends the same bytes under the same signature.
+// sends the same bytes under the same webhook-id; only the timestamp and
+// the signature over it are made anew for each attempt.
 type batch struct {
-	n         int // events
+	n         int    // events
+	id        string // the webhook-id header
 	body      []byte
-	signature string // the header's value; "" without a secret
+	signature string // the deprecated header's value; "" without a secret
 }
 
 // Run delivers queued events until ctx is done, then returns ctx.Err(). It
@@ -89,8 +93,8 @@ func (s *Sender) Run(ctx context.Context) error {
 	}
 }
 
-// take removes up to MaxBatch events from the front of the queue and
-// encodes them, or returns nil if none wait.
+// take removes up to MaxBatch events from the front of the queue, names
+// the batch and its events and encodes them, or returns nil if none wait.
 func (s *Sender) take() *batch {
 	s.mu.Lock()
 	evs := s.q.pop(s.batch)
@@ -101,6 +105,12 @@ func (s *Sender) take() *batch {
 	if len(evs) == 0 {
 		return nil
 	}
+	s.batches++
+	n := strconv.FormatUint(s.batches, 10)
+	evPrefix := "evt_" + s.prefix + "_" + n + "_"
+	for i := range evs {
+		evs[i].ID = evPrefix + strconv.Itoa(i)
+	}
 	// Marshal cannot fail on strings and integers, and HTML escaping would
 	// only make a backend's logs harder to read.
 	var buf bytes.Buffer
@@ -109,13 +119,25 @@ func (s *Sender) take() *batch {
 	_ = enc.Encode(struct {
 		Events []Event `json:"events"`
 	}{evs})
-	b := &batch{n: len(evs), body: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}
+	b := &batch{n: len(evs), id: "msg_" + s.prefix + "_" + n, body: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}
 	if len(s.secret) > 0 {
 		mac := hmac.New(sha256.New, s.secret)
 		mac.Write(b.body)
 		b.signature = "sha256=" + hex.EncodeToString(mac.Sum(nil))
 	}
 	return b
+}
+
+// sign returns the webhook-signature header of an attempt at b made at
+// timestamp (Unix seconds, as sent).
+func (s *Sender) sign(b *batch, timestamp string) string {
+	mac := hmac.New(sha256.New, s.key)
+	mac.Write([]byte(b.id))
+	mac.Write([]byte{'.'})
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(b.body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // post sends b once and returns nil if the backend answered 2xx within the
@@ -128,6 +150,12 @@ func (s *Sender) post(ctx context.Context, b *batch) error {
 		return fmt.Errorf("make request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	timestamp := strconv.FormatInt(time.Now().Unix(), 10)
+	req.Header.Set(IDHeader, b.id)
+	req.Header.Set(TimestampHeader, timestamp)
+	if s.key != nil {
+		req.Header.Set(StandardSignatureHeader, s.sign(b, timestamp))
+	}
 	if b.signature != "" {
 		req.Header.Set(SignatureHeader, b.signature)
 	}

@@ -5,30 +5,44 @@
 // never waits; Run takes up to Config.MaxBatch from its front as one batch
 // and POSTs it as
 //
-//	{"events":[{"type":"online","uid":"bob","at":1764000000000},
-//	  {"type":"join","channel":"lobby","uid":"bob","at":1764000000000}]}
+//	{"events":[{"id":"evt_…_1_0","type":"online","uid":"bob","at":1764000000000},
+//	  {"id":"evt_…_1_1","type":"join","channel":"lobby","uid":"bob","at":1764000000000}]}
 //
-// with Content-Type application/json and, given a Secret, a header
-// X-Presenced-Signature: sha256=<hex HMAC-SHA256 of the body>. A batch not
-// answered with a 2xx status within Config.Timeout is sent again, byte for
-// byte, after an exponential backoff with full jitter, and no later batch is
-// sent before it succeeds. While the backend is down the queue fills; past
-// Config.Queue events the oldest waiting ones are dropped, counted in
-// presenced_webhook_events_dropped_total and logged.
+// with Content-Type application/json, signed the Standard Webhooks way
+// (https://www.standardwebhooks.com): a webhook-id header naming the batch,
+// a webhook-timestamp header with the Unix seconds of the attempt and, given
+// a Secret, a webhook-signature header "v1,<base64 HMAC-SHA256 of
+// id.timestamp.body>", so that a receiver can check a POST with any Standard
+// Webhooks library, reject one older than its tolerance (a replay) and drop
+// repeats by webhook-id. Each event carries an id of its own. The older
+// header X-Presenced-Signature: sha256=<hex HMAC-SHA256 of the body> is sent
+// too, given a Secret, and is deprecated.
+//
+// A batch not answered with a 2xx status within Config.Timeout is sent again,
+// with the same body, webhook-id and event ids (and a new timestamp and
+// signature), after an exponential backoff with full jitter, and no later
+// batch is sent before it succeeds. While the backend is down the queue
+// fills; past Config.Queue events the oldest waiting ones are dropped,
+// counted in presenced_webhook_events_dropped_total and logged.
 //
 // Delivery is at least once: a batch whose 2xx answer was lost (a timeout
-// after the backend took it, or Run stopped mid-request) is sent again, with
-// the same body and signature, so a backend may drop repeats by the body's
-// hash. A Sender sends what it is given; in a cluster each node hands it
-// only the edges that node produced, so that each edge is sent once.
+// after the backend took it, or Run stopped mid-request) is sent again, so a
+// backend drops repeats by webhook-id, or event by event by their ids. Both
+// are unique cluster-wide: each Sender draws a random 128-bit prefix for
+// them when it is made. A Sender sends what it is given; in a cluster each
+// node hands it only the edges that node produced, so that each edge is sent
+// once.
 package webhook
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,12 +59,42 @@ const (
 	DefaultMaxBackoff = 30 * time.Second
 )
 
+// The headers of a POST, after Standard Webhooks. IDHeader and
+// TimestampHeader are on every POST; StandardSignatureHeader only with a
+// Secret.
+const (
+	// IDHeader names the batch: "msg_<prefix>_<n>", where prefix is the
+	// Sender's random one and n counts its batches from 1. Every attempt at
+	// a batch carries the same one; no other batch in the cluster does.
+	IDHeader = "webhook-id"
+	// TimestampHeader carries the Unix seconds at which the attempt was
+	// made, in decimal.
+	TimestampHeader = "webhook-timestamp"
+	// StandardSignatureHeader carries "v1," and the base64 (standard,
+	// padded) HMAC-SHA256 of id + "." + timestamp + "." + body, keyed with
+	// the key of Config.Secret.
+	StandardSignatureHeader = "webhook-signature"
+)
+
+// SecretPrefix marks a Config.Secret given as "whsec_<base64 of the key>",
+// the form Standard Webhooks libraries take.
+const SecretPrefix = "whsec_"
+
 // SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body,
-// keyed with Config.Secret.
+// keyed with Config.Secret as given, byte for byte, "whsec_" and all.
+//
+// Deprecated: receivers should check StandardSignatureHeader, which also
+// covers the batch's id and the time of the attempt, so that a replay is
+// told apart; this header is still sent alongside it.
 const SignatureHeader = "X-Presenced-Signature"
 
 // Event is one presence edge.
 type Event struct {
+	// ID is "evt_<prefix>_<n>_<i>": the i-th event (from 0) of the Sender's
+	// n-th batch, so unique cluster-wide and the same on every attempt at
+	// the batch. The Sender sets it when it makes the batch; what Add is
+	// given in it is ignored.
+	ID      string `json:"id"`
 	Type    string `json:"type"`              // online, offline, join, leave, away, active
 	Channel string `json:"channel,omitempty"` // join and leave only
 	UID     string `json:"uid"`
@@ -59,8 +103,15 @@ type Event struct {
 
 // Config configures a Sender. Only URL is required.
 type Config struct {
-	URL    string // required: absolute http or https URL
-	Secret string // "": no signature header
+	URL string // required: absolute http or https URL
+
+	// Secret keys the signatures. "" sends none (webhook-id and
+	// webhook-timestamp are sent all the same). "whsec_<base64>" keys the
+	// webhook-signature header with the decoded bytes (standard alphabet,
+	// padded; New rejects anything else after the prefix); any other string
+	// keys it with its own bytes. The deprecated X-Presenced-Signature is
+	// keyed with the string as given, whichever form it has.
+	Secret string
 
 	// Queue bounds the events waiting to be sent, not counting the batch
 	// being delivered; 0 means DefaultQueue. Past it Add drops the oldest.
@@ -102,7 +153,9 @@ type Config struct {
 type Sender struct {
 	url     string // as given, for requests
 	logURL  string // without its password, for logs
-	secret  []byte
+	secret  []byte // the key of the deprecated SignatureHeader: Config.Secret as given
+	key     []byte // the key of StandardSignatureHeader; nil without a secret
+	prefix  string // random, drawn by New: the ids of this Sender's batches and events
 	limit   int
 	timeout time.Duration
 	batch   int
@@ -126,6 +179,7 @@ type Sender struct {
 	// Run's own, guarded by running.
 	running  atomic.Bool
 	cur      *batch       // the batch being delivered, held apart from q
+	batches  uint64       // batches made so far: the n of their ids
 	inFlight atomic.Int64 // cur's events, for Drain
 	failures int          // consecutive failed attempts at cur
 }
@@ -147,10 +201,16 @@ func New(cfg Config) (*Sender, error) {
 			return nil, fmt.Errorf("webhook: negative %s", f.name)
 		}
 	}
+	key, err := signingKey(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
 	s := &Sender{
 		url:     cfg.URL,
 		logURL:  u.Redacted(),
 		secret:  []byte(cfg.Secret),
+		key:     key,
+		prefix:  strings.ToLower(rand.Text()),
 		limit:   orDefault(cfg.Queue, DefaultQueue),
 		timeout: orDefault(cfg.Timeout, DefaultTimeout),
 		batch:   orDefault(cfg.MaxBatch, DefaultMaxBatch),
@@ -202,6 +262,27 @@ func checkURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("webhook: URL %q: scheme %q is not http or https", u.Redacted(), u.Scheme)
 	}
 	return u, nil
+}
+
+// signingKey returns the key of the webhook-signature header for secret:
+// nil for "", the decoded bytes for "whsec_<base64>", else secret's bytes.
+// Its errors never quote the secret.
+func signingKey(secret string) ([]byte, error) {
+	if secret == "" {
+		return nil, nil
+	}
+	enc, ok := strings.CutPrefix(secret, SecretPrefix)
+	if !ok {
+		return []byte(secret), nil
+	}
+	key, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: Secret: what follows %s is not standard padded base64: %w", SecretPrefix, err)
+	}
+	if len(key) == 0 {
+		return nil, fmt.Errorf("webhook: Secret: no key after %s", SecretPrefix)
+	}
+	return key, nil
 }
 
 func orDefault[T int | time.Duration](v, def T) T {

@@ -33,16 +33,19 @@ func TestDeliversInOrderInBatches(t *testing.T) {
 	for i, r := range reqs {
 		assert.Equal(t, "application/json", r.header.Get("Content-Type"), "POST %d", i)
 		assert.Empty(t, r.header.Values("X-Presenced-Signature"), "POST %d: signed without a secret", i)
+		assert.Empty(t, r.header.Values("webhook-signature"), "POST %d: signed without a secret", i)
+		assert.NotEmpty(t, r.header.Get("webhook-id"), "POST %d: webhook-id without a secret", i)
+		assert.NotEmpty(t, r.header.Get("webhook-timestamp"), "POST %d: webhook-timestamp without a secret", i)
 		require.NoError(t, r.decodeErr, "POST %d", i)
 		n := len(r.events)
 		require.LessOrEqual(t, n, 1_000, "POST %d: events in a batch", i)
-		assert.Equal(t, wantBody(evs[sent:sent+n]), string(r.body), "POST %d", i)
+		assert.Equal(t, wantBody(evs[sent:sent+n], r.events), string(r.body), "POST %d", i)
 		sent += n
 	}
 }
 
-// With a secret, each POST carries the HMAC-SHA256 of its raw body, as the
-// receiver computes it.
+// With a secret, each POST carries the deprecated header: the HMAC-SHA256 of
+// its raw body, keyed with the secret, as the receiver computes it.
 func TestSignature(t *testing.T) {
 	const secret = "s3cret"
 	rc := newReceiver(t, nil)
@@ -84,10 +87,10 @@ func TestRetriesSameBatchUntilAccepted(t *testing.T) {
 	for i, want := range []int{500, 500, 200, 200} {
 		assert.Equal(t, want, reqs[i].status, "POST %d", i)
 	}
-	assert.Equal(t, wantBody(evs[:10]), string(reqs[0].body))
+	assert.Equal(t, wantBody(evs[:10], reqs[0].events), string(reqs[0].body))
 	assert.True(t, bytes.Equal(reqs[0].body, reqs[1].body), "first retry differs")
 	assert.True(t, bytes.Equal(reqs[0].body, reqs[2].body), "second retry differs")
-	assert.Equal(t, wantBody(evs[10:]), string(reqs[3].body))
+	assert.Equal(t, wantBody(evs[10:], reqs[3].events), string(reqs[3].body))
 	assert.Equal(t, 20.0, metric(t, reg, "presenced_webhook_events_retried_total"), "two retries of 10 events")
 	// The receiver has the last batch before the Sender has its answer.
 	require.Eventually(t, func() bool { return metric(t, reg, "presenced_webhook_events_sent_total") == 15 },
@@ -116,7 +119,7 @@ func TestTimeoutRetries(t *testing.T) {
 	reqs := rc.requests()
 	require.GreaterOrEqual(t, len(reqs), 2)
 	for i, r := range reqs {
-		assert.Equal(t, wantBody(evs), string(r.body), "POST %d", i)
+		assert.Equal(t, wantBody(evs, reqs[0].events), string(r.body), "POST %d", i)
 	}
 	assert.GreaterOrEqual(t, metric(t, reg, "presenced_webhook_events_retried_total"), 5.0)
 }
@@ -151,4 +154,5 @@ func TestRunStopsPromptlyAndResumes(t *testing.T) {
 	reqs := rc.requests()
 	require.Len(t, reqs, 4)
 	assert.Equal(t, string(reqs[0].body), string(reqs[1].body), "the abandoned batch first")
+	assert.Equal(t, reqs[0].header.Get("webhook-id"), reqs[1].header.Get("webhook-id"), "the abandoned batch's webhook-id")
 }

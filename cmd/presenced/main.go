@@ -121,7 +121,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&o.lastSeen, "last-seen-ttl", presence.DefaultLastSeenTTL, "how long to remember when a user went offline (GET /api/presence/{uid}, status frames)")
 	fs.DurationVar(&o.awayAfter, "away-after", 0, "mark a connection away after this long without an activity, chat, typing or join frame; 0: never")
 	fs.StringVar(&o.webhook, "webhook", "", "URL to POST the presence edges this node produces to, in batches (http or https)")
-	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "key of the HMAC-SHA256 signature in each webhook POST's X-Presenced-Signature header")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "key of each webhook POST's signatures: raw, or whsec_<base64> (Standard Webhooks' webhook-signature; the deprecated X-Presenced-Signature is keyed with the value as given)")
 	fs.IntVar(&o.webhookQueue, "webhook-queue", webhook.DefaultQueue, "most webhook events waiting while the backend is down, at least 1 (past it the oldest are dropped and counted)")
 	fs.DurationVar(&o.typingTTL, "typing-ttl", presence.DefaultTypingTTL, "how long a user stays typing in a channel after its last typing frame there, at least 1ms")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL to share presence between nodes (clustering)")
@@ -231,6 +231,9 @@ func (o options) check() error {
 	if o.webhook != "" {
 		if _, err := webhook.New(webhook.Config{URL: o.webhook}); err != nil {
 			return fmt.Errorf("-webhook: %w", err)
+		}
+		if _, err := webhook.New(webhook.Config{URL: o.webhook, Secret: o.webhookSecret}); err != nil {
+			return fmt.Errorf("-webhook-secret: %w", err)
 		}
 	}
 	return nil

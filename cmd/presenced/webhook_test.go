@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -36,6 +39,14 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	mac := hmac.New(sha256.New, []byte(rc.secret))
 	mac.Write(body)
 	assert.Equal(rc.t, "sha256="+hex.EncodeToString(mac.Sum(nil)), r.Header.Get("X-Presenced-Signature"))
+	// Standard Webhooks: a raw secret keys the HMAC of id.timestamp.body.
+	id, ts := r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp")
+	assert.NotEmpty(rc.t, id, "webhook-id")
+	assert.NotEmpty(rc.t, ts, "webhook-timestamp")
+	mac = hmac.New(sha256.New, []byte(rc.secret))
+	mac.Write([]byte(id + "." + ts + "."))
+	mac.Write(body)
+	assert.Equal(rc.t, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)), r.Header.Get("webhook-signature"))
 	assert.Equal(rc.t, "application/json", r.Header.Get("Content-Type"))
 	var batch struct {
 		Events []struct {
@@ -109,4 +120,21 @@ func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
 	require.NoError(t, bob.Close())
 	require.Eventually(t, func() bool { return len(rc.got()) >= 8 }, waitLong, 10*time.Millisecond)
 	assert.Equal(t, "offline bob ", rc.got()[7])
+}
+
+// A -webhook-secret of the whsec_ form whose key is not base64 stops the
+// server at startup, naming the flag and not the secret.
+func TestWebhookSecretNotBase64(t *testing.T) {
+	for _, env := range []map[string]string{nil, {"PRESENCED_WEBHOOK_SECRET": "whsec_not*base64"}} {
+		args := []string{"-webhook", "http://127.0.0.1:9/hook"}
+		if env == nil {
+			args = append(args, "-webhook-secret", "whsec_not*base64")
+		}
+		var out bytes.Buffer
+		code := run(context.Background(), args, func(k string) string { return env[k] }, &out)
+		assert.Equal(t, 2, code, out.String())
+		assert.Contains(t, out.String(), "-webhook-secret: webhook: Secret")
+		assert.NotContains(t, out.String(), "not*base64", "the secret in the error")
+		assert.NotContains(t, out.String(), "listening")
+	}
 }
