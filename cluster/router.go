@@ -3,13 +3,13 @@ package cluster
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/queue"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -19,24 +19,33 @@ import (
 // subscription), and relays the edges and messages that arrive.
 //
 // Every Relay call is decided under mu, in the order the calls must be made,
-// and queued on its shard's outbox. It is made after mu is released by the
-// goroutine that decided it, unless another one is making the shard's calls
-// already: one goroutine at a time per shard, in queue order (see deliver).
-// So a snapshot and the edges of the same topic reach the Relay in the order
-// they were decided, the seq filtering stays exact, no lock is held while the
-// Relay works, and a node's own edge, decided by SetUser's caller, is in the
-// Relay when SetUser returns, without waiting behind a shard reader that is
-// reading a snapshot from Redis.
+// and queued on its shard's queue in out. It is made after mu is released by
+// the goroutine that decided it, unless another one is making the shard's
+// calls already: one goroutine at a time per shard, in queue order (see
+// deliver). So a snapshot and the edges of the same topic reach the Relay in
+// the order they were decided, the seq filtering stays exact, no lock is held
+// while the Relay works, and a node's own edge, decided by SetUser's caller,
+// is in the Relay when SetUser returns, without waiting behind a shard reader
+// that is reading a snapshot from Redis.
 type router struct {
 	*base
 	w *writer // what this node holds, for snapshots and filtering
 
+	// Lock order: mu, then a subq's or out's own lock, a leaf: changes and
+	// calls are pushed under mu and made after it.
 	mu     sync.Mutex
 	topics map[string]*topicState // by Pub/Sub channel name
 	run    *runState              // while Run runs
 	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one
-	subq   []subQueue             // by shard, while Run runs
-	out    []outbox               // by shard
+	// subq holds each shard's subscription changes, decided under mu and
+	// not yet made, while Run runs. One goroutine at a time makes them, in
+	// order (see queueSubLocked), so a subscription never overtakes the
+	// unsubscription decided before it, and nobody who decides one waits
+	// on Redis: go-redis holds a Pub/Sub's lock while it reconnects, which
+	// takes a dial and a handshake, each up to its timeout, while Redis
+	// hangs.
+	subq []queue.Queue[subOp]
+	out  []queue.Queue[func(presence.Relay)] // by shard: Relay calls decided, not yet made
 
 	running atomic.Bool
 }
@@ -56,27 +65,6 @@ type topicState struct {
 	waiters  []chan struct{}
 }
 
-// An outbox holds one shard's Relay calls, decided under router.mu and not
-// yet made. Guarded by router.mu.
-type outbox struct {
-	calls  []func(presence.Relay)
-	queued uint64    // calls ever queued
-	made   uint64    // calls ever made
-	busy   bool      // a goroutine is making calls
-	done   sync.Cond // on router.mu: made moved, or busy ended
-}
-
-// A subQueue holds one shard's subscription changes, decided under
-// router.mu and not yet made. Guarded by router.mu. One goroutine at a time
-// makes them, in order (see makeSubs), so a subscription never overtakes the
-// unsubscription decided before it, and nobody who decides one waits on
-// Redis: go-redis holds a Pub/Sub's lock while it reconnects, which takes a
-// dial and a handshake, each up to its timeout, while Redis hangs.
-type subQueue struct {
-	ops  []subOp
-	busy bool // a goroutine is making the changes
-}
-
 // A subOp subscribes the shard's Pub/Sub to names, or with off set
 // unsubscribes it.
 type subOp struct {
@@ -85,19 +73,13 @@ type subOp struct {
 }
 
 func newRouter(b *base, w *writer) *router {
-	r := &router{base: b, w: w, topics: make(map[string]*topicState), out: make([]outbox, len(b.keys))}
-	for i := range r.out {
-		r.out[i].done.L = &r.mu
-	}
-	return r
+	return &router{base: b, w: w, topics: make(map[string]*topicState), out: make([]queue.Queue[func(presence.Relay)], len(b.keys))}
 }
 
 // post queues a Relay call for shard, after those decided before it.
 // Called with r.mu held.
 func (r *router) post(shard int, call func(presence.Relay)) {
-	o := &r.out[shard]
-	o.calls = append(o.calls, call)
-	o.queued++
+	_, _ = r.out[shard].Push(call) // unbounded and never closed: no error
 }
 
 // deliver makes shard's queued Relay calls and returns once those queued
@@ -107,28 +89,7 @@ func (r *router) post(shard int, call func(presence.Relay)) {
 // node's own edge is in the Relay when SetUser returns, a snapshot when
 // Follow does. Called without r.mu.
 func (r *router) deliver(shard int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	o := &r.out[shard]
-	target := o.queued
-	for o.made < target {
-		if o.busy {
-			o.done.Wait()
-			continue
-		}
-		o.busy = true
-		calls := o.calls
-		o.calls = nil
-		r.mu.Unlock()
-		relay := r.relay()
-		for _, call := range calls {
-			call(relay)
-		}
-		r.mu.Lock()
-		o.made += uint64(len(calls))
-		o.busy = false
-		o.done.Broadcast()
-	}
+	r.out[shard].Flush(func(call func(presence.Relay)) { call(r.relay()) })
 }
 
 // follow subscribes to the topics not subscribed yet and waits until the
@@ -251,62 +212,49 @@ func (r *router) queueSubLocked(shard int, op subOp) {
 		return
 	}
 	q := &r.subq[shard]
-	q.ops = append(q.ops, op)
-	if !q.busy {
-		q.busy = true
+	if start, _ := q.Push(op); start { // unbounded and never closed: no error
 		run.wg.Add(1)
-		go r.makeSubs(run, shard)
+		go func() {
+			defer run.wg.Done()
+			q.Drain(func(op subOp) { r.makeSub(run, shard, op) })
+		}()
 	}
 }
 
-// makeSubs makes shard's queued subscription changes, in order, until none
-// is left or run has ended. The shard's Pub/Sub and its reader start with
-// its first subscription, so that a Redis Cluster client connects the
-// Pub/Sub to the master of the shard's slot.
-func (r *router) makeSubs(run *runState, shard int) {
-	defer run.wg.Done()
-	for {
-		r.mu.Lock()
-		if r.run != run {
-			r.mu.Unlock()
-			return
-		}
-		q := &r.subq[shard]
-		ops := q.ops
-		q.ops = nil
-		if len(ops) == 0 {
-			q.busy = false
-			r.mu.Unlock()
-			return
-		}
-		ps := r.subs[shard]
-		first := ps == nil
-		if first {
-			if !slices.ContainsFunc(ops, func(op subOp) bool { return !op.off }) {
-				r.mu.Unlock()
-				continue // nothing to unsubscribe from
-			}
-			ps = r.rdb.SSubscribe(run.ctx) // connects with its first channels, below
-			r.subs[shard] = ps
-		}
+// makeSub makes one of shard's subscription changes, unless run has ended.
+// The shard's Pub/Sub and its reader start with its first subscription, so
+// that a Redis Cluster client connects the Pub/Sub to the master of the
+// shard's slot.
+func (r *router) makeSub(run *runState, shard int, op subOp) {
+	r.mu.Lock()
+	if r.run != run {
 		r.mu.Unlock()
-		for _, op := range ops {
-			switch {
-			case op.off:
-				_ = ps.SUnsubscribe(run.ctx, op.names...)
-			default:
-				if err := ps.SSubscribe(run.ctx, op.names...); err != nil {
-					r.health.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
-				}
-			}
+		return
+	}
+	ps := r.subs[shard]
+	first := ps == nil
+	if first {
+		if op.off {
+			r.mu.Unlock()
+			return // nothing to unsubscribe from
 		}
-		if first {
-			run.wg.Add(1)
-			go func() {
-				defer run.wg.Done()
-				r.readShard(run.ctx, shard, ps)
-			}()
-		}
+		ps = r.rdb.SSubscribe(run.ctx) // connects with its first channels, below
+		r.subs[shard] = ps
+	}
+	r.mu.Unlock()
+	if op.off {
+		_ = ps.SUnsubscribe(run.ctx, op.names...)
+		return
+	}
+	if err := ps.SSubscribe(run.ctx, op.names...); err != nil {
+		r.health.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
+	}
+	if first {
+		run.wg.Add(1)
+		go func() {
+			defer run.wg.Done()
+			r.readShard(run.ctx, shard, ps)
+		}()
 	}
 }
 
@@ -329,7 +277,7 @@ func (r *router) runLoop(ctx context.Context) error {
 	}
 	r.run = run
 	r.subs = make([]*redis.PubSub, len(r.keys))
-	r.subq = make([]subQueue, len(r.keys))
+	r.subq = make([]queue.Queue[subOp], len(r.keys))
 	for s, ns := range names {
 		r.queueSubLocked(s, subOp{names: ns})
 	}

@@ -2,7 +2,6 @@ package presence
 
 import (
 	"context"
-	"sync"
 
 	"github.com/presenced/presenced/internal/shrink"
 )
@@ -179,22 +178,11 @@ type engineOp struct {
 	n, away      int
 }
 
-// outbox holds the Engine calls the Node's changes made, in order, so the
-// Node calls the Engine without holding its lock. Guarded by Node.mu.
-type outbox struct {
-	ops      []engineOp
-	queued   uint64    // ops ever queued
-	sent     uint64    // ops ever handed to the Engine
-	draining bool      // some goroutine is handing ops over
-	done     sync.Cond // on Node.mu: sent moved or draining ended
-}
-
 // setUserLocked queues u's counts for the Engine. was is whether u was
 // away here before the change: if that turned, each of its memberships
 // carries the news to its channel.
 func (n *Node) setUserLocked(uid string, u *userState, was bool) {
-	n.out.ops = append(n.out.ops, engineOp{uid: uid, n: u.count(), away: u.awayCount()})
-	n.out.queued++
+	n.queueOpLocked(engineOp{uid: uid, n: u.count(), away: u.awayCount()})
 	if u.isAway() != was {
 		for _, ch := range u.channels() {
 			n.setMemberLocked(ch, uid, u)
@@ -207,8 +195,11 @@ func (n *Node) setMemberLocked(channel, uid string, u *userState) {
 	if u.isAway() {
 		op.away = 1
 	}
-	n.out.ops = append(n.out.ops, op)
-	n.out.queued++
+	n.queueOpLocked(op)
+}
+
+func (n *Node) queueOpLocked(op engineOp) {
+	_, _ = n.out.Push(op) // unbounded and never closed: no error
 }
 
 // sendOps hands the queued Engine calls over, one goroutine at a time and in
@@ -216,28 +207,13 @@ func (n *Node) setMemberLocked(channel, uid string, u *userState) {
 // the caller changed is then in the Engine and, for the in-memory one, in
 // the view.
 func (n *Node) sendOps() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	target := n.out.queued
-	for n.out.sent < target {
-		if n.out.draining {
-			n.out.done.Wait()
-			continue
-		}
-		n.out.draining = true
-		batch := n.out.ops
-		n.out.ops = nil
-		n.mu.Unlock()
-		for _, op := range batch {
-			if op.channel == "" {
-				n.engine.SetUser(op.uid, op.n, op.away)
-			} else {
-				n.engine.SetMember(op.channel, op.uid, op.n, op.away == 1)
-			}
-		}
-		n.mu.Lock()
-		n.out.sent += uint64(len(batch))
-		n.out.draining = false
-		n.out.done.Broadcast()
+	n.out.Flush(n.sendOp)
+}
+
+func (n *Node) sendOp(op engineOp) {
+	if op.channel == "" {
+		n.engine.SetUser(op.uid, op.n, op.away)
+	} else {
+		n.engine.SetMember(op.channel, op.uid, op.n, op.away == 1)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/queue"
 	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/tracker"
 )
@@ -153,19 +154,23 @@ type Node struct {
 	stalled func() time.Time
 	seen    lastSeen // when users went offline, on a ring of its own
 
-	// Lock order: mu, then the view's v.mu. The Node holds neither while it
-	// calls the Engine or a Client's Close or Probe. Client.Send is the one
-	// call out under them (v.mu, and mu for a snapshot): it only queues, and
-	// holding them keeps a snapshot and the diffs after it in order. The
-	// Engine calls the view (its Relay) holding no lock of its own.
+	// Lock order: mu, then the view's v.mu; out's own lock is a leaf, taken
+	// under mu. The Node holds neither mu nor v.mu while it calls the Engine
+	// or a Client's Close or Probe. Client.Send is the one call out under
+	// them (v.mu, and mu for a snapshot): it only queues, and holding them
+	// keeps a snapshot and the diffs after it in order. The Engine calls the
+	// view (its Relay) holding no lock of its own.
 	mu        sync.Mutex
 	conns     map[Client]*connState
 	users     map[string]*userState
 	connsPeak int
 	usersPeak int
 	refs      followers // followed topics, counted
-	out       outbox    // engine calls not yet made, in order
-	closing   bool
+	// out holds the Engine calls the changes made, in order: pushed under
+	// mu, made after it (sendOps), so the Node calls the Engine without
+	// holding its lock.
+	out     queue.Queue[engineOp]
+	closing bool
 
 	v view
 }
@@ -201,7 +206,6 @@ func New(cfg Config) (*Node, error) {
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
-	n.out.done.L = &n.mu
 	n.v.init(cmp.Or(cfg.MemberList, DefaultMemberList), cmp.Or(cfg.PresenceLists, DefaultPresenceLists))
 	n.v.notify.onPresence = cfg.OnPresence
 	n.v.notify.onActivity = cfg.OnActivity
