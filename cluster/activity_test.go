@@ -217,6 +217,16 @@ func TestFlapWithinOneRoundIsWritten(t *testing.T) {
 		assert.Equal(t, []string{"online " + uid, "join " + uid + " lobby", "leave " + uid + " lobby", "offline " + uid},
 			madeAcross(uid, a, b), "made once, by a")
 	}
+	// b hears the edges over Pub/Sub, maybe well after a made them: wait
+	// for all of them. Only then does "nobody left on b" say anything, as
+	// nobody is left on a b that has heard nothing yet.
+	for _, uid := range uids { // b hears both edges, not a netted nothing
+		eventually(t, "b heard "+uid+"'s flap", func(c *assert.CollectT) {
+			assert.Equal(c, []string{"+", "-"}, b.rec.joinEdges("lobby", uid), "%s's lobby edges on b", uid)
+			assert.Equal(c, 1, b.rec.count(uid, true), "%s's online edges on b", uid)
+			assert.Equal(c, 1, b.rec.count(uid, false), "%s's offline edges on b", uid)
+		})
+	}
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "nobody left on "+n.Node(), func() bool {
 			n.rec.mu.Lock()
@@ -228,9 +238,6 @@ func TestFlapWithinOneRoundIsWritten(t *testing.T) {
 			}
 			return len(n.rec.members["lobby"]) == 0
 		})
-	}
-	for _, uid := range uids { // b heard both edges, not a netted nothing
-		assert.Equal(t, []string{"+", "-"}, b.rec.joinEdges("lobby", uid), uid)
 	}
 }
 

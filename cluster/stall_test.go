@@ -168,8 +168,12 @@ func runStall(t *testing.T, s stallScenario) {
 	for _, hs := range []*httptest.Server{hsA, hsB} {
 		probes.Go(func() { ready.sample(readyCtx, hs.URL+"/readyz", 50*time.Millisecond) })
 	}
+	pong.countFrom(frozen)
+	refusedBefore := outcomes.refusedCount()
 	// The stall itself, twice the timeout, while a newcomer on a joins and
-	// watches on and on.
+	// watches on and on. Redis stays stopped until each of its calls is
+	// answered: a connect, join or watch that waited for Redis would never
+	// be.
 	late := newcomer(t, hsA, timeout)
 	for time.Since(frozen) < 2*timeout {
 		late.again(t)
@@ -178,6 +182,13 @@ func runStall(t *testing.T, s stallScenario) {
 		case <-time.After(time.Until(frozen.Add(2 * timeout))):
 		}
 	}
+	// Nor does Redis come back before a ping sent during the stall has its
+	// pong, and Publish has refused a chat: neither waits for Redis. (How
+	// long they took is logged below.)
+	require.Eventually(t, func() bool { return pong.answeredSince() > 0 }, wait, 10*time.Millisecond,
+		"a pong, while Redis is stopped, to a ping sent since")
+	require.Eventually(t, func() bool { return outcomes.refusedCount() > refusedBefore }, wait, 10*time.Millisecond,
+		"a chat refused by Publish while Redis is stopped")
 	srv.freeze(false)
 	thawed := time.Now()
 	readyStop()
@@ -251,13 +262,11 @@ func runStall(t *testing.T, s stallScenario) {
 	assert.Empty(t, ch.unexpected(), "error frames other than refused chats")
 	assert.Positive(t, during, "readiness asked during the stall")
 	assert.Zero(t, duringOK, "/readyz answered 200 during the stall")
-	// What waits for Redis on a join or a watch waits a quarter of the
-	// timeout at most; allow as much again for a busy machine.
-	for what, d := range map[string]time.Duration{"connect": late.connect, "join": late.join, "watch": late.watch} {
-		assert.Less(t, d, timeout/2, "the newcomer's %s during the stall", what)
-	}
-	assert.Less(t, pong.worst(), timeout/2, "the slowest pong")
-	assert.Less(t, outcomes.worstOverrun(), timeout/4, "Publish outlasted its ctx")
+	// How long the newcomer's calls, the pongs and Publish took during the
+	// stall (a quarter timeout or so for the newcomer, a moment for the
+	// rest) are figures of the machine's load as much as of the engine's:
+	// logged above, not asserted. That none waited for Redis is checked
+	// before the thaw.
 	assert.Zero(t, testutil.ToFloat64(engA.m.publishedLate), "published after Publish said not")
 }
 
@@ -273,6 +282,9 @@ func (e *outcomeEngine) Publish(ctx context.Context, m presence.Message) error {
 	if json.Unmarshal(m.Frame.Data, &f) == nil && f.Type == "chat" {
 		e.out.mu.Lock()
 		e.out.errs[f.Text] = err
+		if err != nil {
+			e.out.refused++
+		}
 		if d, ok := ctx.Deadline(); ok {
 			e.out.overrun = max(e.out.overrun, time.Since(d))
 		}
@@ -284,7 +296,14 @@ func (e *outcomeEngine) Publish(ctx context.Context, m presence.Message) error {
 type publishOutcomes struct {
 	mu      sync.Mutex
 	errs    map[string]error // by chat text
+	refused int              // chats Publish answered with an error, so far
 	overrun time.Duration    // the longest a Publish outlasted its ctx
+}
+
+func (o *publishOutcomes) refusedCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.refused
 }
 
 func (o *publishOutcomes) worstOverrun() time.Duration {
@@ -427,14 +446,28 @@ func (p *pinged) see(f stallFrame) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.sent) > 0 {
-		p.stats.observe(time.Since(p.sent[0]))
+		p.stats.observe(p.sent[0])
 		p.sent = p.sent[1:]
 	}
 }
 
-type pongStats struct{ worstNs atomic.Int64 }
+type pongStats struct {
+	worstNs atomic.Int64
+	fromNs  atomic.Int64 // Unix ns: pongs to pings sent since then are counted
+	since   atomic.Int64 // pongs to pings sent since fromNs
+}
 
-func (s *pongStats) observe(d time.Duration) {
+// countFrom starts counting the pongs to pings sent from t on.
+func (s *pongStats) countFrom(t time.Time) { s.fromNs.Store(t.UnixNano()) }
+
+func (s *pongStats) answeredSince() int64 { return s.since.Load() }
+
+// observe records the pong to a ping sent at sent.
+func (s *pongStats) observe(sent time.Time) {
+	if from := s.fromNs.Load(); from != 0 && sent.UnixNano() >= from {
+		s.since.Add(1)
+	}
+	d := time.Since(sent)
 	for {
 		w := s.worstNs.Load()
 		if int64(d) <= w || s.worstNs.CompareAndSwap(w, int64(d)) {
