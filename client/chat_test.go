@@ -1,8 +1,6 @@
 package client_test
 
 import (
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/client"
-	"github.com/presenced/presenced/protocol"
 )
 
 // TestAwayTypingLastSeen: what a chat UI shows, from the Client's state:
@@ -61,24 +58,4 @@ func TestAwayTypingLastSeen(t *testing.T) {
 	require.NoError(t, alice.Watch(ctx, []string{"bob"}))
 	assert.Equal(t, client.UserState{State: client.Active}, alice.User("bob"))
 	assert.Equal(t, client.UserState{}, alice.User("carol"))
-}
-
-// TestFullEventsNeverBlock: a Client whose events nobody reads drops them
-// once its buffer is full, and keeps its state and answers its calls.
-func TestFullEventsNeverBlock(t *testing.T) {
-	s := startServer(t, realClock())
-	opts := fast("alice", "lobby")
-	opts.EventBuffer = 1
-	alice := dial(t, s, opts)
-	ctx := ctxLong(t)
-	for i := range 200 {
-		require.NoError(t, s.hub.Publish(ctx, "lobby", json.RawMessage(fmt.Sprint(i))))
-	}
-	require.NoError(t, alice.Chat(ctx, "lobby", "still here"))
-	s.connect(t, "bob", "lobby")
-	eventually(t, func() bool { return members(alice, "lobby") == "alice,bob" }, "the state follows")
-	require.NoError(t, alice.Join(ctx, "room-7"), "calls are answered")
-	assert.Equal(t, 2, alice.Channel("lobby").Count)
-	assert.Greater(t, alice.Dropped(), uint64(200))
-	assert.IsType(t, &protocol.Welcome{}, <-alice.Events(), "the first event stayed")
 }

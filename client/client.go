@@ -46,6 +46,7 @@ type Client struct {
 	users    map[string]UserState  // what it knows of the watched users
 	away     bool                  // the activity it set
 	events   chan protocol.Frame
+	held     []protocol.Frame // data events waiting for room in events, in order (deliver.go)
 }
 
 // Dial connects to the server's WebSocket at url (ws:// or wss://, such as
@@ -154,13 +155,27 @@ func (c *Client) Close() error {
 // *protocol.Chat, *protocol.Publish, *protocol.Message,
 // *protocol.MembersPage, *protocol.Left, *protocol.Welcome,
 // *protocol.Error, ...; pongs are left out), and the Client's own
-// *StateChange. Each comes after the state it changed was updated. When the
-// buffer is full an event is dropped (see Dropped), never the state. The
-// channel is closed when the Client stops.
+// *StateChange, in the order they came. Each comes after the state it
+// changed was updated. The channel is closed when the Client stops.
+//
+// Data events are never dropped: *protocol.Chat, *protocol.Publish,
+// *protocol.Message, and a *protocol.Error whose Ref is set (a chat of
+// this Client's that was not delivered). When the buffer
+// (Options.EventBuffer) is full, the Client stops reading the connection
+// until the application takes an event, so the server sees a slow reader:
+// its send queue fills, and past its limit it closes the connection (1008,
+// slow consumer) and the Client reconnects. Meanwhile the state is as of
+// the last frame read, and calls awaiting an answer (Join, Leave, Watch,
+// LoadMembers) wait too, as far as their contexts let them.
+//
+// Every other event is a notice of state that Channel and User keep
+// exact: a notice that finds the buffer full, or a data event waiting for
+// room, is dropped (see Dropped).
 func (c *Client) Events() <-chan protocol.Frame { return c.events }
 
-// Dropped is how many events were dropped because the Events buffer was
-// full.
+// Dropped is how many notices were dropped because the Events buffer was
+// full, or a data event was waiting for room in it. Data events are never
+// dropped.
 func (c *Client) Dropped() uint64 { return c.dropped.Load() }
 
 // State returns the connection's state now.
@@ -198,19 +213,6 @@ func (c *Client) User(uid string) UserState {
 	return c.users[uid]
 }
 
-// emitLocked sends ev on Events unless the buffer is full or the Client
-// stopped. c.mu is held, so events keep the order of the state changes.
-func (c *Client) emitLocked(ev protocol.Frame) {
-	if c.stopped {
-		return
-	}
-	select {
-	case c.events <- ev:
-	default:
-		c.dropped.Add(1)
-	}
-}
-
 // setStateLocked records and announces a connection state.
 func (c *Client) setStateLocked(ev *StateChange) {
 	c.state = ev.State
@@ -231,7 +233,7 @@ func (c *Client) stop(err error, code int) {
 		return
 	}
 	c.setStateLocked(&StateChange{State: Closed, Code: code, Err: err})
-	c.stopped, c.err, c.live = true, err, nil
+	c.stopped, c.err, c.live, c.held = true, err, nil, nil
 	close(c.events)
 }
 

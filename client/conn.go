@@ -176,7 +176,11 @@ func (cn *conn) wait() {
 }
 
 // read is the connection's one reader: it applies every frame to the
-// Client's state, in order.
+// Client's state, in order, and passes it on to Events. Before it reads
+// the next frame it hands over the data events Events had no room for,
+// waiting for the application (deliver). The read deadline is set only
+// when it reads again: time spent waiting for the application is not
+// silence of the server's.
 func (cn *conn) read() {
 	defer close(cn.readerDone)
 	for {
@@ -186,15 +190,14 @@ func (cn *conn) read() {
 			cn.end(err)
 			return
 		}
-		if typ != websocket.TextMessage {
-			continue
+		if typ == websocket.TextMessage {
+			if f, err := protocol.ParseServer(data); err != nil {
+				cn.c.log.Debug("client: frame not understood", "err", err)
+			} else {
+				cn.c.handle(cn, f)
+			}
 		}
-		f, err := protocol.ParseServer(data)
-		if err != nil {
-			cn.c.log.Debug("client: frame not understood", "err", err)
-			continue
-		}
-		cn.c.handle(cn, f)
+		cn.deliver()
 	}
 }
 

@@ -18,8 +18,33 @@
 // The state is read with Channel and User, whether or not the events are:
 // Events delivers every frame the server sent, as the typed values of
 // package protocol (*protocol.Joined, *protocol.Presence, *protocol.Chat,
-// ...), and the Client's own *StateChange, after the state was updated. A
-// full event buffer drops events rather than blocking; Dropped counts them.
+// ...), and the Client's own *StateChange, after the state was updated,
+// in the order they came.
+//
+// # Data events and notices
+//
+// Data events are never dropped: *protocol.Chat, *protocol.Publish,
+// *protocol.Message, and the *protocol.Error (Ref set) that says a chat of
+// this Client's was not delivered. When the event buffer
+// (Options.EventBuffer) is full, the connection's reader waits until the
+// application takes an event, or the Client is closed, and reads nothing
+// from the server meanwhile: TCP carries the back-pressure to the server,
+// and if the application stays behind, the server's send queue for it
+// fills and the server closes the connection (1008, slow consumer); the
+// Client reconnects then, as after any close. While the reader waits, the
+// state is as of the last frame read, and calls awaiting an answer (Join,
+// Leave, Watch, LoadMembers) wait as well; the other methods and Close do
+// not. The reader waits only on a live connection: data events that find
+// no room earlier (before Dial returns, or during the joins after a
+// reconnect) are held and come first once it is live, so neither Dial nor
+// a reconnect waits for the application.
+//
+// Every other event is a notice of state that Channel and User keep
+// exact: snapshots, diffs, typing, status, answers, the welcome, each
+// *StateChange. A notice that finds the buffer full, or a data event
+// waiting for room, is dropped rather than waited for; Dropped counts
+// them. Events keep their order either way: no notice overtakes a data
+// event.
 //
 // # Concurrency
 //
@@ -38,7 +63,14 @@
 // The Client answers the server's WebSocket pings and sends an application
 // ping every third of the server's timeout (the welcome's timeout_ms), so
 // an idle connection stays online; it drops a connection that brought nothing for
-// twice the timeout and reconnects. With a RefreshToken it sends the server
+// twice the timeout and reconnects. That clock runs only while the reader
+// reads: time it spends waiting for the application to take a data event
+// is not the server's silence, so a slow application never makes the
+// Client drop its connection. The writer goes on sending app pings
+// meanwhile, so the server does not take the Client for idle either (the
+// server's WebSocket pings wait to be answered until the reader reads
+// again); whether the application is too slow is the server's call, by its
+// slow-consumer rule. With a RefreshToken it sends the server
 // a newer token before the current one's "exp" (read from the token without
 // verifying it), so the connection outlives each token.
 package client

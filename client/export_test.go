@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"testing"
+	"time"
 
 	"github.com/presenced/presenced/protocol"
 )
@@ -16,6 +18,22 @@ func (c *Client) Silence(ctx context.Context) error {
 	}
 	cn.silenced.Store(true)
 	return cn.send(ctx, protocol.Silence{})
+}
+
+// Held is how many data events wait for room in Events: more than 0 while
+// the connection is live means the reader waits for the application.
+func (c *Client) Held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
+}
+
+// SetMinReadTimeout shortens how long a connection may bring nothing, for
+// the rest of t; call it before Dial.
+func SetMinReadTimeout(t testing.TB, d time.Duration) {
+	old := minReadTimeout
+	minReadTimeout = d
+	t.Cleanup(func() { minReadTimeout = old })
 }
 
 var (

@@ -38,8 +38,10 @@ type Options struct {
 	// MaxBackoff, and is jittered down by up to half. 0 means 500 ms and
 	// 15 s.
 	MinBackoff, MaxBackoff time.Duration
-	// EventBuffer is the capacity of the Events channel; 0 means 256. A
-	// full buffer drops events, never the state.
+	// EventBuffer is the capacity of the Events channel; 0 means 256. When
+	// it is full, a data event (a chat, publish or message; see Events)
+	// waits for room, and the Client reads no more from the server
+	// meanwhile; other events are dropped, never the state.
 	EventBuffer int
 	// PageLimit is the members a LoadMembers page asks for; 0 means
 	// protocol.MaxPageLimit.
@@ -54,7 +56,9 @@ const (
 	defaultEventBuffer = 256
 	handshakeTimeout   = 10 * time.Second
 	writeTimeout       = 10 * time.Second
-	// minReadTimeout bounds from below how long a connection may bring
-	// nothing before the Client drops it (else twice the server's timeout).
-	minReadTimeout = 10 * time.Second
 )
+
+// minReadTimeout bounds from below how long a connection may bring nothing
+// before the Client drops it (else twice the server's timeout). A variable
+// only so that tests can shorten it.
+var minReadTimeout = 10 * time.Second

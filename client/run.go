@@ -125,9 +125,15 @@ func (c *Client) session(again bool, onLive func()) (wasLive bool, err error) {
 		c.live = cn
 		c.setStateLocked(&StateChange{State: Live})
 	}
+	held := len(c.held) > 0
 	reload := sorted(c.loaded)
 	c.mu.Unlock()
 	onLive()
+	if held {
+		// The reader hands over the data events held while the joins went
+		// on when it next reads a frame: a ping brings one at once.
+		_ = cn.sendRaw(c.ctx, pingFrame)
+	}
 	for _, ch := range reload {
 		c.reloads.Go(func() {
 			if err := c.LoadMembers(c.ctx, ch); err != nil {
