@@ -1,8 +1,8 @@
 package transport
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,19 +15,27 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presenced/presenced/internal/queue"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 )
 
 // conn is one WebSocket: a presence.Client.
 //
-// Concurrency follows gorilla's rule, one reader and one writer. The reader
-// owns session and rate: on a polled connection (the default on Linux) it
-// is a worker that exists while the socket has frames to read (serveReady),
-// elsewhere a goroutine parked in read for the connection's life
-// (readLoop). The writer runs on a worker from when the queue becomes
-// non-empty until it is empty again, so an idle polled connection holds no
-// goroutine at all. The queue is bounded in bytes by Hub.queueBytes; a
-// client that falls that far behind is closed.
+// Concurrency follows gorilla's rule, one reader and one writer, plus one
+// handler. The reader owns rate and overflowed: on a polled connection (the
+// default on Linux) it is a worker that exists while the socket has frames
+// to read (serveReady), elsewhere a goroutine parked in read for the
+// connection's life (readLoop). The handler owns session: it is whoever
+// drains the inbox (see inbox.go), the reader itself for a frame that
+// cannot wait while the inbox is idle, else a worker, one at a time. The
+// writer runs on a worker from when the queue becomes non-empty until it is
+// empty again, so an idle polled connection holds no goroutine at all. The
+// queue is bounded in bytes by Hub.queueBytes; a client that falls that far
+// behind is closed.
+//
+// Lock order: c.mu, then the Hub's workers' lock; the inbox's lock is a
+// leaf, never held while a frame is handled.
 type conn struct {
 	hub *Hub
 	uid string
@@ -41,8 +49,10 @@ type conn struct {
 
 	// session is nil when it limits nothing but the user ID (demo mode, a
 	// token without claims), so such connections keep none.
-	session *Session  // owned by the reader after the upgrade
-	rate    rateState // owned by the reader
+	session    *Session  // owned by the handler after the upgrade
+	rate       rateState // owned by the reader
+	overflowed bool      // owned by the reader: the inbox refused a frame since it last took one
+	inbox      queue.Queue[inboxItem]
 
 	silenced atomic.Bool // control frames are not keepalives (demo aid)
 	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
@@ -50,7 +60,7 @@ type conn struct {
 	mu       sync.Mutex
 	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping
 	queued   int                // bytes in queue
-	backlog  *backlog           // nil while nothing else waits, as on most connections
+	closeMsg []byte             // the close frame to send, once
 	welcomed bool               // the welcome is queued; until then the writer waits
 	writing  bool               // a writer goroutine owns the socket's write side
 	closing  bool               // a close frame is due or sent: no more data frames
@@ -60,29 +70,6 @@ type conn struct {
 type lifetime struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-}
-
-// backlog is what waits on a connection now and then: a close frame to
-// send, chats and typing to hand to the engine.
-type backlog struct {
-	closeMsg []byte        // the close frame to send, once
-	chats    []pendingChat // chats and typing waiting to be handed to the engine
-	chatting bool          // a goroutine hands them over
-}
-
-// backlogLocked returns c's backlog, made if c has none.
-func (c *conn) backlogLocked() *backlog {
-	if c.backlog == nil {
-		c.backlog = new(backlog)
-	}
-	return c.backlog
-}
-
-// tidyLocked drops c's backlog once nothing waits in it.
-func (c *conn) tidyLocked() {
-	if b := c.backlog; b != nil && b.closeMsg == nil && len(b.chats) == 0 && !b.chatting {
-		c.backlog = nil
-	}
 }
 
 // sess is the session c's user signed in with, or refreshed to.
@@ -209,22 +196,23 @@ func (c *conn) markClosingLocked(reason string) bool {
 }
 
 // closeWith starts closing c with a close frame, sent by the writer after the
-// frame in flight; queued data is dropped. c stops counting for presence at
-// once. Idempotent.
+// frame in flight; queued data is dropped. c stops counting for presence
+// once the frames it sent before are handled: at once if none waits.
+// Idempotent.
 func (c *conn) closeWith(code int, reason, metric string) {
 	c.mu.Lock()
 	if !c.markClosingLocked(metric) {
 		c.mu.Unlock()
 		return
 	}
-	c.backlogLocked().closeMsg = websocket.FormatCloseMessage(code, reason)
+	c.closeMsg = websocket.FormatCloseMessage(code, reason)
 	c.welcomed = true // a close needs no welcome before it
 	if !c.writing {
 		c.writing = true
 		c.hub.workers.do(c.writeLoop)
 	}
 	c.mu.Unlock()
-	c.hub.node.Disconnect(c)
+	c.end(leaving)
 }
 
 func (c *conn) writeLoop() {
@@ -234,11 +222,8 @@ func (c *conn) writeLoop() {
 		batch := c.queue
 		c.queue, c.queued = nil, 0
 		if len(batch) == 0 {
-			var closeMsg []byte
-			if c.backlog != nil {
-				closeMsg, c.backlog.closeMsg = c.backlog.closeMsg, nil
-				c.tidyLocked()
-			}
+			closeMsg := c.closeMsg
+			c.closeMsg = nil
 			if closeMsg == nil {
 				c.writing = false
 				c.mu.Unlock()
@@ -278,10 +263,7 @@ func (c *conn) writeFailed(err error) {
 	}
 	c.mu.Lock()
 	c.markClosingLocked(reason)
-	if c.backlog != nil {
-		c.backlog.closeMsg = nil
-		c.tidyLocked()
-	}
+	c.closeMsg = nil
 	c.mu.Unlock()
 	c.closeSocket()
 }
@@ -295,14 +277,14 @@ func (c *conn) writeClose(msg []byte) {
 	}
 }
 
-// touch counts an inbound frame as a keepalive.
+// touch counts an inboxItem frame as a keepalive.
 func (c *conn) touch() {
 	if !c.stopped.Load() {
 		c.hub.node.Touch(c)
 	}
 }
 
-// admit applies the inbound limits to a frame of size bytes and reports
+// admit applies the inboxItem limits to a frame of size bytes and reports
 // whether to act on it. The first frame over the limit gets an error frame;
 // a connection that stays over it is closed.
 func (c *conn) admit(size int) bool {
@@ -313,7 +295,7 @@ func (c *conn) admit(size int) bool {
 		c.closeWith(protocol.ClosePolicyViolation, protocol.ReasonRateLimit, reasonFlood)
 	default:
 		if c.rate.refused == 1 {
-			c.replyError("too many messages: slow down, this one was dropped", "")
+			c.deliver(inboxItem{err: "too many messages: slow down, this one was dropped"})
 		}
 	}
 	return false
@@ -324,33 +306,39 @@ func (c *conn) admit(size int) bool {
 // timeout, so a reader held up by a stalled engine still counts as alive.
 func (h *Hub) followWait() time.Duration { return min(5*time.Second, h.Timeout()/4) }
 
-// handle acts on one text frame. Whatever the client sent, the answer is a
-// frame; a bad one gets an error frame and the connection stays open.
-func (c *conn) handle(data []byte) {
+// handle acts on one item of c's inbox, in its turn. Whatever the client
+// sent, the answer is a frame; a bad one gets an error frame and the
+// connection stays open.
+func (c *conn) handle(it inboxItem) {
 	h := c.hub
-	in, err := protocol.ParseClient(data)
-	if err != nil {
-		c.replyError(err.Error(), "")
+	if it.end != notEnding {
+		c.ended(it.end)
 		return
 	}
-	switch f := in.(type) {
+	if it.err != "" {
+		c.replyError(it.err, "")
+		return
+	}
+	if it.pong {
+		c.pong(it.payload)
+		return
+	}
+	switch f := it.frame.(type) {
 	case protocol.Ping:
 		c.reply(protocol.Pong{})
 	case protocol.Silence:
 		if !h.demo {
 			c.replyError(`"silence" is a demo aid, accepted only in demo mode`, "")
-			return
 		}
-		c.silenced.Store(true)
 	case protocol.Join:
 		if !h.mayJoin(c.sess(), f.Channel) {
 			c.replyError(errNotAllowed, f.Channel)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.followWait()))
 		defer cancel()
 		if err := h.node.Join(ctx, c, f.Channel); err != nil {
-			c.replyError(err.Error(), f.Channel)
+			c.failed(it, err.Error(), f.Channel, nil)
 		}
 	case protocol.Leave:
 		if err := h.node.Leave(c, f.Channel); err != nil {
@@ -365,10 +353,10 @@ func (c *conn) handle(data []byte) {
 			}
 			return false
 		})
-		ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.followWait()))
 		defer cancel()
 		if err := h.node.Watch(ctx, c, uids); err != nil {
-			c.replyError(err.Error(), "")
+			c.failed(it, err.Error(), "", nil)
 			return
 		}
 		if len(refused) > 0 {
@@ -380,9 +368,6 @@ func (c *conn) handle(data []byte) {
 			c.replyError(err.Error(), f.Channel)
 		}
 	case protocol.Activity:
-		if c.queueActivity(f.State == "away") {
-			return // behind chats and typing still waiting, which it must follow
-		}
 		if err := h.node.SetActivity(c, f.State == "away"); err != nil {
 			c.replyError(err.Error(), "")
 		}
@@ -392,19 +377,44 @@ func (c *conn) handle(data []byte) {
 		}
 	case protocol.Chat:
 		h.m.chats.Inc()
-		c.queueChat(f, false)
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(chatHandover))
+		defer cancel()
+		c.handedOver(it, "chat", f.Channel, f.Ref, h.node.Chat(ctx, c, f.Channel, f.Text))
 	case protocol.Typing:
-		c.queueChat(protocol.Chat{Channel: f.Channel}, true)
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(chatHandover))
+		defer cancel()
+		c.handedOver(it, "typing", f.Channel, nil, h.node.Typing(ctx, c, f.Channel))
 	case protocol.Custom:
 		if h.onMessage == nil {
 			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")
 			return
 		}
-		// A copy: the message's buffer is reused once handle returns.
-		if err := h.onMessage(c.life.ctx, c.uid, f.Kind, bytes.Clone(f.Raw)); err != nil {
-			c.replyError(err.Error(), "")
+		if err := h.onMessage(c.life.ctx, c.uid, f.Kind, f.Raw); err != nil {
+			c.failed(it, err.Error(), "", nil)
 		}
 	}
+}
+
+// handedOver answers a chat or typing frame the engine did not take.
+func (c *conn) handedOver(it inboxItem, what, channel string, ref json.RawMessage, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, presence.ErrNotJoined):
+		c.failed(it, err.Error(), channel, ref)
+	default:
+		c.hub.log.Warn("transport: "+what+" not delivered", "uid", c.uid, "channel", channel, "err", err)
+		c.failed(it, what+" not delivered: "+err.Error(), channel, ref)
+	}
+}
+
+// failed answers a frame that could not be handled with an error frame, or,
+// if c is closing and nobody would read it, counts the frame as lost.
+func (c *conn) failed(it inboxItem, msg, channel string, ref json.RawMessage) {
+	if c.stopped.Load() {
+		c.lost(it)
+		return
+	}
+	c.reply(protocol.Error{Error: msg, Channel: channel, Ref: ref})
 }
 
 // refresh extends c's session with a newer token for the same user.

@@ -17,3 +17,6 @@ func LiveWorkers() int64 { return liveWorkers.Load() }
 func ClientFrame(first byte, payload []byte, masked bool) []byte {
 	return clientFrame(first, payload, masked)
 }
+
+// InboxLimit is how many frames one connection's inbox holds.
+const InboxLimit = inboxLimit

@@ -245,13 +245,19 @@ func (s *testServer) observer(t *testing.T, channel string, uids ...string) *lis
 // connection, so the test can then write bytes no client library would.
 func (s *testServer) upgradeRaw(t *testing.T, uid string) (net.Conn, *bufio.Reader) {
 	t.Helper()
+	return s.upgradeQuery(t, "uid="+uid)
+}
+
+// upgradeQuery is upgradeRaw with the query string of the URL.
+func (s *testServer) upgradeQuery(t *testing.T, query string) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", s.addr, waitLong)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	key := make([]byte, 16)
 	_, _ = rand.Read(key)
-	fmt.Fprintf(c, "GET /ws?uid=%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", uid, s.addr, base64.StdEncoding.EncodeToString(key))
+	fmt.Fprintf(c, "GET /ws?%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", query, s.addr, base64.StdEncoding.EncodeToString(key))
 	br := bufio.NewReader(c)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(waitLong)))
 	resp, err := http.ReadResponse(br, nil)

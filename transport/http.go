@@ -238,6 +238,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &conn{hub: h, uid: uid}
+	c.inbox.Limit = inboxLimit
 	c.setSession(sess)
 	ws, err := h.upgrader.Upgrade(hijacker{w, &c.w}, r, nil)
 	if err != nil {

@@ -29,6 +29,8 @@ type metrics struct {
 	steps       prometheus.Histogram
 	dropped     prometheus.Counter
 	chats       prometheus.Counter
+	refused     prometheus.Counter
+	lost        *prometheus.CounterVec
 
 	// Pre-resolved children: the keepalive path must not hash labels.
 	kaText, kaBinary, kaPing, kaPong, kaHeartbeat prometheus.Counter
@@ -88,6 +90,14 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 			Namespace: namespace, Name: "chat_messages_total", ConstLabels: labels,
 			Help: "Chat messages received from this node's connections.",
 		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "frames_refused_total", ConstLabels: labels,
+			Help: "Inbound frames refused because their connection's inbox was full (the client gets an error frame).",
+		}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "frames_lost_total", ConstLabels: labels,
+			Help: "Inbound frames a closing connection had sent that could not be handled in time, by type: chat, typing, join, watch, custom, other. No sender is left to tell.",
+		}, []string{"type"}),
 	}
 	m.kaText = m.keepalives.WithLabelValues("text")
 	m.kaBinary = m.keepalives.WithLabelValues("binary")
@@ -104,7 +114,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats} {
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("transport: register metrics: %w", err)
 		}

@@ -2,10 +2,8 @@ package transport_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
@@ -115,14 +113,17 @@ func TestAPIBodyWithTrailingDataIsRefused(t *testing.T) {
 	w.until(t, `{"type":"publish","channel":"lobby","data":{"n":3}}`)
 }
 
-// stallingEngine is the memory engine whose Publish waits until the test
-// lets it go, as a networked engine does while its store stalls.
+// stallingEngine is the memory engine whose Publish of a chat waits until
+// the test lets it go, as a networked engine does while its store stalls.
 type stallingEngine struct {
 	presence.Engine
 	gate chan struct{}
 }
 
 func (e *stallingEngine) Publish(ctx context.Context, m presence.Message) error {
+	if m.From == "" {
+		return e.Engine.Publish(ctx, m)
+	}
 	select {
 	case <-e.gate:
 	case <-ctx.Done():
@@ -131,41 +132,32 @@ func (e *stallingEngine) Publish(ctx context.Context, m presence.Message) error 
 	return e.Engine.Publish(ctx, m)
 }
 
-// A stalled engine never holds up the reader: keepalives and pings are
-// answered while chats wait, a chat that does not fit the queue is refused
-// at once with an error frame, and the ones that waited go out in order
-// when the engine comes back.
-func TestChatsWaitOffTheReader(t *testing.T) {
+// A stalled engine holds up the connection's inbox, never its reader: every
+// frame is read and counted as a keepalive while a chat waits, the inbox
+// takes what fits and refuses the rest with one error frame in its turn,
+// and the chats that waited go out in order when the engine comes back.
+func TestAStalledEngineHoldsTheInboxNotTheReader(t *testing.T) {
 	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
 	cfg := testConfig()
 	cfg.Engine = e
 	s := startServer(t, cfg)
 	ws, _ := s.dialIn(t, "alice", "lobby")
 	w := listen(ws)
-	const chats = 40
+	const chats = 80
 	for i := range chats {
 		send(t, ws, fmt.Sprintf(`{"type":"chat","channel":"lobby","text":"%d"}`, i))
 	}
-	send(t, ws, `{"type":"ping"}`)
-	// At most 16 wait, and one is with the engine: the others are refused at
-	// once, before the pong.
-	refused := 0
-	for f := w.next(t); f != `{"type":"pong"}`; f = w.next(t) {
-		require.Equal(t, `{"type":"error","error":"chat not delivered: too many chats waiting to be sent, try again","channel":"lobby"}`, f)
-		refused++
-	}
-	assert.GreaterOrEqual(t, refused, chats-17)
+	s.waitMetric(t, "presenced_keepalives_total", map[string]string{"kind": "text"}, chats)
+	refused := metric(t, s.reg, "presenced_frames_refused_total", nil)
+	assert.GreaterOrEqual(t, refused, float64(chats-1-transport.InboxLimit), "one chat with the engine, the inbox full behind it")
 	close(e.gate)
-	last := -1
-	for range chats - refused {
-		var c struct{ Text string }
-		require.NoError(t, json.Unmarshal([]byte(w.next(t)), &c))
-		n, err := strconv.Atoi(c.Text)
-		require.NoError(t, err)
-		assert.Greater(t, n, last, "in order")
-		last = n
+	for i := range chats - int(refused) {
+		assert.Equal(t, fmt.Sprintf(`{"type":"chat","channel":"lobby","from":"alice","text":"%d"}`, i), w.next(t), "in order")
 	}
-	w.sync(t)
+	assert.Equal(t, `{"type":"error","error":"too many frames waiting to be handled: slow down, this one was dropped"}`, w.next(t),
+		"the refusal comes in its turn, once")
+	send(t, ws, `{"type":"ping"}`)
+	assert.Equal(t, `{"type":"pong"}`, w.next(t), "the inbox takes frames again once it has room")
 }
 
 // An undelivered chat's error frame carries the chat's ref, so a client
@@ -199,9 +191,10 @@ func TestActivityFollowsTheChatsBeforeIt(t *testing.T) {
 	send(t, ws, `{"type":"typing","channel":"lobby"}`)
 	send(t, ws, `{"type":"activity","state":"away"}`)
 	send(t, ws, `{"type":"ping"}`)
-	w.until(t, `{"type":"pong"}`)
+	s.waitMetric(t, "presenced_keepalives_total", map[string]string{"kind": "text"}, 4)
 	assert.Equal(t, "active", state(), "the away waits behind the chat and the typing")
 	close(e.gate)
 	w.until(t, `{"type":"chat","channel":"lobby","from":"alice","text":"brb"}`)
+	w.until(t, `{"type":"pong"}`)
 	require.Eventually(t, func() bool { return state() == "away" }, waitLong, 10*time.Millisecond)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -169,16 +168,25 @@ func (c *conn) readMessage() error {
 		c.closeWith(protocol.CloseInvalidPayload, protocol.ReasonInvalidUTF8, reasonInvalid)
 		return nil
 	}
-	c.handle(data)
+	f, err := protocol.ParseClient(data)
+	if err != nil {
+		c.deliver(inboxItem{err: err.Error()})
+		return nil
+	}
+	if _, ok := f.(protocol.Silence); ok && c.hub.demo {
+		// The reader's own business: it counts the keepalives.
+		c.silenced.Store(true)
+	}
+	c.deliver(inboxItem{frame: f})
 	return nil
 }
 
-// messages hold a text message while it is handled: handle keeps nothing
-// of it.
+// messages hold a text message while it is parsed: deliver keeps nothing of
+// it.
 var messages = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// finish runs when the reader stops: c no longer counts, its context ends
-// and its socket is closed.
+// finish runs when the reader stops: c's socket is closed, and once the
+// frames it sent are handled, c no longer counts and its context ends.
 func (c *conn) finish(err error) {
 	h := c.hub
 	tooBig := errors.Is(err, websocket.ErrReadLimit)
@@ -189,10 +197,6 @@ func (c *conn) finish(err error) {
 	c.mu.Lock()
 	c.markClosingLocked(reason)
 	c.mu.Unlock()
-	if c.life != nil {
-		c.life.cancel()
-	}
-	h.node.Disconnect(c)
 	if c.w.polled {
 		c.w.finished = true
 		c.w.discard()
@@ -210,9 +214,9 @@ func (c *conn) finish(err error) {
 		}
 	}
 	c.w.Close()
-	h.forget(c)
-	h.m.connections.Dec()
-	h.readers.Done()
+	// What the client sent before it went is handled first; then c stops
+	// counting, its context ends and the Hub forgets it.
+	c.end(finished)
 }
 
 // controlKeepalive counts a ping or pong frame, unless the client asked for
@@ -230,19 +234,26 @@ func (c *conn) controlKeepalive(ping bool) {
 	}
 }
 
-// pingHandler answers a client's ping like gorilla's default handler does,
-// after counting it as a keepalive.
+// pingHandler counts a client's ping as a keepalive and answers it like
+// gorilla's default handler does, in its turn: a pong tells the client that
+// the server has handled every frame it sent before the ping.
 func (c *conn) pingHandler(data string) error {
 	c.controlKeepalive(true)
 	if !c.admit(len(data)) {
 		return nil // no pong for a ping over the limit
 	}
+	c.deliver(inboxItem{pong: true, payload: data})
+	return nil
+}
+
+// pong answers a ping. A pong that cannot be written is no error of the
+// reader's: a failed socket ends the connection through the writer or the
+// reader's next read.
+func (c *conn) pong(data string) {
 	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.hub.writeTimeout))
-	var ne net.Error
-	if err == nil || errors.Is(err, websocket.ErrCloseSent) || (errors.As(err, &ne) && ne.Timeout()) {
-		return nil
+	if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
+		c.hub.log.Debug("transport: pong not written", "uid", c.uid, "err", err)
 	}
-	return err
 }
 
 func (c *conn) pongHandler(string) error {
