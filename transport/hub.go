@@ -126,10 +126,13 @@ type Config struct {
 	// error frame; the rest are watched.
 	AuthorizeWatch func(uid, target string) bool
 	// OnMessage receives client frames of types the Hub does not handle,
-	// on the connection's reader (so in order, one at a time per
-	// connection; while it runs, that connection's frames wait), with a context that ends when the connection closes; an
-	// error it returns goes back to the client as an error frame. nil: such
-	// frames get an "unknown type" error frame.
+	// in order per connection: after the frames the client sent before,
+	// before the ones after, one at a time (while it runs, that
+	// connection's later frames wait; other connections' do not), even for
+	// a frame that came just before the client closed. ctx ends once the
+	// connection has closed and its frames were handled. An error it
+	// returns goes back to the client as an error frame, in its turn. nil:
+	// such frames get an "unknown type" error frame.
 	OnMessage func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
 	// Origins lists browser origins allowed besides the request's own host:
 	// "*", full origins ("https://app.example.com") or hosts

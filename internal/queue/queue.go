@@ -30,28 +30,30 @@ var (
 // Queue is a FIFO of items handed to one drainer at a time. The zero value
 // is an empty, unbounded, open queue. A Queue must not be copied after
 // first use.
+//
+// It is kept small, as a connection embeds one: a drainer runs until the
+// queue is empty, so a Flush that finds one at work needs only to see it
+// stop (gen moves) to know that its items were handled.
 type Queue[T any] struct {
+	mu    sync.Mutex
+	items []T
+	cond  *sync.Cond // made when Flush first waits
+	head  int32      // items[head:] wait; the rest were taken
 	// Limit bounds how many items Push lets wait; 0: no bound. Set it
 	// before first use.
-	Limit int
-
-	mu        sync.Mutex
-	items     []T
-	head      int // items[head:] wait; the rest were taken
-	pushed    uint64
-	done      uint64     // items whose handling returned
-	busy      bool       // a drainer runs, or a claimer works
-	claimed   bool       // busy through Claim: the claimer's Drain follows
-	scheduled bool       // Push asked its caller to start a drainer, which has not run yet
-	closed    bool       // Push and Append refuse
-	cond      *sync.Cond // made when Flush first waits
+	Limit     int32
+	gen       uint32 // moves each time a drainer stops
+	busy      bool   // a drainer runs, or a claimer works
+	claimed   bool   // busy through Claim: the claimer's Drain follows
+	scheduled bool   // Push asked its caller to start a drainer, which has not run yet
+	closed    bool   // Push and Append refuse
 }
 
 // Len is how many items wait, not counting the ones a drainer holds.
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items) - q.head
+	return len(q.items) - int(q.head)
 }
 
 // Push queues v after the items before it. It returns ErrFull if Limit
@@ -63,7 +65,7 @@ func (q *Queue[T]) Push(v T) (start bool, err error) {
 	if q.closed {
 		return false, ErrClosed
 	}
-	if q.Limit > 0 && len(q.items)-q.head >= q.Limit {
+	if q.Limit > 0 && len(q.items)-int(q.head) >= int(q.Limit) {
 		return false, ErrFull
 	}
 	return q.appendLocked(v), nil
@@ -105,7 +107,6 @@ func (q *Queue[T]) Closed() bool {
 
 func (q *Queue[T]) appendLocked(v T) (start bool) {
 	q.items = append(q.items, v)
-	q.pushed++
 	if q.busy || q.scheduled {
 		return false
 	}
@@ -120,7 +121,7 @@ func (q *Queue[T]) appendLocked(v T) (start bool) {
 func (q *Queue[T]) Claim() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy || q.scheduled || len(q.items) > q.head {
+	if q.busy || q.scheduled || len(q.items) > int(q.head) {
 		return false
 	}
 	q.busy, q.claimed = true, true
@@ -143,69 +144,68 @@ func (q *Queue[T]) Drain(f func(T)) {
 	for {
 		v, ok := q.takeLocked()
 		if !ok {
-			q.busy = false
-			q.broadcastLocked()
+			q.stopLocked()
 			q.mu.Unlock()
 			return
 		}
 		q.mu.Unlock()
 		f(v)
 		q.mu.Lock()
-		q.done++
-		q.broadcastLocked()
 	}
 }
 
 // Flush hands every item pushed before the call to f, in order, and
 // returns once each one's handling has returned, whoever did it: if another
-// goroutine drains, Flush waits for it, else it drains itself. Items pushed
-// while it drains are handled too.
+// goroutine drains, Flush waits until it stops (it drains until the queue is
+// empty, so past the items pushed before), else it drains itself. Items
+// pushed while it drains are handled too.
 func (q *Queue[T]) Flush(f func(T)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	target := q.pushed
-	for q.done < target {
-		if q.busy {
-			if q.cond == nil {
-				q.cond = sync.NewCond(&q.mu)
-			}
+	if q.busy {
+		if q.cond == nil {
+			q.cond = sync.NewCond(&q.mu)
+		}
+		for gen := q.gen; q.gen == gen; {
 			q.cond.Wait()
-			continue
 		}
-		q.busy, q.scheduled = true, false
-		for {
-			v, ok := q.takeLocked()
-			if !ok {
-				break
-			}
-			q.mu.Unlock()
-			f(v)
-			q.mu.Lock()
-			q.done++
+		return
+	}
+	q.busy, q.scheduled = true, false
+	for {
+		v, ok := q.takeLocked()
+		if !ok {
+			break
 		}
-		q.busy = false
-		q.broadcastLocked()
+		q.mu.Unlock()
+		f(v)
+		q.mu.Lock()
+	}
+	q.stopLocked()
+}
+
+// stopLocked ends a drainer's turn, and wakes the Flush calls that waited
+// for it.
+func (q *Queue[T]) stopLocked() {
+	q.busy, q.claimed = false, false
+	q.gen++
+	if q.cond != nil {
+		q.cond.Broadcast()
 	}
 }
 
 // takeLocked takes the oldest waiting item. An emptied queue lets go of its
 // array, so an idle queue holds no memory.
 func (q *Queue[T]) takeLocked() (v T, ok bool) {
-	if q.head == len(q.items) {
+	if int(q.head) == len(q.items) {
 		return v, false
 	}
 	v = q.items[q.head]
 	var zero T
 	q.items[q.head] = zero
 	q.head++
-	if q.head == len(q.items) {
+	if int(q.head) == len(q.items) {
 		q.items, q.head = nil, 0
 	}
 	return v, true
-}
-
-func (q *Queue[T]) broadcastLocked() {
-	if q.cond != nil {
-		q.cond.Broadcast()
-	}
 }
