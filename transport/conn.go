@@ -277,14 +277,14 @@ func (c *conn) writeClose(msg []byte) {
 	}
 }
 
-// touch counts an inboxItem frame as a keepalive.
+// touch counts an inbound frame as a keepalive.
 func (c *conn) touch() {
 	if !c.stopped.Load() {
 		c.hub.node.Touch(c)
 	}
 }
 
-// admit applies the inboxItem limits to a frame of size bytes and reports
+// admit applies the inbound limits to a frame of size bytes and reports
 // whether to act on it. The first frame over the limit gets an error frame;
 // a connection that stays over it is closed.
 func (c *conn) admit(size int) bool {
