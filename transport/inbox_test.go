@@ -109,6 +109,8 @@ func TestFramesInOneSegmentAreHandledInOrder(t *testing.T) {
 // A chat the client sent just before it went reaches the channel: the close
 // (a FIN, or a close frame in the same segment) is handled after it.
 func TestAChatBeforeTheCloseReachesTheChannel(t *testing.T) {
+	var s *testServer
+	read := 1.0 // text frames the server read: the observer's watch so far
 	closes := []struct {
 		name string
 		bye  func(t *testing.T, c net.Conn, chat []byte)
@@ -120,13 +122,21 @@ func TestAChatBeforeTheCloseReachesTheChannel(t *testing.T) {
 		{"close frame in the same segment", func(t *testing.T, c net.Conn, chat []byte) {
 			write(t, c, append(chat, clientFrame(fin|opClose, []byte{0x03, 0xe8})...))
 		}},
+		{"RST once the chat was read", func(t *testing.T, c net.Conn, chat []byte) {
+			write(t, c, chat)
+			read++
+			s.waitMetric(t, "presenced_keepalives_total", map[string]string{"kind": "text"}, read)
+			require.NoError(t, c.(*net.TCPConn).SetLinger(0))
+			require.NoError(t, c.Close())
+		}},
 	}
 	for _, mode := range readModes {
 		for _, bye := range closes {
 			t.Run(mode.name+"/"+bye.name, func(t *testing.T) {
 				cfg := testConfig()
 				cfg.ParkReaders = mode.park
-				s := startServer(t, cfg)
+				s = startServer(t, cfg)
+				read = 1
 				w := s.observer(t, "lobby", "bob")
 				const rounds = 10
 				for i := range rounds {
