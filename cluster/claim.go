@@ -28,8 +28,10 @@ func (w *writer) claim(ctx context.Context) error {
 	for len(shards) > 0 && ctx.Err() == nil {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
-			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
-				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds()}}
+			w.writes++
+			calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
+				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
+				w.landed[s], w.writes, w.restoreWindow().Milliseconds()}}
 		}
 		var more []int
 		var made []any
@@ -38,6 +40,15 @@ func (w *writer) claim(ctx context.Context) error {
 			if err != nil {
 				w.health.fail("claim", err)
 				return err
+			}
+			w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
+			if paused, _ := res[1].(int64); paused == 2 {
+				// Redis lost this node's writes: restore them, and write no
+				// change for a restore window.
+				w.restore[shards[i]] = true
+				if until := time.Now().Add(w.restoreWindow()); until.After(w.holdUntil) {
+					w.holdUntil = until
+				}
 			}
 			if flag(res[0]) {
 				back[shards[i]] = true
@@ -54,6 +65,9 @@ func (w *writer) claim(ctx context.Context) error {
 		shards = more
 	}
 	w.health.ok()
+	if err := w.restoreLost(ctx); err != nil {
+		return err
+	}
 	if len(back) > 0 {
 		return w.reassert(ctx, back)
 	}
@@ -148,6 +162,7 @@ type scriptCall struct {
 	shard int
 	args  []any
 	recs  []record // setScript's records, to requeue or hold
+	write int64    // the call's number, for check in the scripts
 }
 
 // runScripts runs s once per call, on the shard's keys, through runScripts.

@@ -44,8 +44,10 @@ func (r *router) readShard(ctx context.Context, shard int, ps *redis.PubSub) {
 			return
 		case <-again:
 			again = nil
-			if !r.snapshot(ctx, shard, func(ts *topicState) bool { return ts.live && (ts.stale || !ts.loaded) }) {
+			if ok, wait := r.snapshot(ctx, shard, func(ts *topicState) bool { return ts.live && (ts.stale || !ts.loaded) }); !ok {
 				again = time.After(r.retry)
+			} else if wait > 0 {
+				again = time.After(wait)
 			}
 		case msg, ok := <-in:
 			if !ok {
@@ -61,7 +63,7 @@ func (r *router) readShard(ctx context.Context, shard int, ps *redis.PubSub) {
 					// A lost connection came back: wait until every live
 					// node has written again what Redis may have lost.
 					again = time.After(r.cfg.RenewEvery + 2*r.retry)
-				} else if !r.snapshot(ctx, shard, func(ts *topicState) bool { return ts.live && !ts.loaded }) && again == nil {
+				} else if ok, _ := r.snapshot(ctx, shard, func(ts *topicState) bool { return ts.live && !ts.loaded }); !ok && again == nil {
 					again = time.After(r.retry)
 				}
 			case *redis.Message:
@@ -89,8 +91,11 @@ func (r *router) subscribed(name string) bool {
 }
 
 // snapshot reads the state of the shard's topics that want one and hands it
-// to the Relay. It reports false if Redis failed.
-func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState) bool) bool {
+// to the Relay. It reports false if Redis failed. A topic read again after a
+// lost subscription keeps its state while the shard's restore window is
+// open, as nodes may not have restored what Redis lost yet: it reports how
+// long to wait then.
+func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState) bool) (bool, time.Duration) {
 	r.mu.Lock()
 	var channels, users []string
 	for _, ts := range r.topics {
@@ -105,7 +110,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	}
 	r.mu.Unlock()
 	if len(channels)+len(users) == 0 {
-		return true
+		return true, 0
 	}
 	k := r.keys[shard]
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout())
@@ -134,14 +139,23 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	}
 	if err != nil {
 		r.health.fail("snapshot", err)
-		return false
+		return false, 0
 	}
 	r.health.ok()
+	var wait time.Duration
+	early := func(ts *topicState, left any) bool {
+		ms, _ := left.(int64)
+		if ms > 0 && ts.stale {
+			wait = max(wait, time.Duration(ms)*time.Millisecond+r.retry)
+			return true
+		}
+		return false
+	}
 	r.mu.Lock()
 	for i, ch := range channels {
 		vals := chCmds[i].Val().([]any)
 		members, away := stringList(vals[1]), stringList(vals[2])
-		if ts := r.topics[k.channelTopic(ch)]; ts != nil {
+		if ts := r.topics[k.channelTopic(ch)]; ts != nil && !early(ts, vals[3]) {
 			members, away = r.w.addMembers(ch, members, away)
 			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members, away) })
 			r.loaded(ts, vals[0].(int64))
@@ -150,7 +164,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	if userCmd != nil {
 		vals := userCmd.Val().([]any)
 		for i, uid := range users {
-			if ts := r.topics[k.userTopic(uid)]; ts != nil {
+			if ts := r.topics[k.userTopic(uid)]; ts != nil && !early(ts, vals[len(users)+1]) {
 				state, _ := vals[i+1].(int64)
 				on := state > 0 || r.w.holds("", uid)
 				away := state == 2 && !r.w.holdsActive("", uid)
@@ -166,7 +180,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	}
 	r.mu.Unlock()
 	r.deliver(shard)
-	return true
+	return true, wait
 }
 
 // loaded records that ts's snapshot at seq is decided; its waiters are

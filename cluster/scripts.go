@@ -15,7 +15,10 @@ import (
 //
 //	T:alive      ZSET  node -> liveness expiry (ms, Redis clock); renewed per node, never per user
 //	T:dead       SET   nodes whose liveness expired and whose records are being reaped
-//	T:clock      HASH  last = time of the last claim, pause = no claims before
+//	T:clock      HASH  last = time of the last claim, pause = no claims before,
+//	                   restore = end of the restore window after Redis lost records
+//	T:ver        HASH  node -> the newest write of the node this shard has seen
+//	T:reaped     ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
 //	T:u:<node>   HASH  uid -> connections the node holds, for users of this shard
 //	T:ua:<node>  HASH  uid -> how many of those are away (absent: none)
 //	T:m:<node>   SET   "channel uid": the node's memberships, for channels of this shard
@@ -29,7 +32,7 @@ import (
 //	T:mna        HASH  "channel uid" -> those of them that say away; away when it equals T:mn
 //	T:c:<chan>   ZSET  the channel's members, score 0
 //	T:ca:<chan>  SET   the channel's members who are away
-//	T:seq        STRING the shard's edge counter: orders edges against snapshots
+//	T:seq        STRING the shard's edge counter: orders edges against snapshots; starts at 10 x ms
 //	T:msg:<id>   STRING a published message's ID, so a retried or settled publish is not delivered twice
 //
 // Edges are published, inside the script that makes them, on the sharded
@@ -50,7 +53,11 @@ local function K(s) return tag .. ':' .. s end
 -- produced collects this call's edges for the caller, in the order they
 -- were made: kind, uid, channel ('' for a user's), time (ms), ...
 local produced = {}
+-- quiet puts back state whose edges were produced before Redis lost it:
+-- the other nodes' views still hear it (publish), nobody produces it again.
+local quiet = false
 local function produce(kind, uid, channel)
+  if quiet then return end
   produced[#produced + 1] = kind
   produced[#produced + 1] = uid
   produced[#produced + 1] = channel
@@ -63,8 +70,17 @@ end
 local seenTTL = 86400000
 local offlines = 0
 
+-- T:seq starts at ten times the Redis time in ms, so that once Redis lost
+-- it the counter still goes on from above what nodes hold (unless a shard
+-- averaged ten edges per ms), and their filters let the new edges pass;
+-- it stays within the 14 digits cjson writes exactly.
 local function publish(channel, msg)
-  msg.s = redis.call('INCR', K('seq'))
+  local s = redis.call('INCR', K('seq'))
+  if s == 1 then
+    s = now * 10
+    redis.call('SET', K('seq'), string.format('%.0f', s))
+  end
+  msg.s = s
   redis.call('SPUBLISH', channel, cjson.encode(msg))
 end
 
@@ -227,22 +243,81 @@ local function reap(node, budget)
     end
     if cursor == '0' then break end
   end
-  if redis.call('EXISTS', uk, mk) == 0 then redis.call('SREM', K('dead'), node) end
+  if redis.call('EXISTS', uk, mk) == 0 and redis.call('SREM', K('dead'), node) == 1 then
+    redis.call('HDEL', K('ver'), node)
+    redis.call('ZADD', K('reaped'), now, node)
+  end
   return budget
+end
+
+-- check tells whether Redis lost writes of node that had landed: T:ver
+-- holds fewer than the landed-th (the node's own count; 0 before its
+-- first). Restarted empty, flushed, or failed over to a replica that
+-- missed writes, Redis holds either nothing or an older state of the
+-- node's records. A node whose records were reaped is not such a loss:
+-- their offline and leave edges were made, and writing them again must
+-- make the online and join edges.
+--
+-- The first node to find a loss in the shard opens a restore window of
+-- window ms. Exactly-once rests on this: inside it every live node puts
+-- back quietly what had landed (its edges were produced before the loss)
+-- and no record that could make an edge is applied, by any node, so that
+-- every node's restore precedes every node's change made meanwhile: a
+-- node that applied its user's departure before another node restored
+-- the same user would make an offline edge for a user still online.
+-- A loss found within late ms after the window is a node that missed it:
+-- it writes again with edges, as one taken for dead does. On a loss the
+-- node's stale records are dropped, quietly, and it must restore.
+-- Returns lost, and the end of the window (ms).
+local function check(node, landed, v, window, late)
+  local stored = tonumber(redis.call('HGET', K('ver'), node) or '0')
+  local reaped = stored == 0 and redis.call('ZREM', K('reaped'), node) == 1
+  redis.call('HSET', K('ver'), node, math.max(stored, v))
+  local till = num(redis.call('HGET', K('clock'), 'restore'))
+  if landed == 0 or stored >= landed or reaped then return false, till end
+  if now >= till + late then
+    till = now + window
+    redis.call('HSET', K('clock'), 'restore', till)
+  end
+  quiet = true
+  local uk, mk = K('u:' .. node), K('m:' .. node)
+  for _, uid in ipairs(redis.call('HKEYS', uk)) do setUser(node, uid, 0, 0) end
+  for _, rec in ipairs(redis.call('SMEMBERS', mk)) do
+    local sep = string.find(rec, ' ', 1, true)
+    setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
+  end
+  quiet = false
+  return true, till
 end
 `
 
 // setScript renews the node's liveness in the shard, then applies its
-// records: ARGV after tag, node, ttl ms, last-seen TTL ms is a list of "u",
-// uid, n, away (n connections of which away are away; n 0 drops the record)
-// and "m", channel, uid, 1|0, away 1|0.
-// Returns {1 if the node had been taken for dead, then kind, uid, channel,
-// ms per edge made}.
+// records. ARGV: tag, node, ttl ms, last-seen TTL ms, the node's landed
+// writes, this write's number, restore window ms, mode ("w" write, "r"
+// restore: what had landed before a loss), then a list of "u", uid, n,
+// away (n connections of which away are away; n 0 drops the record) and
+// "m", channel, uid, 1|0, away 1|0.
+// Returns {1 if the node had been taken for dead, state, ms left of the
+// restore window, then kind, uid, channel, ms per edge made}; state is 0
+// applied, 1 not applied (the restore window is open), 2 not applied
+// (Redis lost the node's writes: it must restore first), 3 restored.
+// A restore inside the window is quiet; after it, it makes edges.
 var setScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
-local back = alive(node, tonumber(ARGV[3]))
+local ttl = tonumber(ARGV[3])
+local back = alive(node, ttl)
 seenTTL = tonumber(ARGV[4])
-local i = 5
+local lost, till = check(node, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ttl)
+local state = 0
+if lost then
+  state = 2
+elseif ARGV[8] == 'r' then
+  state, quiet = 3, now < till
+elseif now < till then
+  state = 1
+end
+local i = 9
+if state == 1 or state == 2 then i = #ARGV + 1 end
 while i <= #ARGV do
   if ARGV[i] == 'u' then
     setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
@@ -252,9 +327,11 @@ while i <= #ARGV do
     i = i + 5
   end
 end
+quiet = false
 trimSeen()
-table.insert(produced, 1, back)
-return produced
+local out = {back, state, math.max(0, till - now)}
+for _, v in ipairs(produced) do out[#out + 1] = v end
+return out
 `)
 
 // claimScript renews the claiming node, marks the nodes whose liveness
@@ -267,21 +344,29 @@ return produced
 // look expired then, though it is alive and about to renew. So after a gap of
 // ARGV[5] ms claims pause for ARGV[6] ms, one renewal round. That also
 // covers a claim sent before a stall and run by Redis only after it.
-// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL ms.
-// Returns {1 if the claimer had been taken for dead, 1 if paused, 1 if more
-// is left to reap, then kind, uid, channel, ms per edge made}.
+// Claims also pause while a restore window is open (see check): a node
+// not restored yet is not dead.
+// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
+// ms, the claimer's landed writes, this write's number, restore window ms.
+// Returns {1 if the claimer had been taken for dead, 1 if paused (2 if
+// paused as Redis lost the claimer's writes: it must restore), 1 if more is
+// left to reap, then kind, uid, channel, ms per edge made}.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
+local ttl = tonumber(ARGV[3])
 seenTTL = tonumber(ARGV[7])
 local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
 local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
-local back = alive(by, tonumber(ARGV[3]))
+local back = alive(by, ttl)
+local lost, till = check(by, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
+if lost then return {0, 2, 0} end
 if now - last > tonumber(ARGV[5]) then
   redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
   return {back, 1, 0}
 end
-if now < pause then return {back, 1, 0} end
+if now < pause or now < till then return {back, 1, 0} end
+redis.call('ZREMRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
   redis.call('ZREM', KEYS[1], node)
   redis.call('SADD', K('dead'), node)
@@ -312,6 +397,8 @@ if reap(node, tonumber(ARGV[3])) <= 0 then more = 1 end
 if redis.call('EXISTS', K('u:' .. node), K('m:' .. node)) == 0 then
   redis.call('ZREM', KEYS[1], node)
   redis.call('SREM', K('dead'), node)
+  redis.call('HDEL', K('ver'), node)
+  redis.call('ZREM', K('reaped'), node)
   more = 0
 end
 trimSeen()
@@ -323,18 +410,30 @@ return out
 // channelScript reads a channel's members, and which of them are away, with
 // the shard's edge counter in one atomic step, so edges after the snapshot
 // are told from those in it.
-// ARGV: tag, channel. Returns {seq, {member, ...}, {away member, ...}}.
-var channelScript = redis.NewScript(`
-local tag = ARGV[1]
+// ARGV: tag, channel. Returns {seq, {member, ...}, {away member, ...}, ms
+// left of the shard's restore window}.
+var channelScript = redis.NewScript(restoreLeft + `
 local seq = tonumber(redis.call('GET', tag .. ':seq') or '0')
-return {seq, redis.call('ZRANGE', tag .. ':c:' .. ARGV[2], 0, -1), redis.call('SMEMBERS', tag .. ':ca:' .. ARGV[2])}
+return {seq, redis.call('ZRANGE', tag .. ':c:' .. ARGV[2], 0, -1), redis.call('SMEMBERS', tag .. ':ca:' .. ARGV[2]), left}
 `)
+
+// restoreLeft sets tag, and left to the ms left of the shard's restore
+// window: a snapshot read inside it may miss what a node has not restored
+// yet.
+const restoreLeft = `
+local tag = ARGV[1]
+local left = 0
+local till = redis.call('HGET', tag .. ':clock', 'restore')
+if till then
+  local t = redis.call('TIME')
+  left = math.max(0, tonumber(till) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+end
+`
 
 // usersScript reads whether users are online and away, with the edge
 // counter. ARGV: tag, uid, ... Returns {seq, 0 (offline), 1 (online,
-// active) or 2 (online, away) per uid}.
-var usersScript = redis.NewScript(`
-local tag = ARGV[1]
+// active) or 2 (online, away) per uid, ms left of the restore window}.
+var usersScript = redis.NewScript(restoreLeft + `
 local out = {tonumber(redis.call('GET', tag .. ':seq') or '0')}
 for i = 2, #ARGV do
   local conns = tonumber(redis.call('HGET', tag .. ':conns', ARGV[i]) or '0')
@@ -346,6 +445,7 @@ for i = 2, #ARGV do
     out[i] = 1
   end
 end
+out[#ARGV + 1] = left
 return out
 `)
 

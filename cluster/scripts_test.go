@@ -30,10 +30,10 @@ func set(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl ti
 // channel, ms, ...
 func setEdges(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, recs ...any) (bool, []any) {
 	t.Helper()
-	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond)}, fullRecords(recs)...)
-	res, err := scriptResult(setScript.Run(context.Background(), c, []string{k.alive}, args...), 1)
+	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond), 0, 0, 0, "w"}, fullRecords(recs)...)
+	res, err := scriptResult(setScript.Run(context.Background(), c, []string{k.alive}, args...), 3)
 	require.NoError(t, err)
-	return flag(res[0]), res[1:]
+	return flag(res[0]), res[3:]
 }
 
 // fullRecords adds away 0 to the records that leave it out.
@@ -236,7 +236,7 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 						recs = append(recs, "m", "room", uid, in)
 					}
 				}
-				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000)}, fullRecords(recs)...)
+				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000), 0, 0, 0, "w"}, fullRecords(recs)...)
 				if _, err := scriptResult(setScript.Run(context.Background(), c, []string{k.alive}, args...), 1); !assert.NoError(t, err) {
 					return
 				}

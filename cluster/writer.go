@@ -28,9 +28,19 @@ type writer struct {
 	closed       bool
 	wake         chan struct{}
 
-	// Owned by loop: what Redis holds for this node.
+	// Owned by loop: what Redis holds for this node, i.e. the state whose
+	// edges were produced.
 	heldUsers   map[string]userCount
 	heldMembers map[membership]bool // -> away
+	// Owned by loop, to find and repair a Redis that lost this node's
+	// writes (see check in the scripts): the number of the newest write
+	// per shard that landed, the last number given, the shards whose held
+	// records must be restored, and until when nothing that can make an
+	// edge is written, as a restore window is open.
+	landed    []int64
+	writes    int64
+	restore   map[int]bool
+	holdUntil time.Time
 
 	stop context.CancelFunc
 	done chan struct{} // closed when loop returns
@@ -49,6 +59,8 @@ func newWriter(b *base) *writer {
 		wake:         make(chan struct{}, 1),
 		heldUsers:    make(map[string]userCount),
 		heldMembers:  make(map[membership]bool),
+		landed:       make([]int64, len(b.keys)),
+		restore:      make(map[int]bool),
 		done:         make(chan struct{}),
 	}
 }
@@ -179,13 +191,20 @@ func (w *writer) loop(ctx context.Context) {
 	defer claim.Stop()
 	var (
 		retry <-chan time.Time
+		held  <-chan time.Time // the restore window ends: write what waited
 		seen  = w.health.recovered()
 	)
 	for {
+		if held == nil && !w.holdUntil.IsZero() {
+			held = time.After(time.Until(w.holdUntil))
+		}
 		var err error
 		select {
 		case <-ctx.Done():
 			return
+		case <-held:
+			held = nil
+			err = w.flush(ctx)
 		case <-w.wake:
 			if retry != nil {
 				continue // Redis failed a moment ago: the retry flushes too
@@ -255,8 +274,18 @@ func (w *writer) recordShard(r record) int {
 	return w.shard(r.channel)
 }
 
-// flush writes the pending changes, round after round (see changes).
+// flush restores what Redis lost, then writes the pending changes, round
+// after round (see changes), unless a restore window is open.
 func (w *writer) flush(ctx context.Context) error {
+	if err := w.restoreLost(ctx); err != nil {
+		return err
+	}
+	if !w.holdUntil.IsZero() {
+		if time.Now().Before(w.holdUntil) {
+			return nil
+		}
+		w.holdUntil = time.Time{}
+	}
 	w.mu.Lock()
 	rounds := w.pending.take()
 	for _, rs := range rounds {
@@ -270,17 +299,51 @@ func (w *writer) flush(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 	for i, recs := range rounds {
-		failed, err := w.write(ctx, recs, false)
-		if err != nil {
+		failed, err := w.write(ctx, recs, modeWrite)
+		if err != nil || len(failed) > 0 {
+			// Failed, or held back by a restore window: what follows waits
+			// behind it.
 			w.mu.Lock()
 			if !w.closed {
 				w.pending.putBack(append([][]record{failed}, rounds[i+1:]...))
 			}
 			w.mu.Unlock()
+			if err == nil {
+				err = w.restoreLost(ctx)
+			}
 			return err
 		}
 	}
 	return nil
+}
+
+// restoreLost writes again, through the restore mode, what had landed in the
+// shards where Redis lost this node's writes.
+func (w *writer) restoreLost(ctx context.Context) error {
+	if len(w.restore) == 0 {
+		return nil
+	}
+	shards := w.restore
+	w.restore = make(map[int]bool)
+	var recs []record
+	for uid, c := range w.heldUsers {
+		if shards[w.shard(uid)] {
+			recs = append(recs, record{uid: uid, n: c.n, away: c.away})
+		}
+	}
+	for k, away := range w.heldMembers {
+		if shards[w.shard(k.channel)] {
+			recs = append(recs, record{uid: k.uid, channel: k.channel, n: 1, away: b2i(away)})
+		}
+	}
+	w.m.rewritten.Add(float64(len(recs)))
+	w.log.Warn("cluster: redis lost this node's records; restoring them", "shards", len(shards), "records", len(recs))
+	var calls []scriptCall
+	for s := range shards {
+		calls = append(calls, w.batches(s, recs, modeRestore)...)
+	}
+	_, err := w.runSet(ctx, calls, modeRestore)
+	return err
 }
 
 // renew flushes, then renews this node's liveness in every shard; a shard
@@ -292,17 +355,18 @@ func (w *writer) renew(ctx context.Context) error {
 	start := time.Now()
 	calls := make([]scriptCall, len(w.keys))
 	for s := range w.keys {
-		calls[s] = w.setCall(s, nil)
+		calls[s] = w.setCall(s, nil, modeWrite)
 	}
-	if _, err := w.runSet(ctx, calls, false); err != nil {
+	if _, err := w.runSet(ctx, calls, modeWrite); err != nil {
 		return err
 	}
 	w.m.renew.Observe(time.Since(start).Seconds())
-	return nil
+	return w.restoreLost(ctx)
 }
 
-// reassert writes everything this node holds in shards again: Redis lost it,
-// or reaped it while this node was cut off or stalled.
+// reassert writes everything this node holds in shards again, making its
+// edges: Redis reaped it while this node was cut off or stalled, and made
+// the offline and leave edges then.
 func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	var recs []record
 	for uid, c := range w.heldUsers {
@@ -320,22 +384,58 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	}
 	w.m.rewritten.Add(float64(len(recs)))
 	w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
-	failed, err := w.write(ctx, recs, true)
+	failed, err := w.write(ctx, recs, modeReassert)
 	w.requeueHeld(failed)
 	return err
 }
 
-func (w *writer) setCall(shard int, recs []record) scriptCall {
-	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds()}
+// The modes of setScript calls: changes, held records written again with
+// their edges, and held records restored after Redis lost them.
+const (
+	modeWrite = iota
+	modeReassert
+	modeRestore
+)
+
+func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
+	w.writes++
+	m := "w"
+	if mode == modeRestore {
+		m = "r"
+	}
+	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
+		w.landed[shard], w.writes, w.restoreWindow().Milliseconds(), m}
 	for _, r := range recs {
 		args = append(args, r.args()...)
 	}
-	return scriptCall{shard: shard, args: args, recs: recs}
+	return scriptCall{shard: shard, args: args, recs: recs, write: w.writes}
+}
+
+// restoreWindow is how long, after Redis lost records, every live node has
+// to restore its own before any change is written: one renewal round, and
+// a retry, as nodes renew at once when Redis answers again.
+func (w *writer) restoreWindow() time.Duration { return w.cfg.RenewEvery + 2*w.retry }
+
+// batches splits shard's records among recs into setScript calls.
+func (w *writer) batches(shard int, recs []record, mode int) []scriptCall {
+	var rs []record
+	for _, r := range recs {
+		if w.recordShard(r) == shard {
+			rs = append(rs, r)
+		}
+	}
+	var calls []scriptCall
+	for len(rs) > 0 {
+		n := min(len(rs), w.cfg.Batch)
+		calls = append(calls, w.setCall(shard, rs[:n], mode))
+		rs = rs[n:]
+	}
+	return calls
 }
 
 // write runs setScript for recs in pipelined batches per shard, and
-// returns the records of the calls that failed.
-func (w *writer) write(ctx context.Context, recs []record, reasserting bool) ([]record, error) {
+// returns the records of the calls that failed or were held back.
+func (w *writer) write(ctx context.Context, recs []record, mode int) ([]record, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
@@ -348,17 +448,18 @@ func (w *writer) write(ctx context.Context, recs []record, reasserting bool) ([]
 	for s, rs := range perShard {
 		for len(rs) > 0 {
 			n := min(len(rs), w.cfg.Batch)
-			calls = append(calls, w.setCall(s, rs[:n]))
+			calls = append(calls, w.setCall(s, rs[:n], mode))
 			rs = rs[n:]
 		}
 	}
-	return w.runSet(ctx, calls, reasserting)
+	return w.runSet(ctx, calls, mode)
 }
 
-// runSet runs setScript calls and returns the records of those that failed;
-// records that landed update what this node holds. Shards that had taken
-// this node for dead get its records again.
-func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting bool) (failed []record, err error) {
+// runSet runs setScript calls and returns the records of those that failed
+// or that a restore window held back; records that landed update what this
+// node holds. Shards that had taken this node for dead get its records
+// again; those that lost its writes are marked for restoring.
+func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (failed []record, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout())
 	defer cancel()
 	var firstErr error
@@ -366,18 +467,38 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 	var made []any // the edges, handed on once every call is read: see produced
 	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
-		res, err := scriptResult(cmd, 1)
+		res, err := scriptResult(cmd, 3)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
-			failed = append(failed, c.recs...)
+			if mode == modeRestore {
+				w.restore[c.shard] = true
+			} else {
+				failed = append(failed, c.recs...)
+			}
 			continue
 		}
-		if flag(res[0]) && !reasserting {
+		w.landed[c.shard] = max(w.landed[c.shard], c.write)
+		state, _ := res[1].(int64)
+		left, _ := res[2].(int64)
+		switch state {
+		case setHeldBack, setLost:
+			if state == setLost {
+				w.restore[c.shard] = true
+			}
+			if mode != modeRestore {
+				failed = append(failed, c.recs...)
+			}
+			if until := time.Now().Add(time.Duration(left) * time.Millisecond); until.After(w.holdUntil) {
+				w.holdUntil = until
+			}
+			continue
+		}
+		if flag(res[0]) && mode == modeWrite {
 			back[c.shard] = true
 		}
-		made = append(made, res[1:]...)
+		made = append(made, res[3:]...)
 		for _, r := range c.recs {
 			w.hold(r)
 		}
@@ -390,10 +511,17 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, reasserting boo
 	}
 	w.health.ok()
 	if len(back) > 0 {
-		return nil, w.reassert(ctx, back)
+		return failed, w.reassert(ctx, back)
 	}
-	return nil, nil
+	return failed, nil
 }
+
+// The states setScript reports of a call besides applied: held back by an
+// open restore window, or refused as Redis lost this node's writes.
+const (
+	setHeldBack = 1
+	setLost     = 2
+)
 
 func (w *writer) hold(r record) {
 	switch {
