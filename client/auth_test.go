@@ -146,10 +146,22 @@ func TestExpiredTokenIsRefreshed(t *testing.T) {
 	var calls atomic.Int64
 	opts := fast("", "lobby")
 	opts.Token = first
-	opts.RefreshToken = func(context.Context) (string, error) {
+	opts.RefreshToken = func(ctx context.Context) (string, error) {
 		calls.Add(1)
 		if time.Now().Before(exp) {
 			return "", errors.New("not yet") // so the server closes with 4401
+		}
+		// The server closes at its first tick past exp: a token the Client
+		// got sooner would go out as a refresh and keep the connection.
+		for s.upgrades.Load() == 1 {
+			if _, members, err := s.hub.Members(ctx, "lobby", 1); err != nil || len(members) == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 		return token(t, "alice", time.Hour), nil
 	}

@@ -10,8 +10,9 @@ import (
 )
 
 // Join joins channel ch and returns once its snapshot came, or with the
-// server's refusal (a *ServerError). The Client stays in ch across
-// reconnects until Leave. If ctx ends first, the Client still joins ch
+// server's refusal (a *ServerError) or a snapshot that contradicts itself
+// (ErrProtocol), after which the Client is not in ch. Otherwise it stays
+// in ch across reconnects until Leave. If ctx ends first, the Client still joins ch
 // when it can. A join leaves the connection's activity as it was.
 func (c *Client) Join(ctx context.Context, ch string) error {
 	if !protocol.ValidChannel(ch) {
@@ -30,7 +31,7 @@ func (c *Client) Join(ctx context.Context, ch string) error {
 		_, err := cn.call(ctx, protocol.Join{Channel: ch}, &request{kind: "joined", channel: ch})
 		return err
 	})
-	if isServerError(err) {
+	if isServerError(err) || errors.Is(err, ErrProtocol) {
 		c.mu.Lock()
 		delete(c.joined, ch)
 		c.mu.Unlock()

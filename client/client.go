@@ -156,7 +156,9 @@ func (c *Client) Close() error {
 // *protocol.MembersPage, *protocol.Left, *protocol.Welcome,
 // *protocol.Error, ...; pongs are left out), and the Client's own
 // *StateChange, in the order they came. Each comes after the state it
-// changed was updated. The channel is closed when the Client stops.
+// changed was updated; a frame the Client ignored (see "A server that
+// misbehaves" in the package documentation) does not come. The channel is
+// closed when the Client stops.
 //
 // Data events are never dropped: *protocol.Chat, *protocol.Publish,
 // *protocol.Message, and a *protocol.Error whose Ref is set (a chat of

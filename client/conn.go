@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +45,7 @@ type request struct {
 	kind    string // the answer's type: joined, left, watching, members
 	channel string
 	after   string   // members: the page's start
+	limit   int      // members: the most the page may hold
 	uids    []string // watching: the list asked for
 	res     chan result
 }
@@ -55,45 +53,6 @@ type request struct {
 type result struct {
 	frame protocol.Frame
 	err   error
-}
-
-// dial opens a WebSocket and reads its welcome.
-func (c *Client) dial(ctx context.Context, token string) (*websocket.Conn, *protocol.Welcome, error) {
-	u := *c.url
-	if c.opts.UID != "" {
-		q := u.Query()
-		q.Set("uid", c.opts.UID)
-		u.RawQuery = q.Encode()
-	}
-	h := c.opts.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	if token != "" {
-		h.Set("Authorization", "Bearer "+token)
-	}
-	ws, resp, err := c.dialer.DialContext(ctx, u.String(), h)
-	if err != nil {
-		if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			resp.Body.Close()
-			return nil, nil, &CloseError{Status: resp.StatusCode, Reason: strings.TrimSpace(string(body))}
-		}
-		return nil, nil, fmt.Errorf("client: dial %s: %w", c.url.Redacted(), err)
-	}
-	_ = ws.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	_, data, err := ws.ReadMessage()
-	if err != nil {
-		ws.Close()
-		return nil, nil, fmt.Errorf("client: read welcome: %w", err)
-	}
-	f, err := protocol.ParseServer(data)
-	w, ok := f.(*protocol.Welcome)
-	if err != nil || !ok {
-		ws.Close()
-		return nil, nil, fmt.Errorf("client: want a welcome first, got %q (%v)", protocol.Truncate(string(data)), err)
-	}
-	return ws, w, nil
 }
 
 // start makes a conn of ws and starts its reader and writer.
@@ -104,14 +63,11 @@ func (c *Client) start(ws *websocket.Conn, w *protocol.Welcome) *conn {
 	c.mu.Unlock()
 	cn := &conn{
 		c: c, gen: gen, ws: ws, uid: w.UID,
-		timeout:    time.Duration(w.TimeoutMS) * time.Millisecond,
+		timeout:    serverTimeout(w.TimeoutMS),
 		out:        make(chan outMsg),
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
 		readerDone: make(chan struct{}),
-	}
-	if cn.timeout <= 0 {
-		cn.timeout = 30 * time.Second
 	}
 	ws.SetPingHandler(func(data string) error {
 		_ = ws.SetReadDeadline(time.Now().Add(cn.readTimeout()))
@@ -169,6 +125,15 @@ func (cn *conn) shutdown() {
 	cn.end(ErrClosed)
 }
 
+// fail ends the connection of a server that broke the protocol, telling
+// it so (1002) on the way.
+func (cn *conn) fail(err error) {
+	cn.c.log.Warn("client: connection dropped", "err", err)
+	msg := websocket.FormatCloseMessage(websocket.CloseProtocolError, "protocol error")
+	_ = cn.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+	cn.end(err)
+}
+
 // wait waits for the reader and writer to return, after end.
 func (cn *conn) wait() {
 	<-cn.readerDone
@@ -193,8 +158,9 @@ func (cn *conn) read() {
 		if typ == websocket.TextMessage {
 			if f, err := protocol.ParseServer(data); err != nil {
 				cn.c.log.Debug("client: frame not understood", "err", err)
-			} else {
-				cn.c.handle(cn, f)
+			} else if err := cn.c.handle(cn, f); err != nil {
+				cn.fail(err)
+				return
 			}
 		}
 		cn.deliver()

@@ -5,9 +5,11 @@
 // reconnects.
 //
 // Dial connects and returns once the connection is live: the server's
-// welcome and the snapshot of every channel of Options.Channels have come.
+// welcome and the snapshot of every channel of Options.Channels have come;
+// it returns when its ctx ends, whatever the server does meanwhile.
 // The Client then reconnects by itself after a network error or a close,
-// with jittered exponential backoff, except after 4403 "disconnected" and
+// with jittered exponential backoff that starts over only after a
+// connection stayed live for 10 s, except after 4403 "disconnected" and
 // 4401 "token expired" (which first asks Options.RefreshToken for a new
 // token and reconnects with it if it gives one). After each reconnect it
 // joins every channel again, sends the watch list and the away state again,
@@ -45,6 +47,34 @@
 // waiting for room, is dropped rather than waited for; Dropped counts
 // them. Events keep their order either way: no notice overtakes a data
 // event.
+//
+// # A server that misbehaves
+//
+// The Client checks what the server sends before it changes any state, so
+// a broken or hostile server cannot make it use unbounded memory, loop, or
+// hold a state no later frame repairs:
+//
+//   - A frame over Options.ReadLimit (4 MiB by default) ends the
+//     connection (close 1009) before it is read; the Client reconnects.
+//   - A second welcome on a connection ends it (close 1002); the Client
+//     reconnects. A first frame that is not a welcome fails the attempt.
+//   - A snapshot that contradicts itself (a negative or absurd count, more
+//     members than its count, members out of order, away users it does
+//     not list) fails the Join, or the reconnect, with ErrProtocol.
+//   - A members page that breaks the paging rules (a next that does not
+//     come after the request's after or is not the page's last member,
+//     members not after after, out of order, more than asked or counted)
+//     ends LoadMembers with ErrProtocol, so paging always ends.
+//   - Other frames that cannot be right are ignored: neither applied nor
+//     passed on to Events. These are diffs and typing frames with a
+//     negative or absurd count or about a channel not joined on this
+//     connection, snapshots, pages and watch answers nobody asked for, and
+//     status about users not watched (a status frame is cut to the watched
+//     users). They never end the connection: ignored, they do no harm,
+//     and the state the rest of the frames keep is still right.
+//   - The welcome's timeout is taken between 300 ms and 10 minutes.
+//
+// Options.Logger gets a warning for each frame ignored as broken.
 //
 // # Concurrency
 //

@@ -72,6 +72,12 @@ func (e *ServerError) Error() string {
 	return "client: server refused: " + e.Message
 }
 
+// ErrProtocol is wrapped by the errors about frames the server should not
+// have sent: a first frame that is not a welcome, a second welcome, or a
+// snapshot or page that contradicts itself or the request it answers.
+// Frames like these are never applied to the state.
+var ErrProtocol = errors.New("client: the server broke the protocol")
+
 // errConnLost fails the calls waiting on a connection that ended; they
 // try again on the next one.
 var errConnLost = errors.New("client: connection lost")

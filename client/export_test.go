@@ -36,6 +36,14 @@ func SetMinReadTimeout(t testing.TB, d time.Duration) {
 	t.Cleanup(func() { minReadTimeout = old })
 }
 
+// SetStableAfter shortens how long a connection must stay live for the
+// backoff to start over, for the rest of t; call it before Dial.
+func SetStableAfter(t testing.TB, d time.Duration) {
+	old := stableAfter
+	stableAfter = d
+	t.Cleanup(func() { stableAfter = old })
+}
+
 var (
 	TokenExpiry = tokenExpiry
 	RefreshAt   = refreshAt

@@ -1,20 +1,38 @@
 package client
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/presenced/presenced/protocol"
 )
 
 // handle applies a frame from cn to the state, answers the call awaiting
-// it, and passes it on to Events. It runs on cn's reader.
-func (c *Client) handle(cn *conn, f protocol.Frame) {
+// it, and passes it on to Events. It runs on cn's reader. A frame that
+// fails the checks of check.go is neither applied nor passed on; the
+// error it returns, for a server that cannot be followed any more, ends
+// the connection.
+func (c *Client) handle(cn *conn, f protocol.Frame) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var answered *request
 	switch f := f.(type) {
 	case *protocol.Pong:
-		return
+		return nil
+	case *protocol.Welcome:
+		// The first came before the connection started; another would
+		// mean a new session on the same socket, which no server starts.
+		return fmt.Errorf("%w: a second welcome", ErrProtocol)
 	case *protocol.Joined:
-		answered = cn.takeLocked("joined", f.Channel)
+		if answered = cn.takeLocked("joined", f.Channel); answered == nil {
+			c.ignoreLocked(f, errors.New("a snapshot not asked for"))
+			return nil
+		}
+		if err := checkJoined(f); err != nil {
+			answered.res <- result{err: err}
+			c.ignoreLocked(f, err)
+			return nil
+		}
 		if _, want := c.joined[f.Channel]; !want {
 			break // left since the join went out: its leave follows
 		}
@@ -31,24 +49,47 @@ func (c *Client) handle(cn *conn, f protocol.Frame) {
 		delete(c.loaded, f.Channel)
 		answered = cn.takeLocked("left", f.Channel)
 	case *protocol.Presence:
-		if st := c.channels[f.Channel]; st != nil && st.gen == cn.gen {
-			st.diff(f)
+		st := c.followedLocked(cn, f.Channel)
+		if err := checkDiff(f); st == nil || err != nil {
+			c.ignoreLocked(f, cmpOr(err, errNotFollowed))
+			return nil
 		}
+		st.diff(f)
 	case *protocol.TypingUsers:
-		if st := c.channels[f.Channel]; st != nil && st.gen == cn.gen {
-			st.typingUsers(f)
+		st := c.followedLocked(cn, f.Channel)
+		if err := checkTyping(f); st == nil || err != nil {
+			c.ignoreLocked(f, cmpOr(err, errNotFollowed))
+			return nil
 		}
+		st.typingUsers(f)
 	case *protocol.MembersPage:
-		answered = cn.takeLocked("members", f.Channel)
-		if st := c.channels[f.Channel]; answered != nil && st != nil && st.gen == cn.gen {
+		if answered = cn.takeLocked("members", f.Channel); answered == nil {
+			c.ignoreLocked(f, errors.New("a page not asked for"))
+			return nil
+		}
+		if err := checkPage(f, answered.after, answered.limit); err != nil {
+			answered.res <- result{err: err}
+			c.ignoreLocked(f, err)
+			return nil
+		}
+		if st := c.followedLocked(cn, f.Channel); st != nil {
 			st.page(f, answered.after)
 		}
 	case *protocol.Watching:
-		if answered = cn.takeLocked("watching", ""); answered != nil {
-			c.users = watching(c.users, answered.uids, f)
+		if answered = cn.takeLocked("watching", ""); answered == nil {
+			c.ignoreLocked(f, errors.New("a watch list not asked for"))
+			return nil
 		}
+		c.users = watching(c.users, answered.uids, f)
 	case *protocol.Status:
-		status(c.users, f)
+		watched := onlyWatched(c.users, f)
+		if watched == nil {
+			c.ignoreLocked(f, errNotWatched)
+			return nil
+		}
+		status(c.users, watched)
+		c.emitLocked(watched)
+		return nil
 	case *protocol.Error:
 		// An error with a ref answers a chat, which awaits no answer.
 		if f.Ref == nil {
@@ -61,4 +102,29 @@ func (c *Client) handle(cn *conn, f protocol.Frame) {
 		answered.res <- result{frame: f}
 	}
 	c.emitLocked(f)
+	return nil
+}
+
+var errNotFollowed = errors.New("about a channel not joined on this connection")
+
+// followedLocked returns the state of channel ch if it holds cn's
+// snapshot, else nil: frames about a channel the Client never joined, or
+// joined on an earlier connection only, must not touch its state.
+func (c *Client) followedLocked(cn *conn, ch string) *chanState {
+	if st := c.channels[ch]; st != nil && st.gen == cn.gen {
+		return st
+	}
+	return nil
+}
+
+// ignoreLocked notes a frame left unapplied: a warning when the frame
+// cannot be right, a debug line when it is only not for this Client (a
+// channel it is not in, a user it does not watch, an answer it did not
+// ask for).
+func (c *Client) ignoreLocked(f protocol.Frame, why error) {
+	if errors.Is(why, ErrProtocol) {
+		c.log.Warn("client: frame ignored", "type", f.Type(), "err", why)
+		return
+	}
+	c.log.Debug("client: frame ignored", "type", f.Type(), "why", why)
 }

@@ -22,6 +22,8 @@ const passes = 3
 // the channel again after each reconnect, until Leave. A channel above the
 // server's -presence-lists sends diffs without lists: its list stays exact
 // until the next such diff, which makes it stale (not Complete) again.
+// A page that breaks the paging rules (see the package documentation)
+// ends it with ErrProtocol and is not applied.
 func (c *Client) LoadMembers(ctx context.Context, ch string) error {
 	if err := c.loadMembers(ctx, ch); err != nil {
 		return fmt.Errorf("client: load members of %s: %w", ch, err)
@@ -52,7 +54,7 @@ func (c *Client) loadMembers(ctx context.Context, ch string) error {
 			after := ""
 			for {
 				f, err := cn.call(ctx, protocol.Members{Channel: ch, After: after, Limit: limit},
-					&request{kind: "members", channel: ch, after: after})
+					&request{kind: "members", channel: ch, after: after, limit: limit})
 				if err != nil {
 					return err
 				}

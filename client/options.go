@@ -34,10 +34,20 @@ type Options struct {
 	// handshake timeout.
 	Dialer *websocket.Dialer
 	// MinBackoff and MaxBackoff bound the wait before a reconnect: it
-	// starts at MinBackoff, doubles with each failed attempt up to
-	// MaxBackoff, and is jittered down by up to half. 0 means 500 ms and
-	// 15 s.
+	// starts at MinBackoff, doubles with each attempt up to MaxBackoff,
+	// and is jittered down by up to half. It starts over only after a
+	// connection that stayed live for 10 s: a server that accepts and then
+	// drops at once (after the welcome, say) sees the waits grow as it
+	// would if it refused. 0 means 500 ms and 15 s.
 	MinBackoff, MaxBackoff time.Duration
+	// ReadLimit is the largest frame the Client accepts from the server, in
+	// bytes; 0 or less means DefaultReadLimit. A bigger frame ends the
+	// connection (close 1009) before the Client reads it, and the Client
+	// reconnects as after any other loss. The largest frames presenced
+	// sends are a joined snapshot (about 70 bytes per member of the
+	// server's -member-list) and what the application publishes: raise it
+	// for a -member-list above some 50,000.
+	ReadLimit int64
 	// EventBuffer is the capacity of the Events channel; 0 means 256. When
 	// it is full, a data event (a chat, publish or message; see Events)
 	// waits for room, and the Client reads no more from the server
@@ -49,6 +59,9 @@ type Options struct {
 	// Logger receives the Client's debug and warning lines; nil is silent.
 	Logger *slog.Logger
 }
+
+// DefaultReadLimit is the ReadLimit of Options that set none.
+const DefaultReadLimit = 4 << 20
 
 const (
 	defaultMinBackoff  = 500 * time.Millisecond
@@ -62,3 +75,22 @@ const (
 // before the Client drops it (else twice the server's timeout). A variable
 // only so that tests can shorten it.
 var minReadTimeout = 10 * time.Second
+
+// stableAfter is how long a connection must have been live for the next
+// reconnect to start the backoff over: as long as the JavaScript client's,
+// so both treat a flapping server alike. A variable only so that tests can
+// shorten it.
+var stableAfter = 10 * time.Second
+
+// Bounds on the server's timeout (the welcome's timeout_ms) as the Client
+// uses it: the app pings go out every third of it, so a timeout of a
+// millisecond would make the Client flood the server, and one of years
+// would make it never notice a dead connection.
+const (
+	minServerTimeout = 300 * time.Millisecond
+	maxServerTimeout = 10 * time.Minute
+)
+
+// maxCount is the largest member or typist count the Client believes: a
+// count above it comes from a broken server, not a real channel.
+const maxCount = 1_000_000_000

@@ -18,10 +18,10 @@ import (
 // error that stopped the Client before.
 func (c *Client) run(ready chan<- error) {
 	defer close(c.runDone)
-	attempt := 0
+	attempt := 0          // since the last stable connection
 	triedRefresh := false // since the last live connection
 	for {
-		wasLive, err := c.session(ready == nil, func() {
+		lived, err := c.session(ready == nil, func() {
 			if ready != nil {
 				ready <- nil
 				ready = nil
@@ -31,8 +31,16 @@ func (c *Client) run(ready chan<- error) {
 			c.stop(ErrClosed, 0)
 			return
 		}
+		wasLive := lived >= 0
+		// Only a connection that lasted starts the backoff over: one that
+		// a server drops as soon as it is live (or after a welcome) must
+		// not let the Client come back at the shortest wait forever.
+		stable := lived >= stableAfter
+		if stable {
+			attempt = 0
+		}
 		if wasLive {
-			attempt, triedRefresh = 0, false
+			triedRefresh = false
 		}
 		code := closeCode(err)
 		final, now := false, false
@@ -58,7 +66,11 @@ func (c *Client) run(ready chan<- error) {
 			return
 		}
 		var delay time.Duration
-		if !now {
+		// A new token is worth trying at once, unless the connection it
+		// replaces died young: then a server that closes with 4401 as soon
+		// as it is live would get a reconnect, and RefreshToken a call,
+		// in a tight loop.
+		if !now || (wasLive && !stable) {
 			delay = backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
 			attempt++
 		}
@@ -101,9 +113,9 @@ func isServerError(err error) bool {
 }
 
 // session makes one connection and serves it until it ends. It reports
-// whether the connection was live (onLive was called) and why it ended;
-// a server's close comes as a *CloseError.
-func (c *Client) session(again bool, onLive func()) (wasLive bool, err error) {
+// how long the connection was live (from onLive to its end; -1 if it never
+// was) and why it ended; a server's close comes as a *CloseError.
+func (c *Client) session(again bool, onLive func()) (lived time.Duration, err error) {
 	c.mu.Lock()
 	token := c.token
 	if again {
@@ -112,13 +124,13 @@ func (c *Client) session(again bool, onLive func()) (wasLive bool, err error) {
 	c.mu.Unlock()
 	ws, welcome, err := c.dial(c.ctx, token)
 	if err != nil {
-		return false, err
+		return -1, err
 	}
 	cn := c.start(ws, welcome)
 	defer cn.wait()
 	if err := c.resync(cn, !again); err != nil {
 		cn.end(err)
-		return false, err
+		return -1, err
 	}
 	c.mu.Lock()
 	if !cn.ended {
@@ -128,6 +140,7 @@ func (c *Client) session(again bool, onLive func()) (wasLive bool, err error) {
 	held := len(c.held) > 0
 	reload := sorted(c.loaded)
 	c.mu.Unlock()
+	liveAt := time.Now()
 	onLive()
 	if held {
 		// The reader hands over the data events held while the joins went
@@ -141,7 +154,8 @@ func (c *Client) session(again bool, onLive func()) (wasLive bool, err error) {
 			}
 		})
 	}
-	return true, c.serve(cn)
+	err = c.serve(cn)
+	return time.Since(liveAt), err
 }
 
 // serve waits for cn to end, refreshing the token before it expires.
