@@ -39,6 +39,10 @@ func (h *Hub) routes() {
 		"POST /api/publish":           h.serverAPI(h.servePublish),
 		"POST /api/send":              h.serverAPI(h.serveSend),
 	}
+	// A page on an allowed origin may call any of them: the key, not the
+	// origin, is what guards the server API, and a page holding one gains
+	// nothing over curl; refusing its preflight would only break it.
+	api = h.withPreflight(api)
 	health := map[string]http.HandlerFunc{
 		"GET /healthz": h.serveHealth,
 		"GET /readyz":  h.serveReady,
@@ -59,30 +63,39 @@ func (h *Hub) routes() {
 // GET /readyz. Mount it for "/ws", "/api/", "/healthz" and "/readyz" in a
 // larger mux, or mount ServeWS, APIHandler and HealthHandler one by one.
 // Unknown paths and methods get 404 and 405 with a JSON body, like every
-// other refusal.
+// other refusal. Pages on the allowed origins may call the API (CORS, with
+// preflights); see CORS for /presenced.js.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	serveJSONMux(h.mux, w, r)
+	var cors *originPolicy
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		cors = h.origins
+	}
+	serveJSONMux(h.mux, cors, w, r)
 }
 
 // APIHandler serves the HTTP API alone: POST /api/heartbeat, GET /api/ring
 // and the server API (GET /api/presence, /api/presence/{uid},
-// /api/channels/{channel}, POST /api/publish, /api/send). Mount it for
-// "/api/".
+// /api/channels/{channel}, POST /api/publish, /api/send), with OPTIONS on
+// each for CORS preflights from the allowed origins. Mount it for "/api/".
 func (h *Hub) APIHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.api, w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.api, h.origins, w, r) })
 }
 
 // HealthHandler serves the health checks alone: GET /healthz (liveness) and
 // GET /readyz (readiness). Mount it for "/healthz" and "/readyz".
 func (h *Hub) HealthHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.health, w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.health, nil, w, r) })
 }
 
 // serveJSONMux serves r from mux, answering its own refusals (404, or 405
-// with Allow) in JSON with the same status and headers.
-func serveJSONMux(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+// with Allow) in JSON with the same status and headers, and with the CORS
+// headers of cors when it is not nil, so a page can read why.
+func serveJSONMux(mux *http.ServeMux, cors *originPolicy, w http.ResponseWriter, r *http.Request) {
 	handler, pattern := mux.Handler(r)
 	if pattern == "" {
+		if cors != nil {
+			cors.crossOrigin(w.Header(), r)
+		}
 		rec := &statusRecorder{header: http.Header{}}
 		handler.ServeHTTP(rec, r)
 		if allow := rec.header.Get("Allow"); allow != "" {

@@ -39,7 +39,9 @@ var files = func() fs.FS {
 }()
 
 // Handler serves the demo page and its assets, and the JavaScript client at
-// /presenced.js, to GET and HEAD. Mount it at
+// /presenced.js, to GET and HEAD. It knows no origins: for a page on another
+// origin to import the client, serve /presenced.js through the Hub's CORS,
+// which knows the allowed ones. Mount it at
 // "/": the page expects /ws and /api/ on the same host. Like the server's
 // API it refuses in JSON: {"error":"not found"} with 404 for a path that
 // names no file, {"error":"method not allowed"} with 405 and Allow for

@@ -395,7 +395,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/", web.Handler())
+	page := web.Handler()
+	mux.Handle("/", page)
+	mux.Handle("/presenced.js", hub.CORS(page))
 	mux.Handle("/ws", hub)
 	mux.Handle("/api/", hub)
 	mux.Handle("/healthz", hub)

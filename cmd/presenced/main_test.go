@@ -440,7 +440,7 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 	}{
 		{"GET", "/nope", 404, ""},
 		{"GET", "/api/nope", 404, ""},
-		{"DELETE", "/api/presence", 405, "GET, HEAD"},
+		{"DELETE", "/api/presence", 405, "GET, HEAD, OPTIONS"},
 		{"POST", "/", 405, "GET, HEAD"},
 		{"POST", "/metrics", 405, "GET, HEAD"},
 	} {
