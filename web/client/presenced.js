@@ -19,10 +19,25 @@ export const FINAL_CLOSES = [4401, 4403];
 // the status (a browser's does not): a bad user ID, an origin or a path.
 const REFUSALS = [400, 403, 404];
 
-// A connection that lived this long resets the backoff: a server that
-// accepts and drops at once must not be hammered.
+// A connection that stayed live (welcomed) this long resets the backoff;
+// until one does, every attempt waits longer than the last, so a server that
+// accepts and drops at once, or welcomes and drops, is not hammered.
 const STABLE_MS = 10000;
 const MAX_TIMER = 2 ** 31 - 1; // setTimeout overflows past this
+const MIN_PING_MS = 100; // app pings never come closer than this, whatever the welcome says
+
+/** The default of the maxMessageBytes option: 4 MiB, ample for a page of 1000 members. */
+export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+/** The default of the connectTimeoutMs option: from opening a connection to its welcome. */
+export const CONNECT_TIMEOUT_MS = 10000;
+
+// Codes the client reports (in 'state' and lastClose) for connections it
+// ended itself: no welcome in time, a message over the limit, a snapshot or
+// diff that breaks the protocol. In a browser the close frame it sends says
+// only 1000 or nothing, the codes a page may send.
+const NO_WELCOME = 1006;
+const TOO_BIG = 1009;
+const PROTOCOL_ERROR = 1002;
 
 /** backoffDelay is the wait before reconnect attempt n (0-based): 0.5 s doubling to 15 s, the upper half jittered. */
 export function backoffDelay(n) {
@@ -44,9 +59,80 @@ export function tokenExpiry(token) {
 // The server's rule for channel names: a bad one gets an error frame that
 // names no channel, which no join could be told from.
 const CHANNEL = /^[A-Za-z0-9_.:@/#-]{1,128}$/;
+// The server's rule for user IDs: what snapshots and pages list.
+const UID = /^[A-Za-z0-9_.@-]{1,64}$/;
 
 const strings = (v) => (Array.isArray(v) ? v.filter((s) => typeof s === 'string') : []);
-const wholeOr = (v, fallback) => (Number.isInteger(v) && v >= 0 ? v : fallback);
+const whole = (v) => Number.isSafeInteger(v) && v >= 0;
+
+// ---- checks of server frames, before they change any state ----
+// Each returns what is wrong, or '' when nothing is.
+
+// badUIDs checks a sorted list of user IDs, all after `after` when given.
+function badUIDs(name, v, after = null) {
+  if (!Array.isArray(v)) return `${name} is not a list`;
+  let last = after;
+  for (const u of v) {
+    if (typeof u !== 'string' || !UID.test(u)) return `${name}: ${JSON.stringify(u)} is not a user ID`;
+    if (last !== null && !(u > last)) return `${name}: ${JSON.stringify(u)} does not come after ${JSON.stringify(last)}`;
+    last = u;
+  }
+  return '';
+}
+
+// badList checks an optional list; what in it is not a string is skipped
+// where it is read.
+const badList = (name, v) => (v == null || Array.isArray(v) ? '' : `${name} is not a list`);
+
+function badSnapshot(f) {
+  if (!whole(f.count)) return `count ${JSON.stringify(f.count)} is not a whole number`;
+  const bad = badUIDs('members', f.members) || badList('away', f.away);
+  if (bad) return bad;
+  if (f.members.length > f.count) return `${f.members.length} members listed, count ${f.count}`;
+  return '';
+}
+
+function badDiff(f) {
+  if (!whole(f.count)) return `count ${JSON.stringify(f.count)} is not a whole number`;
+  return badList('joins', f.joins) || badList('leaves', f.leaves) || badList('away', f.away) || badList('active', f.active);
+}
+
+// badPage checks a members frame against the page asked for: after `after`,
+// at most `limit`; a page that says more follow must name its last member as
+// next, so each page moves the pass on.
+function badPage(f, after, limit) {
+  if (!whole(f.count)) return `count ${JSON.stringify(f.count)} is not a whole number`;
+  const more = f.next !== undefined && f.next !== '';
+  if (more && (typeof f.next !== 'string' || !(f.next > after))) return `next ${JSON.stringify(f.next)} does not move past after ${JSON.stringify(after)}`;
+  const bad = badUIDs('members', f.members, after) || badList('away', f.away);
+  if (bad) return bad;
+  if (f.members.length > limit) return `${f.members.length} members, over the limit of ${limit} asked for`;
+  if (f.members.length > f.count) return `${f.members.length} members listed, count ${f.count}`;
+  if (more && f.next !== f.members[f.members.length - 1]) return `next ${JSON.stringify(f.next)} is not the page's last member`;
+  return '';
+}
+
+// byteSize is the size of a message as it came, in UTF-8 bytes for text; it
+// counts a long string's bytes only when its length leaves a doubt.
+function byteSize(data, limit) {
+  if (typeof data === 'string') {
+    if (data.length > limit || data.length * 3 <= limit) return data.length;
+    let n = 0;
+    for (let i = 0; i < data.length; i++) {
+      const c = data.charCodeAt(i);
+      n += c < 0x80 ? 1 : c < 0x800 ? 2 : c >= 0xd800 && c < 0xdc00 ? (i++, 4) : 3;
+    }
+    return n;
+  }
+  if (data && typeof data.byteLength === 'number') return data.byteLength; // ArrayBuffer, Buffer, views
+  if (data && typeof data.size === 'number') return data.size; // Blob
+  return 0;
+}
+
+// isWsPackage tells the ws package's WebSocket (or a subclass), which takes
+// options, from a browser's, whose second argument is the subprotocols.
+const isWsPackage = (WS) => typeof WS === 'function' && !!WS.prototype &&
+  typeof WS.prototype.terminate === 'function' && typeof WS.prototype.on === 'function';
 
 // ---- one channel's state ----
 
@@ -67,6 +153,7 @@ class Room {
     this.known = false; // a snapshot arrived, on this connection or an earlier one
     this.snap = false; // a snapshot arrived on the current connection
     this.asked = null; // the `after` of the page in flight
+    this.askedLimit = 0; // and its limit
     this.limit = 100; // page size: the server's snapshot size
     this.follow = false; // loadMembers was called: page again after every new snapshot
     this.pageWaiters = []; // loadPage callers: one page each
@@ -84,7 +171,7 @@ class Room {
   snapshot(f) {
     const listed = strings(f.members);
     this.members = new Set(listed);
-    this.count = wholeOr(f.count, listed.length);
+    this.count = f.count;
     this.away = new Set(strings(f.away).filter((u) => this.members.has(u)));
     this.countOnly = false;
     this.through = listed.length < this.count ? (listed[listed.length - 1] ?? '') : null;
@@ -114,7 +201,7 @@ class Room {
     }
     for (const u of strings(f.members)) this.members.add(u);
     for (const u of strings(f.away)) if (this.members.has(u)) this.away.add(u);
-    this.count = wholeOr(f.count, this.count);
+    this.count = f.count;
     this.through = next;
     this.mid = next !== null;
   }
@@ -123,7 +210,7 @@ class Room {
     if (!Array.isArray(f.joins) && !Array.isArray(f.leaves)) {
       // Above the server's -presence-lists: the list can no longer follow.
       this.countOnly = true;
-      this.count = wholeOr(f.count, this.count);
+      this.count = f.count;
       return;
     }
     for (const u of strings(f.leaves)) {
@@ -133,7 +220,7 @@ class Room {
     for (const u of strings(f.joins)) if (this.through === null || u <= this.through) this.members.add(u);
     for (const u of strings(f.active)) this.away.delete(u);
     for (const u of strings(f.away)) if (this.members.has(u)) this.away.add(u);
-    this.count = wholeOr(f.count, this.count);
+    this.count = f.count;
   }
 
   view() {
@@ -172,6 +259,8 @@ export class Presenced extends EventTarget {
   #pingTimer = 0;
   #retryTimer = 0;
   #refreshTimer = 0;
+  #welcomeTimer = 0; // from opening a connection to its welcome
+  #welcomes = 0; // welcomes on the current connection: one is the protocol
   #silenced = false;
 
   /**
@@ -184,17 +273,26 @@ export class Presenced extends EventTarget {
    * @param {any} [o.WebSocket] a WebSocket implementation (the ws package in Node); default globalThis.WebSocket
    * @param {boolean} [o.reconnect] reconnect after a close the server did not mean as final (default true)
    * @param {boolean} [o.keepalive] send app pings (default true)
+   * @param {number} [o.maxMessageBytes] the largest message read; a larger one ends the connection (1009) (default 4 MiB)
+   * @param {number} [o.connectTimeoutMs] from opening a connection to its welcome; past it the attempt is dropped and retried (default 10 s)
    */
-  constructor({ url, token = '', refreshToken = null, uid = '', channels = [], WebSocket = globalThis.WebSocket, reconnect = true, keepalive = true } = {}) {
+  constructor({
+    url, token = '', refreshToken = null, uid = '', channels = [], WebSocket = globalThis.WebSocket, reconnect = true, keepalive = true,
+    maxMessageBytes = MAX_MESSAGE_BYTES, connectTimeoutMs = CONNECT_TIMEOUT_MS,
+  } = {}) {
     super();
     if (!url) throw new TypeError('Presenced: url is required');
     if (!WebSocket) throw new TypeError('Presenced: no WebSocket implementation: pass one (in Node, the ws package)');
+    if (!whole(maxMessageBytes) || maxMessageBytes < 1) throw new TypeError(`Presenced: maxMessageBytes is a positive whole number, not ${maxMessageBytes}`);
+    if (!(connectTimeoutMs > 0 && connectTimeoutMs <= MAX_TIMER)) throw new TypeError(`Presenced: connectTimeoutMs is a positive number of ms, not ${connectTimeoutMs}`);
     this.url = url;
     this.token = token;
     this.refreshToken = refreshToken;
     this.uid = uid;
     this.reconnect = reconnect;
     this.keepalive = keepalive;
+    this.maxMessageBytes = maxMessageBytes;
+    this.connectTimeoutMs = connectTimeoutMs;
     this.#WS = WebSocket;
     /** @type {State} */
     this.state = 'connecting';
@@ -347,7 +445,9 @@ export class Presenced extends EventTarget {
       const u = new URL(this.url);
       if (this.token) u.searchParams.set('token', this.token);
       else if (this.uid) u.searchParams.set('uid', this.uid);
-      ws = new this.#WS(u.toString());
+      // The ws package reads no message past maxPayload (its default is
+      // 100 MiB); other implementations are checked as each message comes.
+      ws = isWsPackage(this.#WS) ? new this.#WS(u.toString(), undefined, { maxPayload: this.maxMessageBytes }) : new this.#WS(u.toString());
     } catch (err) {
       this.#ws = null;
       this.#emit('error', { error: `cannot connect: ${err.message}` });
@@ -355,8 +455,15 @@ export class Presenced extends EventTarget {
       return;
     }
     this.#ws = ws;
+    this.#welcomes = 0;
+    this.#welcomeTimer = setTimeout(() => this.#abort(ws, NO_WELCOME, `no welcome within ${this.connectTimeoutMs} ms`), this.connectTimeoutMs);
     let refused = 0; // the HTTP status of a refused handshake, where the implementation says it (ws does)
-    ws.onmessage = (ev) => { if (ws === this.#ws) this.#frame(ev.data); };
+    ws.onmessage = (ev) => {
+      if (ws !== this.#ws) return;
+      const n = byteSize(ev.data, this.maxMessageBytes);
+      if (n > this.maxMessageBytes) this.#abort(ws, TOO_BIG, `a message of ${n} bytes, over maxMessageBytes (${this.maxMessageBytes})`);
+      else this.#frame(ev.data);
+    };
     ws.onclose = (ev) => {
       if (ws !== this.#ws) return;
       if (refused === 401) this.#lost(4401, 'HTTP 401'); // refreshed and retried like a 4401
@@ -364,9 +471,27 @@ export class Presenced extends EventTarget {
       else this.#lost(ev.code, ev.reason);
     };
     ws.onerror = (ev) => { // a close follows, with its code
-      const m = /Unexpected server response: (\d+)/.exec(String((ev && (ev.message || (ev.error && ev.error.message))) || ''));
+      const msg = String((ev && (ev.message || (ev.error && ev.error.message))) || '');
+      const m = /Unexpected server response: (\d+)/.exec(msg);
       if (m) refused = Number(m[1]);
+      // Past maxPayload the ws package stops reading and closes, but waits
+      // for the server's close frame (up to 30 s): end it now.
+      if ((ev && ev.error && ev.error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') || /max payload size exceeded/i.test(msg)) {
+        this.#abort(ws, TOO_BIG, `a message over maxMessageBytes (${this.maxMessageBytes})`);
+      }
     };
+  }
+
+  // abort ends the current connection from this side, at once and whatever
+  // the server does next, and goes on as after a close with code.
+  #abort(ws, code, reason) {
+    if (ws !== this.#ws) return;
+    this.#ws = null; // its events are not heard any more
+    try {
+      if (typeof ws.terminate === 'function') ws.terminate(); // the ws package: no closing handshake to wait out
+      else ws.close(); // a browser may send no other code than 1000 here
+    } catch { /* closed already */ }
+    this.#lost(code, reason);
   }
 
   #send(frame) {
@@ -389,7 +514,8 @@ export class Presenced extends EventTarget {
   #schedulePing() {
     clearTimeout(this.#pingTimer);
     if (!this.keepalive || this.#silenced || !this.timeoutMs) return;
-    this.#pingTimer = setTimeout(() => this.#send({ type: 'ping' }), this.timeoutMs * (0.2 + Math.random() * 0.15));
+    const wait = Math.min(MAX_TIMER, Math.max(MIN_PING_MS, this.timeoutMs * (0.2 + Math.random() * 0.15)));
+    this.#pingTimer = setTimeout(() => this.#send({ type: 'ping' }), wait);
   }
 
   #scheduleRefresh(failed = false) {
@@ -429,6 +555,7 @@ export class Presenced extends EventTarget {
     this.#ws = null;
     clearTimeout(this.#pingTimer);
     clearTimeout(this.#refreshTimer);
+    clearTimeout(this.#welcomeTimer);
     this.lastClose = { code, reason, at: now };
     if (this.liveSince && now - this.liveSince >= STABLE_MS) this.attempt = 0;
     this.liveSince = 0;
@@ -458,6 +585,7 @@ export class Presenced extends EventTarget {
     clearTimeout(this.#pingTimer);
     clearTimeout(this.#retryTimer);
     clearTimeout(this.#refreshTimer);
+    clearTimeout(this.#welcomeTimer);
     this.lastClose = { code, reason, at: Date.now() };
     this.liveSince = 0;
     if (retry && this.reconnect) {
@@ -493,14 +621,19 @@ export class Presenced extends EventTarget {
     } catch {
       return;
     }
-    if (!f || typeof f !== 'object') return;
+    if (!f || typeof f !== 'object' || Array.isArray(f)) return;
     this.#emit('frame', f); // every frame as it came, for what the state does not keep
+    if (f.type === 'welcome') return this.#welcome(f);
+    // The server speaks first: nothing before the welcome is applied.
+    if (!this.#welcomes && f.type !== 'error') return;
     const ch = typeof f.channel === 'string' ? f.channel : '';
     const r = this.#rooms.get(ch);
+    // Frames of channels not joined (left since, or never asked) are ignored.
     switch (f.type) {
-      case 'welcome': return this.#welcome(f);
       case 'joined': {
         if (!r) return; // left since it was asked
+        const bad = badSnapshot(f);
+        if (bad) return this.#violation(ch, `joined: ${bad}`);
         r.snapshot(f);
         settle(this.#joins, ch, (w) => w.resolve());
         this.#emit('joined', { channel: ch });
@@ -510,6 +643,7 @@ export class Presenced extends EventTarget {
       case 'left': {
         // Unasked, the server took the channel away (a refreshed token no longer allows it).
         const asked = this.#leaves.has(ch);
+        if (!r && !asked) return;
         settle(this.#leaves, ch, (w) => w.resolve());
         if (asked && this.#wanted.has(ch)) return; // joined again since: its snapshot follows
         this.#wanted.delete(ch);
@@ -517,25 +651,31 @@ export class Presenced extends EventTarget {
         this.#emit('left', { channel: ch });
         return;
       }
-      case 'presence':
+      case 'presence': {
         if (!r || !r.snap) return;
+        const bad = badDiff(f);
+        if (bad) return this.#violation(ch, `presence: ${bad}`);
         r.diff(f);
         this.#emit('presence', {
           channel: ch, count: r.count, joins: strings(f.joins), leaves: strings(f.leaves),
           away: strings(f.away), active: strings(f.active),
         });
         return;
+      }
       case 'members': {
         if (!r || r.asked === null) return;
-        r.page(f, r.asked);
+        const after = r.asked;
         r.asked = null;
+        const bad = badPage(f, after, r.askedLimit);
+        if (bad) return this.#pageFailed(ch, r, bad);
+        r.page(f, after);
         for (const w of r.pageWaiters.splice(0)) w.resolve(r.complete);
         if (r.through === null) for (const w of r.allWaiters.splice(0)) w.resolve(r.complete);
         this.#pump(ch, r);
         return;
       }
       case 'typing':
-        if (!r) return;
+        if (!r || !r.snap || badList('users', f.users)) return;
         r.typing = strings(f.users);
         this.#emit('typing', { channel: ch, users: [...r.typing] });
         return;
@@ -566,20 +706,50 @@ export class Presenced extends EventTarget {
       case 'publish': return this.#emit('publish', { channel: ch, data: f.data });
       case 'message': return this.#emit('message', { data: f.data });
       case 'error': {
+        const error = String(f.error);
         if (ch && this.#joins.has(ch)) {
           // A join refused: the channel is not joined, now or after a reconnect.
           this.#wanted.delete(ch);
-          this.#drop(ch, f.error);
-          settle(this.#joins, ch, (w) => w.reject(new Error(`presenced: join ${ch}: ${f.error}`)));
+          this.#drop(ch, error);
+          settle(this.#joins, ch, (w) => w.reject(new Error(`presenced: join ${ch}: ${error}`)));
         }
-        this.#emit('error', ch ? { error: f.error, channel: ch } : { error: f.error });
+        this.#emit('error', ch ? { error, channel: ch } : { error });
       }
     }
   }
 
+  // violation ends a connection whose snapshot or diff breaks the protocol,
+  // unapplied: the channel's state could no longer be trusted, and the next
+  // connection rebuilds it from new snapshots (after a backoff that grows
+  // while connections die young).
+  #violation(ch, what) {
+    const ws = this.#ws;
+    this.#emit('error', { error: `bad frame from the server: ${what}`, channel: ch });
+    this.#abort(ws, PROTOCOL_ERROR, `bad frame: ${what}`);
+  }
+
+  // pageFailed stops a pass of pages at a page that breaks the rules (one
+  // whose next does not move past its after would have it ask forever):
+  // the page is not applied, its callers reject, and nothing pages the
+  // channel again by itself; a new loadMembers or loadPage call tries again.
+  #pageFailed(ch, r, why) {
+    r.follow = false;
+    const err = new Error(`presenced: ${ch}: bad members page: ${why}`);
+    for (const w of r.pageWaiters.splice(0).concat(r.allWaiters.splice(0))) w.reject(err);
+    this.#emit('error', { error: `bad frame from the server: members: ${why}`, channel: ch });
+  }
+
   #welcome(f) {
-    if (typeof f.uid === 'string') this.uid = f.uid;
-    this.timeoutMs = Number(f.timeout_ms) || 0;
+    if (this.#welcomes++) {
+      // A welcome is first and once: another one says nothing, and must not
+      // make the client join everything again.
+      if (this.#welcomes === 2) this.#emit('error', { error: 'bad frame from the server: a second welcome on the connection (ignored, as are any more)' });
+      return;
+    }
+    clearTimeout(this.#welcomeTimer);
+    if (typeof f.uid === 'string' && f.uid) this.uid = f.uid;
+    const t = Number(f.timeout_ms);
+    this.timeoutMs = Number.isFinite(t) && t > 0 ? t : 0;
     this.liveSince = Date.now();
     this.state = 'live';
     // Channels left while no connection held them are left by not joining them.
@@ -630,7 +800,10 @@ export class Presenced extends EventTarget {
       return;
     }
     if (!r.pageWaiters.length && !r.allWaiters.length && !(r.follow && !r.countOnly)) return;
-    if (this.#send({ type: 'members', channel: ch, after, limit: r.limit })) r.asked = after;
+    if (this.#send({ type: 'members', channel: ch, after, limit: r.limit })) {
+      r.asked = after;
+      r.askedLimit = r.limit;
+    }
   }
 
   #setState(state, code) {
