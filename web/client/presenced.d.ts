@@ -1,0 +1,178 @@
+// Type declarations of presenced.js, the JavaScript client of presenced.
+// They cover what the module exports; test/types.test.js checks them
+// against the module and compiles examples/typed.ts with them.
+
+/** The connection's state: `waiting` is the backoff before a reconnect, `closed` is for good (until `connect()`). */
+export type State = 'connecting' | 'live' | 'waiting' | 'closed';
+
+/** What is known of a joined channel: a copy, taken when `channel()` is called. */
+export interface ChannelState {
+  /** Every member, exact. */
+  count: number;
+  /** The members held: all of them while `complete`, else the snapshot's first ones and what pages and diffs added. */
+  members: Set<string>;
+  /** Those of `members` who are away. */
+  away: Set<string>;
+  /** Who types there now, sorted. */
+  typing: string[];
+  /** `members` holds every member: after a full snapshot, or after `loadMembers`, until a count-only diff. */
+  complete: boolean;
+}
+
+/** What is known of a watched user. */
+export interface UserState {
+  state: 'unknown' | 'active' | 'away' | 'offline';
+  /** Unix ms of the offline edge that a status frame reported, else null. */
+  last_seen: number | null;
+}
+
+/** How the last connection ended. */
+export interface CloseInfo {
+  code: number;
+  reason: string;
+  /** Unix ms. */
+  at: number;
+}
+
+/** The part of a WebSocket the client uses: a browser's, the `ws` package's, or one of your own. */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+}
+
+/** A WebSocket implementation: `globalThis.WebSocket` in browsers, the `ws` package's default export in Node. */
+export type WebSocketConstructor = new (url: string, ...rest: any[]) => WebSocketLike;
+
+export interface PresencedOptions {
+  /** The server's WebSocket address, e.g. `wss://chat.example.com/ws`. */
+  url: string;
+  /** An HS256 JWT, for a server with `-jwt-secret`. */
+  token?: string;
+  /** Gives a newer token: called before the token's `exp`, and after a 4401 or an HTTP 401. Nothing, or a throw, means none. */
+  refreshToken?: (() => Promise<string | null | undefined>) | null;
+  /** The user ID, for a server in demo mode (no token). */
+  uid?: string;
+  /** Joined at connect and again after every reconnect. */
+  channels?: string[];
+  /** A WebSocket implementation; default `globalThis.WebSocket`. In Node 20, pass the `ws` package. */
+  WebSocket?: WebSocketConstructor;
+  /** Reconnect after a close the server did not mean as final (default true). */
+  reconnect?: boolean;
+  /** Send app pings (default true). */
+  keepalive?: boolean;
+  /** The largest message read, in bytes; a larger one ends the connection (1009) (default 4 MiB). */
+  maxMessageBytes?: number;
+  /** From opening a connection to its welcome, in ms; past it the attempt is dropped (1006) and retried (default 10 s). */
+  connectTimeoutMs?: number;
+}
+
+/** A frame the server sent, as it came. */
+export interface ServerFrame {
+  type: string;
+  [field: string]: unknown;
+}
+
+/** A frame of the protocol to send as it is (see `send`). */
+export interface ClientFrame {
+  type: string;
+  [field: string]: unknown;
+}
+
+/** The `detail` of each event, by its type. */
+export interface PresencedEventMap {
+  state: { state: State; code?: number };
+  joined: { channel: string };
+  left: { channel: string };
+  presence: { channel: string; count: number; joins: string[]; leaves: string[]; away: string[]; active: string[] };
+  typing: { channel: string; users: string[] };
+  watching: { online: string[]; away: string[] };
+  status: { online: string[]; offline: string[]; away: string[]; active: string[]; last_seen: Record<string, number> };
+  chat: { channel: string; from: string; text: string };
+  publish: { channel: string; data: unknown };
+  message: { data: unknown };
+  error: { error: string; channel?: string };
+  frame: ServerFrame;
+}
+
+/** The events the client dispatches: CustomEvents whose `detail` is typed by the event's type. */
+export interface PresencedEvent<T> extends Event {
+  readonly detail: T;
+}
+
+export type PresencedListener<K extends keyof PresencedEventMap> = (this: Presenced, ev: PresencedEvent<PresencedEventMap[K]>) => void;
+
+type ListenerOptions = boolean | { capture?: boolean; once?: boolean; passive?: boolean; signal?: AbortSignal };
+
+/** One connection to presenced, reconnected as needed; an EventTarget of the events in `PresencedEventMap`. */
+export class Presenced extends EventTarget {
+  constructor(options: PresencedOptions);
+
+  url: string;
+  token: string;
+  refreshToken: (() => Promise<string | null | undefined>) | null;
+  /** The user ID: as given, then as the server's welcome says. */
+  uid: string;
+  reconnect: boolean;
+  keepalive: boolean;
+  maxMessageBytes: number;
+  connectTimeoutMs: number;
+  readonly state: State;
+  /** The server's idle timeout, from its welcome (0 before). */
+  readonly timeoutMs: number;
+  /** What `setActivity` (or a chat or typing frame) last said. */
+  readonly away: boolean;
+  /** Reconnect attempts since a connection last stayed live long enough. */
+  readonly attempt: number;
+  /** Unix ms when the next attempt starts, while waiting (else 0). */
+  readonly retryAt: number;
+  /** Unix ms of the current connection's welcome (0 when not live). */
+  readonly liveSince: number;
+  readonly lastSent: number;
+  readonly lastRecv: number;
+  readonly lastClose: CloseInfo | null;
+  /** The connection was silenced with `silence()` and has sent nothing since. */
+  readonly silenced: boolean;
+
+  /** A copy of what is known of a channel: empty (count 0, complete false) until its snapshot, or when not joined. */
+  channel(name: string): ChannelState;
+  /** What the last watching or status frame said of a watched user. */
+  user(uid: string): UserState;
+  /** Joins a channel (now, or once live); resolves at its snapshot, rejects at an error frame for it. */
+  join(channel: string): Promise<void>;
+  /** Leaves a channel; resolves when the server says so, or at once when no connection holds it. */
+  leave(channel: string): Promise<void>;
+  /** Replaces the watch list. */
+  watch(uids: string[]): void;
+  chat(channel: string, text: string): void;
+  typing(channel: string): void;
+  setActivity(state: 'away' | 'active'): void;
+  /** Pages through a joined channel's whole member list; resolves to `complete`. Rejects at a page that breaks the rules. */
+  loadMembers(channel: string): Promise<boolean>;
+  /** Loads one more page; resolves to `complete`. */
+  loadPage(channel: string): Promise<boolean>;
+  /** Sends a frame as it is: now when live, else once live. */
+  send(frame: ClientFrame): void;
+  /** The demo mode's testing aid; false when not live. */
+  silence(): boolean;
+  /** Opens a connection now: after `close()` or a final close, or instead of waiting out the backoff. */
+  connect(): void;
+  /** Ends the connection for good (until `connect()`); pending joins, leaves and loads reject. */
+  close(reason?: string): void;
+
+  addEventListener<K extends keyof PresencedEventMap>(type: K, listener: PresencedListener<K>, options?: ListenerOptions): void;
+  addEventListener(...args: Parameters<EventTarget['addEventListener']>): void;
+  removeEventListener<K extends keyof PresencedEventMap>(type: K, listener: PresencedListener<K>, options?: boolean | { capture?: boolean }): void;
+  removeEventListener(...args: Parameters<EventTarget['removeEventListener']>): void;
+}
+
+/** Close codes never retried: 4401 (token expired, unless `refreshToken` gives a new one) and 4403 (disconnected by the server side). */
+export const FINAL_CLOSES: readonly number[];
+/** The default of `maxMessageBytes`. */
+export const MAX_MESSAGE_BYTES: number;
+/** The default of `connectTimeoutMs`. */
+export const CONNECT_TIMEOUT_MS: number;
+/** The wait before reconnect attempt n (0-based), in ms: 0.5 s doubling to 15 s, the upper half jittered. */
+export function backoffDelay(n: number): number;
+/** A JWT's `exp` in Unix ms, or 0 when it has none or is not a JWT. */
+export function tokenExpiry(token: string): number;
