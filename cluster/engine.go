@@ -25,6 +25,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -42,7 +44,10 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-var _ presence.Engine = (*Engine)(nil)
+var (
+	_ presence.Engine     = (*Engine)(nil)
+	_ presence.Withdrawer = (*Engine)(nil)
+)
 
 // Config configures an Engine. Client is required; the rest has defaults.
 type Config struct {
@@ -50,8 +55,13 @@ type Config struct {
 	// *redis.ClusterClient. The engine keeps one Pub/Sub connection per shard
 	// that its clients follow.
 	Client redis.UniversalClient
-	// Node names this process; unique among live nodes, without '|', ' ',
-	// '{' or '}'. Empty means hostname-pid.
+	// Node names this process in its logs and in Engine.Node; without '|',
+	// ' ', '{' or '}'. Empty means hostname-pid. In Redis the process is
+	// this name and a random suffix New draws, so a process started again
+	// under the same name (by a supervisor, or in a container whose
+	// hostname-pid repeats) is a new node there, and the records of the one
+	// before it go, with their edges, once its liveness runs out, as any
+	// dead node's do.
 	Node string
 	// Prefix starts every key; default "presenced".
 	Prefix string
@@ -106,14 +116,22 @@ type Engine struct {
 	r *router
 	p *publisher
 
-	closeOnce sync.Once
-	closeErr  error
+	withdrawOnce sync.Once
+	withdrawErr  error
+	closeOnce    sync.Once
+	closeErr     error
 }
 
 // base is what the parts share: fixed by New, but for the Relay, which
 // Attach sets once.
 type base struct {
+	// cfg.Node is this process's node in Redis, the configured name with
+	// a suffix of its own: a name alone would let a restarted process renew
+	// its predecessor's liveness and adopt records it does not hold, whose
+	// users would then never go offline. name is the configured name, for
+	// Node and the logs.
 	cfg    Config
+	name   string
 	rdb    redis.UniversalClient
 	log    *slog.Logger
 	m      *metrics
@@ -247,8 +265,11 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: register metrics: %w", err)
 	}
+	name := cfg.Node
+	cfg.Node = incarnation(name)
 	b := &base{
 		cfg:    cfg,
+		name:   name,
 		rdb:    cfg.Client,
 		log:    log,
 		m:      m,
@@ -265,8 +286,16 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Node returns this node's name.
-func (e *Engine) Node() string { return e.cfg.Node }
+// Node returns this node's name, as configured.
+func (e *Engine) Node() string { return e.name }
+
+// incarnation names this process in Redis: name and 64 random bits, so no
+// two processes share one, whatever their names.
+func incarnation(name string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
+	return name + "#" + hex.EncodeToString(b[:])
+}
 
 // Attach hands the engine the Relay it delivers to. Called by presence.Node,
 // once, before any other method; an embedder does not call it.
@@ -329,15 +358,30 @@ func (e *Engine) Health(ctx context.Context) error {
 	return e.health.ping(ctx)
 }
 
-// Close stops publishing (messages still queued get an error) and writing,
-// and drops every record this node holds, so its users leave their channels
-// and go offline at once (those also on another node stay). It does not
-// close the Redis client. Safe to call more than once.
+// Withdraw lets the changes already handed to it land, then drops every
+// record this node holds, so its users leave their channels and go offline
+// at once (those also on another node stay), and hands the edges that makes
+// to the Relay before it returns; from then on the engine writes, renews
+// and claims nothing. presence.Node.Withdraw calls it on the way down, while
+// the Node's callbacks still run, so they hear those edges; Close calls it
+// too, for a Node that did not. Only the first call acts; later ones return
+// its error.
+func (e *Engine) Withdraw(ctx context.Context) error {
+	e.withdrawOnce.Do(func() {
+		e.w.settle(ctx)
+		e.w.halt()
+		e.withdrawErr = e.w.leave(ctx)
+	})
+	return e.withdrawErr
+}
+
+// Close stops publishing (messages still queued get an error), then
+// withdraws (Withdraw) if the engine has not yet. It does not close the
+// Redis client. Safe to call more than once.
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		e.p.halt()
-		e.w.halt()
-		e.closeErr = e.w.leave(ctx)
+		e.closeErr = e.Withdraw(ctx)
 	})
 	return e.closeErr
 }

@@ -249,7 +249,7 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 	// others may start taking the node for dead.
 	expires := int64(0)
 	for s := range 4 {
-		if x := aliveExpiry(t, c, newShardKeys("t", s), "dead"); expires == 0 || x < expires {
+		if x := aliveExpiry(t, c, newShardKeys("t", s), dead.cfg.Node); expires == 0 || x < expires {
 			expires = x
 		}
 	}
@@ -328,7 +328,7 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	a.SetUser("dave", 1, 0) // ignored after Close: nothing is queued for Redis
 	assert.Zero(t, testutil.ToFloat64(a.m.pending))
 	for s := range 4 {
-		assert.Zero(t, aliveExpiry(t, b.rdb, newShardKeys("t", s), "a"), "a's liveness in shard %d", s)
+		assert.Zero(t, aliveExpiry(t, b.rdb, newShardKeys("t", s), a.cfg.Node), "a's liveness in shard %d", s)
 	}
 	assert.Equal(t, 1, b.rec.count("dave", true))
 }

@@ -4,6 +4,6 @@ package cluster
 func (e *Engine) crash() {
 	e.closeOnce.Do(func() {
 		e.p.halt()
-		e.w.halt()
+		e.withdrawOnce.Do(e.w.halt)
 	})
 }

@@ -73,6 +73,18 @@ type Engine interface {
 	Health(ctx context.Context) error
 }
 
+// A Withdrawer is an Engine whose records outlive the process, such as one
+// shared through Redis, and whose edges may come after the change that made
+// them, as it writes in the background. Withdraw drops every record this
+// node holds and hands the Relay the edges that makes, and those of the
+// changes not yet written, before it returns; after it the engine makes no
+// edge. Node.Withdraw calls it once the node's connections are gone, while
+// its callbacks still run, so that its users' last edges reach them: an
+// engine released after the Node closed would make them for nobody to hear.
+type Withdrawer interface {
+	Withdraw(ctx context.Context) error
+}
+
 // A Relay receives what an Engine delivers. Each edge comes once, in the
 // order it happened for its user (or user and channel): a user goes online
 // when its first connection on any node appears and offline when its last

@@ -310,9 +310,24 @@ func (n *Node) Shutdown() {
 	n.sendOps()
 }
 
+// Withdraw hands the Engine every change made so far and, if it is a
+// Withdrawer, has it drop this node's records, so the edges of this node's
+// users going offline and leaving their channels reach OnPresence,
+// OnActivity and OnEdges before Close. Call it after Shutdown, once every
+// connection is disconnected, and before Close; a Hub that made its Node
+// does. It returns the Engine's error, ctx's if ctx ends first: the records
+// left then go with their edges on the node that claims them.
+func (n *Node) Withdraw(ctx context.Context) error {
+	n.sendOps()
+	if w, ok := n.engine.(Withdrawer); ok {
+		return w.Withdraw(ctx)
+	}
+	return nil
+}
+
 // Close stops the clock and waits for pending OnPresence, OnActivity and
-// OnEdges calls. Call it
-// after Shutdown and Run, once every connection is disconnected.
+// OnEdges calls; edges that come later are dropped. Call it after Shutdown,
+// Run and Withdraw, once every connection is disconnected.
 func (n *Node) Close() {
 	n.ring.Close()
 	n.leases.Close()

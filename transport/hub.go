@@ -80,7 +80,8 @@ type Config struct {
 	// when the users in its offline list went, whatever the TTL.
 	LastSeenTTL time.Duration
 	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
-	// runs it until Shutdown; releasing a networked engine after that is
+	// runs it until Shutdown, which has it drop this node's records if it
+	// is a presence.Withdrawer; releasing a networked engine after that is
 	// the caller's job.
 	Engine        presence.Engine
 	MemberList    int // most member IDs in a joined snapshot; 0 means 100
@@ -412,8 +413,11 @@ func (h *Hub) MembersPage(ctx context.Context, channel, after string, limit int)
 // Shutdown closes every WebSocket with 1001, refuses new ones with 503,
 // reports this node's users offline and waits until every connection is
 // gone or ctx is done; then it closes the remaining sockets and, if the Hub
-// made its Node, stops it. It returns ctx.Err() if ctx ended first. Calls
-// after the first wait for the first to finish.
+// made its Node, has it withdraw (Node.Withdraw: an engine shared with
+// other nodes drops this node's records, and the edges that makes reach
+// OnPresence and OnEdges) and stops it. It returns an error wrapping
+// ctx.Err() if ctx ended first, or the engine's. Calls after the first wait
+// for the first to finish.
 func (h *Hub) Shutdown(ctx context.Context) error {
 	err := errShuttingDown
 	h.shutOnce.Do(func() {
@@ -470,6 +474,12 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	h.cancel()
 	h.bg.Wait()
 	if h.ownNode {
+		// An engine that writes in the background makes this node's last
+		// edges after the connections are gone: they must come before the
+		// callbacks stop.
+		if werr := h.node.Withdraw(ctx); werr != nil {
+			err = errors.Join(err, fmt.Errorf("transport: shutdown: withdraw this node's presence: %w", werr))
+		}
 		h.node.Close()
 	}
 	return err
