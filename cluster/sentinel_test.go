@@ -20,12 +20,19 @@ import (
 // monitors master as "m" and fails it over a second after it stops answering.
 func startSentinel(t *testing.T, master *redisServer) string {
 	t.Helper()
+	return startSentinelQuorum(t, master, 1)
+}
+
+// startSentinelQuorum is startSentinel for one of several Sentinels, quorum
+// of which must agree that the master is down.
+func startSentinelQuorum(t *testing.T, master *redisServer, quorum int) string {
+	t.Helper()
 	port := freePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "port %d\nbind 127.0.0.1\ndir %s\n"+
-		"sentinel monitor m 127.0.0.1 %d 1\nsentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 3000\n",
-		port, dir, master.port), 0o600))
+		"sentinel monitor m 127.0.0.1 %d %d\nsentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 3000\n",
+		port, dir, master.port, quorum), 0o600))
 	s := &redisServer{t: t, bin: master.bin, port: port, dir: dir}
 	s.cmd = exec.Command(master.bin, conf, "--sentinel")
 	s.cmd.Dir = dir
