@@ -35,7 +35,10 @@ func (w *writer) claim(ctx context.Context) error {
 		}
 		var more []int
 		var made []any
-		for i, cmd := range w.runScripts(ctx, claimScript, calls) {
+		start := time.Now()
+		cmds := w.runScripts(ctx, claimScript, calls)
+		tScripts := time.Since(start)
+		for i, cmd := range cmds {
 			res, err := scriptResult(cmd, 3)
 			if err != nil {
 				w.health.fail("claim", err)
@@ -61,7 +64,9 @@ func (w *writer) claim(ctx context.Context) error {
 				more = append(more, shards[i])
 			}
 		}
+		t1 := time.Now()
 		w.m.reaped.Add(float64(w.produced(made)))
+		w.log.Debug("cluster: claim round", "shards", len(calls), "edges", len(made)/4, "scripts", tScripts, "produced", time.Since(t1))
 		shards = more
 	}
 	w.health.ok()
