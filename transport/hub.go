@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -265,7 +266,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		origins:        newOriginPolicy(cfg.Origins),
 		log:            log,
 		maxMessage:     cmp.Or(cfg.MaxMessage, DefaultMaxMessage),
-		queueBytes:     cmp.Or(cfg.QueueBytes, DefaultQueueBytes),
+		queueBytes:     min(cmp.Or(cfg.QueueBytes, DefaultQueueBytes), math.MaxInt32), // a conn counts it in 32 bits
 		maxPerUser:     cmp.Or(cfg.MaxConnsPerUser, DefaultConnsPerUser),
 		limits: limits{
 			frameRate:  cmp.Or(cfg.FrameRate, DefaultFrameRate),

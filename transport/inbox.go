@@ -73,12 +73,12 @@ func (c *conn) deliver(it inboxItem) {
 	switch {
 	case errors.Is(err, queue.ErrFull):
 		c.hub.m.refused.Inc()
-		if !c.overflowed {
-			c.overflowed = true
+		if !c.rate.overflowed {
+			c.rate.overflowed = true
 			start, err = c.inbox.Append(inboxItem{err: errInboxFull, at: it.at})
 		}
 	case err == nil:
-		c.overflowed = false
+		c.rate.overflowed = false
 	}
 	if start && err == nil {
 		c.hub.workers.do(c.drainInbox)

@@ -29,6 +29,7 @@ func (b *bucket) take(now time.Time, cost, rate, burst float64) bool {
 type rateState struct {
 	frames, bytes bucket
 	refused       int32     // frames refused since the last one let through
+	overflowed    bool      // the inbox refused a frame since it last took one
 	cut           *refusals // nil until a frame is refused
 }
 
