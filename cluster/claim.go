@@ -11,6 +11,13 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
+// reapBudget bounds the records one claim or leave call reaps. A Lua script
+// holds Redis for its whole run, so every node's renewals and writes wait
+// behind it: a dead node's thousands of records go in many short calls
+// rather than a few long ones. Each call is atomic whatever its size, so
+// the budget changes nothing of exactly-once, only how long one call runs.
+const reapBudget = 100
+
 // claim marks the nodes that stopped renewing as dead and reaps their
 // records, shard by shard, until none is left.
 func (w *writer) claim(ctx context.Context) error {
@@ -30,7 +37,7 @@ func (w *writer) claim(ctx context.Context) error {
 		for i, s := range shards {
 			w.writes++
 			calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
-				w.cfg.Batch, gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
+				min(w.cfg.Batch, reapBudget), gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
 				w.landed[s], w.writes, w.restoreWindow().Milliseconds()}}
 		}
 		var more []int
@@ -89,7 +96,7 @@ func (w *writer) leave(ctx context.Context) error {
 	for len(shards) > 0 {
 		calls := make([]scriptCall, len(shards))
 		for i, s := range shards {
-			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Batch, w.cfg.LastSeenTTL.Milliseconds()}}
+			calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, min(w.cfg.Batch, reapBudget), w.cfg.LastSeenTTL.Milliseconds()}}
 		}
 		var more []int
 		var made []any

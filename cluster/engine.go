@@ -76,8 +76,10 @@ type Config struct {
 	// ClaimEvery is how often this node looks for dead nodes; default
 	// Timeout/6, at most (Timeout-RenewEvery)/3.
 	ClaimEvery time.Duration
-	// Batch is the most records one script call writes or reaps, and the
-	// most messages one pipeline publishes; default 500, at most 2000.
+	// Batch is the most records one script call writes, and the most
+	// messages one pipeline publishes; default 500, at most 2000. A call
+	// that reaps a dead node's records takes at most 100 of them, or
+	// Batch if smaller.
 	Batch int
 	// PublishTimeout bounds how long Publish waits for Redis to take a
 	// message (a chat, a publish, a send, a disconnect); past it Publish
