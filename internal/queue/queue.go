@@ -31,18 +31,17 @@ var (
 // is an empty, unbounded, open queue. A Queue must not be copied after
 // first use.
 //
-// It is kept small, as a connection embeds one: a drainer runs until the
-// queue is empty, so a Flush that finds one at work needs only to see it
-// stop (gen moves) to know that its items were handled.
+// It is kept small (56 bytes), as a connection embeds one: the counters are
+// 32 bits, compared so that they may wrap.
 type Queue[T any] struct {
 	mu    sync.Mutex
-	items []T
+	items []T        // waiting, oldest first
 	cond  *sync.Cond // made when Flush first waits
-	head  int32      // items[head:] wait; the rest were taken
 	// Limit bounds how many items Push lets wait; 0: no bound. Set it
 	// before first use.
 	Limit     int32
-	gen       uint32 // moves each time a drainer stops
+	pushed    uint32 // items ever queued
+	done      uint32 // items whose handling returned
 	busy      bool   // a drainer runs, or a claimer works
 	claimed   bool   // busy through Claim: the claimer's Drain follows
 	scheduled bool   // Push asked its caller to start a drainer, which has not run yet
@@ -53,7 +52,7 @@ type Queue[T any] struct {
 func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items) - int(q.head)
+	return len(q.items)
 }
 
 // Push queues v after the items before it. It returns ErrFull if Limit
@@ -65,7 +64,7 @@ func (q *Queue[T]) Push(v T) (start bool, err error) {
 	if q.closed {
 		return false, ErrClosed
 	}
-	if q.Limit > 0 && len(q.items)-int(q.head) >= int(q.Limit) {
+	if q.Limit > 0 && len(q.items) >= int(q.Limit) {
 		return false, ErrFull
 	}
 	return q.appendLocked(v), nil
@@ -107,6 +106,7 @@ func (q *Queue[T]) Closed() bool {
 
 func (q *Queue[T]) appendLocked(v T) (start bool) {
 	q.items = append(q.items, v)
+	q.pushed++
 	if q.busy || q.scheduled {
 		return false
 	}
@@ -121,7 +121,7 @@ func (q *Queue[T]) appendLocked(v T) (start bool) {
 func (q *Queue[T]) Claim() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy || q.scheduled || len(q.items) > int(q.head) {
+	if q.busy || q.scheduled || len(q.items) > 0 {
 		return false
 	}
 	q.busy, q.claimed = true, true
@@ -151,44 +151,46 @@ func (q *Queue[T]) Drain(f func(T)) {
 		q.mu.Unlock()
 		f(v)
 		q.mu.Lock()
+		q.done++
 	}
 }
 
 // Flush hands every item pushed before the call to f, in order, and
 // returns once each one's handling has returned, whoever did it: if another
-// goroutine drains, Flush waits until it stops (it drains until the queue is
-// empty, so past the items pushed before), else it drains itself. Items
-// pushed while it drains are handled too.
+// goroutine drains, Flush waits for it, else it drains itself, up to the
+// last item pushed before the call, so that a caller never works for later
+// callers for long.
 func (q *Queue[T]) Flush(f func(T)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy {
-		if q.cond == nil {
-			q.cond = sync.NewCond(&q.mu)
-		}
-		for gen := q.gen; q.gen == gen; {
+	target := q.pushed
+	for before(q.done, target) {
+		if q.busy {
+			if q.cond == nil {
+				q.cond = sync.NewCond(&q.mu)
+			}
 			q.cond.Wait()
+			continue
 		}
-		return
-	}
-	q.busy, q.scheduled = true, false
-	for {
-		v, ok := q.takeLocked()
-		if !ok {
-			break
+		q.busy, q.scheduled = true, false
+		for before(q.done, target) {
+			v, _ := q.takeLocked() // not done yet, so still waiting
+			q.mu.Unlock()
+			f(v)
+			q.mu.Lock()
+			q.done++
 		}
-		q.mu.Unlock()
-		f(v)
-		q.mu.Lock()
+		q.stopLocked()
 	}
-	q.stopLocked()
 }
+
+// before reports whether counter a is behind b, across a wrap.
+func before(a, b uint32) bool { return int32(a-b) < 0 }
 
 // stopLocked ends a drainer's turn, and wakes the Flush calls that waited
 // for it.
 func (q *Queue[T]) stopLocked() {
 	q.busy, q.claimed = false, false
-	q.gen++
 	if q.cond != nil {
 		q.cond.Broadcast()
 	}
@@ -197,15 +199,15 @@ func (q *Queue[T]) stopLocked() {
 // takeLocked takes the oldest waiting item. An emptied queue lets go of its
 // array, so an idle queue holds no memory.
 func (q *Queue[T]) takeLocked() (v T, ok bool) {
-	if int(q.head) == len(q.items) {
+	if len(q.items) == 0 {
 		return v, false
 	}
-	v = q.items[q.head]
+	v = q.items[0]
 	var zero T
-	q.items[q.head] = zero
-	q.head++
-	if int(q.head) == len(q.items) {
-		q.items, q.head = nil, 0
+	q.items[0] = zero
+	q.items = q.items[1:]
+	if len(q.items) == 0 {
+		q.items = nil
 	}
 	return v, true
 }
