@@ -9,6 +9,12 @@
 // ParseServer reads what the server sent, as a client does.
 package protocol
 
+// Version is the version of the protocol this package speaks, sent in the
+// welcome frame and by GET /healthz, so a client can tell which server it
+// talks to. A minor version only adds fields and frames that older clients
+// may ignore.
+const Version = "2.1"
+
 // Close codes the server sends, besides the standard ones below.
 const (
 	// CloseIdleTimeout closes a connection silent past the timeout.

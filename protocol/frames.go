@@ -66,6 +66,7 @@ type (
 	Welcome struct {
 		UID       string `json:"uid"`
 		TimeoutMS int64  `json:"timeout_ms"`
+		Protocol  string `json:"protocol,omitempty"` // the server's Version
 	}
 	// Pong answers Ping.
 	Pong struct{}

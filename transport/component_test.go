@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -52,7 +53,7 @@ func TestHubPiecesMountAlone(t *testing.T) {
 	assert.JSONEq(t, `{"uid":"alice","online":true,"connections":1,"state":"active"}`, body)
 	status, body = get("/healthz")
 	assert.Equal(t, http.StatusOK, status)
-	assert.JSONEq(t, `{"status":"ok"}`, body)
+	assert.JSONEq(t, `{"status":"ok","protocol":"`+protocol.Version+`"}`, body)
 	status, body = get("/api/nope")
 	assert.Equal(t, http.StatusNotFound, status, "the API handler refuses what it does not serve, in JSON")
 	assert.JSONEq(t, `{"error":"not found"}`, body)

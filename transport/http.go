@@ -318,7 +318,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// The welcome goes out only now, first in the queue, ahead of the
 	// snapshots: a client that has its welcome is online, and counted in
 	// its channels.
-	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds()}))
+	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds(), Protocol: protocol.Version}))
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
 	if c.w.polled {
@@ -568,7 +568,7 @@ func (h *Hub) serveRing(w http.ResponseWriter, r *http.Request) {
 
 // serveHealth answers 200 while the process serves: liveness.
 func (h *Hub) serveHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "protocol": protocol.Version})
 }
 
 // serveReady answers 200 {"status":"ok"} while the engine is reachable, and

@@ -21,7 +21,7 @@ import (
 func TestWelcomeThenJoinedPerChannel(t *testing.T) {
 	s := startServer(t, testConfig())
 	ws := s.dialRaw(t, "uid=carol&channels=lobby,room-1,lobby", nil)
-	assert.Equal(t, `{"type":"welcome","uid":"carol","timeout_ms":3000}`, readRaw(t, ws))
+	assert.Equal(t, `{"type":"welcome","uid":"carol","timeout_ms":3000,"protocol":"`+protocol.Version+`"}`, readRaw(t, ws))
 	assert.Equal(t, `{"type":"joined","channel":"lobby","count":1,"members":["carol"]}`, readRaw(t, ws))
 	assert.Equal(t, `{"type":"joined","channel":"room-1","count":1,"members":["carol"]}`, readRaw(t, ws))
 	send(t, ws, `{"type":"ping"}`)

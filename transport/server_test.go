@@ -42,7 +42,7 @@ func TestTokenExpiryClosesWith4401(t *testing.T) {
 	exp := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second) // 2-3 s ahead
 	ws := s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "bob", "exp": exp.Unix()}), nil)
 	w := listen(ws)
-	assert.Equal(t, `{"type":"welcome","uid":"bob","timeout_ms":30000}`, w.next(t))
+	assert.Equal(t, `{"type":"welcome","uid":"bob","timeout_ms":30000,"protocol":"`+protocol.Version+`"}`, w.next(t))
 	steps := 0
 	for steps < 40 && w.syncOrClosed(t) {
 		s.hub.Step()
@@ -61,7 +61,7 @@ func TestRefreshExtendsTheSession(t *testing.T) {
 	soon := time.Now().Add(2 * time.Second).Unix()
 	ws := s.dialRaw(t, "token="+token(t, jwt.MapClaims{"sub": "bob", "exp": soon}), nil)
 	w := listen(ws)
-	w.until(t, `{"type":"welcome","uid":"bob","timeout_ms":30000}`)
+	w.until(t, `{"type":"welcome","uid":"bob","timeout_ms":30000,"protocol":"`+protocol.Version+`"}`)
 
 	for _, tc := range []struct{ frame, want string }{
 		{`{"type":"refresh","token":"` + token(t, jwt.MapClaims{"sub": "eve", "exp": time.Now().Add(time.Hour).Unix()}) + `"}`, "another user"},

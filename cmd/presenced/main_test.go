@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/internal/presencedtest"
+	"github.com/presenced/presenced/protocol"
 )
 
 const waitLong = 10 * time.Second
@@ -243,7 +244,7 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 	defer ws.Close()
 	_, welcome, err := ws.ReadMessage()
 	require.NoError(t, err)
-	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":20000}`, string(welcome))
+	assert.Equal(t, `{"type":"welcome","uid":"alice","timeout_ms":20000,"protocol":"`+protocol.Version+`"}`, string(welcome))
 	_, joined, err := ws.ReadMessage()
 	require.NoError(t, err)
 	assert.Equal(t, `{"type":"joined","channel":"lobby","count":1,"members":["alice"]}`, string(joined))
