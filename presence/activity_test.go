@@ -2,10 +2,8 @@ package presence
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -201,106 +199,26 @@ func TestEdgeCallbacksHearEveryEdgeInOrder(t *testing.T) {
 func TestSnapshotPlusDiffsKeepAwayExact(t *testing.T) {
 	n := newNode(t, Config{MemberList: 1000})
 	rng := rand.New(rand.NewPCG(3, 4))
-	channels := []string{"a", "b"}
-	type sim struct {
-		c      *client
-		uid    string
-		away   bool
-		joined map[string]bool
-		view   map[string]map[string]bool // channel -> member -> away
-	}
-	var live []*sim
-	apply := func(s *sim) {
-		for _, f := range s.c.take() {
-			var m struct {
-				Type, Channel         string
-				Members, Away, Active []string
-				Joins, Leaves         []string
-			}
-			require.NoError(t, json.Unmarshal([]byte(f), &m))
-			v := s.view[m.Channel]
-			switch m.Type {
-			case "joined":
-				v = map[string]bool{}
-				for _, u := range m.Members {
-					v[u] = slices.Contains(m.Away, u)
-				}
-				s.view[m.Channel] = v
-			case "left":
-				delete(s.view, m.Channel)
-			case "presence":
-				for _, u := range m.Joins {
-					v[u] = false
-				}
-				for _, u := range m.Leaves {
-					delete(v, u)
-				}
-				for _, u := range m.Away {
-					_, member := v[u]
-					require.True(t, member, "away of a non-member %s: %s", u, f)
-					require.False(t, v[u] && !slices.Contains(m.Joins, u), "repeated away %s: %s", u, f)
-					v[u] = true
-				}
-				for _, u := range m.Active {
-					require.True(t, v[u], "active of a member not away %s: %s", u, f)
-					v[u] = false
-				}
-			}
-		}
-	}
-	truth := func(ch string) map[string]bool {
-		out := map[string]bool{}
-		byUser := map[string][]*sim{}
-		for _, s := range live {
-			byUser[s.uid] = append(byUser[s.uid], s)
-		}
-		for uid, conns := range byUser {
-			away, in := true, false
-			for _, s := range conns {
-				away = away && s.away
-				in = in || s.joined[ch]
-			}
-			if in {
-				out[uid] = away
-			}
-		}
-		return out
-	}
+	m := newModel(t, n, rng, 8, "a", "b")
 	for tick := range 300 {
 		for range rng.IntN(8) {
 			switch op := rng.IntN(12); {
-			case op < 3 || len(live) == 0:
-				uid := fmt.Sprintf("u%d", rng.IntN(8))
-				s := &sim{c: &client{name: uid}, uid: uid, joined: map[string]bool{}, view: map[string]map[string]bool{}}
-				ch := channels[rng.IntN(2)]
-				require.NoError(t, n.Connect(context.Background(), s.c, uid, []string{ch}))
-				s.joined[ch] = true
-				live = append(live, s)
+			case op < 3 || len(m.live) == 0:
+				m.connect()
 			case op < 4:
-				i := rng.IntN(len(live))
-				n.Disconnect(live[i].c)
-				live = slices.Delete(live, i, i+1)
+				m.disconnect()
 			case op < 6:
-				s := live[rng.IntN(len(live))]
-				ch := channels[rng.IntN(2)]
-				require.NoError(t, n.Join(context.Background(), s.c, ch))
-				s.joined[ch] = true
+				m.join()
 			case op < 7:
-				s := live[rng.IntN(len(live))]
-				ch := channels[rng.IntN(2)]
-				require.NoError(t, n.Leave(s.c, ch))
-				delete(s.joined, ch)
+				m.leave()
 			default:
-				s := live[rng.IntN(len(live))]
-				s.away = rng.IntN(2) == 0
-				require.NoError(t, n.SetActivity(s.c, s.away))
+				m.setActivity()
 			}
 		}
-		n.Step()
-		for _, s := range live {
-			apply(s)
+		m.step()
+		for _, s := range m.live {
 			for ch := range s.joined {
-				require.Equal(t, truth(ch), s.view[ch], "tick %d, %s's view of %s", tick, s.c.name, ch)
+				require.Equal(t, m.truth(ch), s.view[ch], "tick %d, %s's view of %s", tick, s.c.name, ch)
 			}
 		}
 	}

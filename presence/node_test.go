@@ -375,81 +375,26 @@ func TestDeliverGoesOnlyToWhoAsked(t *testing.T) {
 func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 	n := newNode(t, Config{MemberList: 1000})
 	rng := rand.New(rand.NewPCG(1, 2))
-	channels := []string{"a", "b", "c"}
-	type sim struct {
-		c      *client
-		joined map[string]bool
-		view   map[string]map[string]bool // what it believes
-	}
-	var live []*sim
-	apply := func(s *sim) {
-		for _, f := range s.c.take() {
-			var m struct {
-				Type, Channel string
-				Members       []string
-				Joins, Leaves []string
-			}
-			require.NoError(t, json.Unmarshal([]byte(f), &m))
-			switch m.Type {
-			case "joined":
-				s.view[m.Channel] = map[string]bool{}
-				for _, u := range m.Members {
-					s.view[m.Channel][u] = true
-				}
-			case "left":
-				delete(s.view, m.Channel)
-			case "presence":
-				v := s.view[m.Channel]
-				require.NotNil(t, v, "diff for a channel not joined: %s", f)
-				for _, u := range m.Joins {
-					require.False(t, v[u], "repeated join %s: %s", u, f)
-					v[u] = true
-				}
-				for _, u := range m.Leaves {
-					require.True(t, v[u], "leave of a non-member %s: %s", u, f)
-					delete(v, u)
-				}
-			}
-		}
-	}
+	m := newModel(t, n, rng, 12, "a", "b", "c")
 	for tick := range 300 {
 		for range rng.IntN(8) {
 			switch op := rng.IntN(10); {
-			case op < 3 || len(live) == 0:
-				uid := fmt.Sprintf("u%d", rng.IntN(12))
-				s := &sim{c: &client{name: uid}, joined: map[string]bool{}, view: map[string]map[string]bool{}}
-				ch := channels[rng.IntN(3)]
-				require.NoError(t, n.Connect(context.Background(), s.c, uid, []string{ch}))
-				s.joined[ch] = true
-				live = append(live, s)
+			case op < 3 || len(m.live) == 0:
+				m.connect()
 			case op < 5:
-				i := rng.IntN(len(live))
-				n.Disconnect(live[i].c)
-				live = slices.Delete(live, i, i+1)
+				m.disconnect()
 			case op < 8:
-				s := live[rng.IntN(len(live))]
-				ch := channels[rng.IntN(3)]
-				require.NoError(t, n.Join(context.Background(), s.c, ch))
-				s.joined[ch] = true
+				m.join()
 			default:
-				s := live[rng.IntN(len(live))]
-				ch := channels[rng.IntN(3)]
-				require.NoError(t, n.Leave(s.c, ch))
-				delete(s.joined, ch)
+				m.leave()
 			}
 		}
-		n.Step()
-		for _, s := range live {
-			apply(s)
+		m.step()
+		for _, s := range m.live {
 			for ch := range s.joined {
 				_, members, err := n.Members(context.Background(), ch, 1000)
 				require.NoError(t, err)
-				var believed []string
-				for u := range s.view[ch] {
-					believed = append(believed, u)
-				}
-				slices.Sort(believed)
-				require.Equal(t, members, orEmpty(believed), "tick %d, %s's view of %s", tick, s.c.name, ch)
+				require.Equal(t, members, s.members(ch), "tick %d, %s's view of %s", tick, s.c.name, ch)
 			}
 		}
 	}
