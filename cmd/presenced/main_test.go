@@ -26,14 +26,29 @@ const waitLong = 10 * time.Second
 
 // defaults is what parseFlags returns with nothing set, changed by edit.
 func defaults(edit func(*options)) options {
-	o := options{addr: "127.0.0.1:8080", addrFrom: "default in demo mode: loopback only", slots: 31, tick: time.Second,
-		maxMessage: 4096, memberList: 100, presenceLists: 1000, lastSeen: 24 * time.Hour, typingTTL: 5 * time.Second,
-		maxConnsPerUser: 100, frameRate: 50, frameBurst: 100, maxChannels: 100, byteRate: 64 << 10, queueBytes: 1 << 20,
-		webhookQueue: 100_000}
+	o := options{addr: "127.0.0.1:8080", addrFrom: "default in demo mode: loopback only"}
+	h := &o.hub
+	h.Slots, h.Tick, h.MaxMessage, h.MemberList, h.PresenceLists = 31, time.Second, 4096, 100, 1000
+	h.LastSeenTTL, h.TypingTTL, h.MaxChannels, h.MaxWatch = 24*time.Hour, 5*time.Second, 100, 1000
+	h.MaxConnsPerUser, h.FrameRate, h.FrameBurst, h.ByteRate, h.QueueBytes = 100, 50, 100, 64<<10, 1<<20
+	o.webhook.Queue = 100_000
 	if edit != nil {
 		edit(&o)
 	}
 	return o
+}
+
+// every is what parseFlags returns when every flag of the "all flags" cases
+// is set, with addr from from.
+func every(from string) options {
+	return defaults(func(o *options) {
+		h := &o.hub
+		o.addr, o.addrFrom, o.jwtSecret, o.redis, o.node = "127.0.0.1:9", from, "s", "redis://x", "n1"
+		h.Slots, h.Tick, h.MaxMessage, h.Origins, h.APIKey = 61, 500*time.Millisecond, 100, []string{"https://a.example", "b.example:8443"}, "k"
+		h.Grace, h.LastSeenTTL, h.TypingTTL, h.MemberList, h.PresenceLists = 2*time.Second, time.Hour, 3*time.Second, 5, 50
+		h.MaxConnsPerUser, h.FrameRate, h.FrameBurst, h.MaxChannels, h.ByteRate, h.QueueBytes = 7, 2.5, 9, 3, 1000, 100000
+		h.MaxWatch = 20
+	})
 }
 
 func TestParseFlags(t *testing.T) {
@@ -47,29 +62,23 @@ func TestParseFlags(t *testing.T) {
 		{name: "all flags", args: []string{"-addr", "127.0.0.1:9", "-slots", "61", "-tick", "500ms", "-max-message", "100",
 			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-api-key", "k", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
 			"-last-seen-ttl", "1h", "-typing-ttl", "3s", "-member-list", "5", "-presence-lists", "50", "-max-conns-per-user", "7", "-frame-rate", "2.5", "-frame-burst", "9",
-			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3"},
-			want: options{addr: "127.0.0.1:9", addrFrom: "-addr", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour, typingTTL: 3 * time.Second,
-				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000,
-				webhookQueue: 100_000}},
+			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3", "-max-watch", "20"},
+			want: every("-addr")},
 		{name: "every flag from the environment", env: map[string]string{
 			"PRESENCED_ADDR": "127.0.0.1:9", "PRESENCED_SLOTS": "61", "PRESENCED_TICK": "500ms", "PRESENCED_MAX_MESSAGE": "100",
 			"PRESENCED_ORIGINS": "https://a.example,b.example:8443", "PRESENCED_JWT_SECRET": "s", "PRESENCED_API_KEY": "k",
 			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1", "PRESENCED_LAST_SEEN_TTL": "1h", "PRESENCED_TYPING_TTL": "3s",
 			"PRESENCED_MEMBER_LIST": "5", "PRESENCED_PRESENCE_LISTS": "50", "PRESENCED_MAX_CONNS_PER_USER": "7",
-			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3"},
-			want: options{addr: "127.0.0.1:9", addrFrom: "$PRESENCED_ADDR", slots: 61, tick: 500 * time.Millisecond, maxMessage: 100,
-				origins: []string{"https://a.example", "b.example:8443"}, jwtSecret: "s", apiKey: "k", grace: 2 * time.Second, redis: "redis://x", node: "n1", lastSeen: time.Hour, typingTTL: 3 * time.Second,
-				memberList: 5, presenceLists: 50, maxConnsPerUser: 7, frameRate: 2.5, frameBurst: 9, maxChannels: 3, byteRate: 1000, queueBytes: 100000,
-				webhookQueue: 100_000}},
+			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3", "PRESENCED_MAX_WATCH": "20"},
+			want: every("$PRESENCED_ADDR")},
 		{name: "activity and webhooks", args: []string{"-away-after", "2m", "-webhook", "http://127.0.0.1:9/hook", "-webhook-secret", "w", "-webhook-queue", "10"},
 			want: defaults(func(o *options) {
-				o.awayAfter, o.webhook, o.webhookSecret, o.webhookQueue = 2*time.Minute, "http://127.0.0.1:9/hook", "w", 10
+				o.hub.AwayAfter, o.webhook.URL, o.webhook.Secret, o.webhook.Queue = 2*time.Minute, "http://127.0.0.1:9/hook", "w", 10
 			})},
 		{name: "activity and webhooks from the environment", env: map[string]string{"PRESENCED_AWAY_AFTER": "1m",
 			"PRESENCED_WEBHOOK": "https://backend.example/presence", "PRESENCED_WEBHOOK_SECRET": "w", "PRESENCED_WEBHOOK_QUEUE": "5"},
 			want: defaults(func(o *options) {
-				o.awayAfter, o.webhook, o.webhookSecret, o.webhookQueue = time.Minute, "https://backend.example/presence", "w", 5
+				o.hub.AwayAfter, o.webhook.URL, o.webhook.Secret, o.webhook.Queue = time.Minute, "https://backend.example/presence", "w", 5
 			})},
 		{name: "secret from env: all interfaces by default", env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
 			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "e", ":8080", "default" })},
@@ -80,19 +89,21 @@ func TestParseFlags(t *testing.T) {
 		{name: "flag beats env: addr", args: []string{"-addr", ":1"}, env: map[string]string{"PRESENCED_ADDR": ":2"},
 			want: defaults(func(o *options) { o.addr, o.addrFrom = ":1", "-addr" })},
 		{name: "flag beats env: tick", args: []string{"-tick", "2s"}, env: map[string]string{"PRESENCED_TICK": "x"},
-			want: defaults(func(o *options) { o.tick = 2 * time.Second })},
+			want: defaults(func(o *options) { o.hub.Tick = 2 * time.Second })},
 		{name: "flag beats env: member list", args: []string{"-member-list", "7"}, env: map[string]string{"PRESENCED_MEMBER_LIST": "9"},
-			want: defaults(func(o *options) { o.memberList = 7 })},
+			want: defaults(func(o *options) { o.hub.MemberList = 7 })},
 		{name: "env fills what flags leave", args: []string{"-slots", "5"}, env: map[string]string{"PRESENCED_SLOTS": "9", "PRESENCED_API_KEY": "k"},
-			want: defaults(func(o *options) { o.slots, o.apiKey = 5, "k" })},
+			want: defaults(func(o *options) { o.hub.Slots, o.hub.APIKey = 5, "k" })},
 		{name: "demo mode on an address from env", env: map[string]string{"PRESENCED_ADDR": ":8081"},
 			want: defaults(func(o *options) { o.addr, o.addrFrom = ":8081", "$PRESENCED_ADDR" })},
 		{name: "typing TTL by flag", args: []string{"-typing-ttl", "2s"},
-			want: defaults(func(o *options) { o.typingTTL = 2 * time.Second })},
+			want: defaults(func(o *options) { o.hub.TypingTTL = 2 * time.Second })},
 		{name: "typing TTL from env", env: map[string]string{"PRESENCED_TYPING_TTL": "1500ms"},
-			want: defaults(func(o *options) { o.typingTTL = 1500 * time.Millisecond })},
+			want: defaults(func(o *options) { o.hub.TypingTTL = 1500 * time.Millisecond })},
 		{name: "origins with a trailing slash and a wildcard", args: []string{"-origins", "https://a.example/,*,http://[::1]:3000,localhost"},
-			want: defaults(func(o *options) { o.origins = []string{"https://a.example/", "*", "http://[::1]:3000", "localhost"} })},
+			want: defaults(func(o *options) {
+				o.hub.Origins = []string{"https://a.example/", "*", "http://[::1]:3000", "localhost"}
+			})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
@@ -135,6 +146,7 @@ func TestBadSettings(t *testing.T) {
 		{"empty address", []string{"-addr", ""}, nil, `-addr "": want host:port`},
 		{"bad duration", []string{"-tick", "soon"}, nil, "invalid value"},
 		{"unknown flag", []string{"-verbose"}, nil, "flag provided but not defined"},
+		{"watch list over the protocol's", []string{"-max-watch", "1001"}, nil, "-max-watch 1001: at most 1000"},
 		{"negative away-after", []string{"-away-after", "-1s"}, nil, "-away-after -1s: not negative"},
 		{"webhook not a URL", []string{"-webhook", "backend:8080/hook"}, nil, `-webhook: webhook: URL`},
 		{"webhook of another scheme", []string{"-webhook", "ftp://backend/hook"}, nil, `scheme "ftp" is not http or https`},
@@ -144,7 +156,7 @@ func TestBadSettings(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			code := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &out)
+			code := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &out, &out)
 			assert.Equal(t, 2, code, out.String())
 			assert.Contains(t, out.String(), tc.want)
 			assert.NotContains(t, out.String(), "listening")
@@ -154,7 +166,7 @@ func TestBadSettings(t *testing.T) {
 
 func TestHelpNamesTheVariables(t *testing.T) {
 	var out bytes.Buffer
-	assert.Equal(t, 0, run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out))
+	assert.Equal(t, 0, run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, &out))
 	help := out.String()
 	assert.Contains(t, help, "a flag on the command line\nwins over its variable")
 	for _, v := range []string{"PRESENCED_ADDR", "PRESENCED_TICK", "PRESENCED_MEMBER_LIST", "PRESENCED_JWT_SECRET", "PRESENCED_API_KEY",
@@ -201,7 +213,7 @@ func startRun(t *testing.T, args []string, env map[string]string) (string, *pres
 		if env["PRESENCED_ADDR"] == "" {
 			args = append([]string{"-addr", "127.0.0.1:0"}, args...)
 		}
-		code <- run(ctx, args, func(k string) string { return env[k] }, out)
+		code <- run(ctx, args, func(k string) string { return env[k] }, out, out)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -294,7 +306,7 @@ func TestStartupErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			assert.Equal(t, tc.code, run(context.Background(), tc.args, func(string) string { return "" }, &out))
+			assert.Equal(t, tc.code, run(context.Background(), tc.args, func(string) string { return "" }, &out, &out))
 			assert.Contains(t, out.String(), tc.want)
 		})
 	}

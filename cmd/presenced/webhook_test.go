@@ -131,7 +131,7 @@ func TestWebhookSecretNotBase64(t *testing.T) {
 			args = append(args, "-webhook-secret", "whsec_not*base64")
 		}
 		var out bytes.Buffer
-		code := run(context.Background(), args, func(k string) string { return env[k] }, &out)
+		code := run(context.Background(), args, func(k string) string { return env[k] }, &out, &out)
 		assert.Equal(t, 2, code, out.String())
 		assert.Contains(t, out.String(), "-webhook-secret: webhook: Secret")
 		assert.NotContains(t, out.String(), "not*base64", "the secret in the error")
