@@ -68,14 +68,14 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "alice online on "+n.Node(), func() bool { return n.rec.count("alice", true) == 1 })
 	}
-	conns, err := b.User(ctx, "alice")
+	conns, err := connsOf(ctx, b, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 1, conns)
 
 	// A second node and more tabs: connections add up, no new edge.
 	b.SetUser("alice", 2, 0)
 	a.rec.waitFor(t, testWait, "alice has 3 connections", func() bool {
-		n, err := a.User(ctx, "alice")
+		n, err := connsOf(ctx, a, "alice")
 		return err == nil && n == 3
 	})
 	count, users, err := a.Users(ctx, 10)
@@ -86,14 +86,14 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 	// Leaving node a keeps alice online through node b.
 	a.SetUser("alice", 0, 0)
 	b.rec.waitFor(t, testWait, "alice down to 2 connections", func() bool {
-		n, err := b.User(ctx, "alice")
+		n, err := connsOf(ctx, b, "alice")
 		return err == nil && n == 2
 	})
 	b.SetUser("alice", 0, 0)
 	for _, n := range []*node{a, b} {
 		n.rec.waitFor(t, testWait, "alice offline on "+n.Node(), func() bool { return n.rec.count("alice", false) == 1 })
 	}
-	conns, err = a.User(ctx, "alice")
+	conns, err = connsOf(ctx, a, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 0, conns)
 	count, users, err = b.Users(ctx, 10)
@@ -196,7 +196,7 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	b.SetUser("bob", 1, 0)
 	a.SetUser("carol", 1, 0) // only on the node that dies: the control
 	b.rec.waitFor(t, testWait, "bob has 2 connections", func() bool {
-		n, err := b.User(ctx, "bob")
+		n, err := connsOf(ctx, b, "bob")
 		return err == nil && n == 2
 	})
 
@@ -205,7 +205,7 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 	// carol's offline proves a's leases expired and were claimed.
 	b.rec.waitFor(t, testWait, "carol offline", func() bool { return b.rec.count("carol", false) == 1 })
 	b.rec.waitFor(t, testWait, "bob's lease on a claimed", func() bool {
-		n, err := b.User(ctx, "bob")
+		n, err := connsOf(ctx, b, "bob")
 		return err == nil && n == 1
 	})
 	assert.Equal(t, 0, b.rec.count("bob", false), "bob must stay online")
@@ -291,7 +291,7 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 	count, _, err := obs[0].Users(context.Background(), 0)
 	require.NoError(t, err)
 	assert.Equal(t, 1, count)
-	count, _, err = obs[0].Members(context.Background(), "lobby", 0)
+	count, _, err = obs[0].Members(context.Background(), "lobby", "", 0)
 	require.NoError(t, err)
 	assert.Equal(t, 0, count)
 }
@@ -311,7 +311,7 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	a.SetUser("erin", 1, 0)
 	b.SetUser("erin", 1, 0)
 	b.rec.waitFor(t, testWait, "dave and erin online", func() bool {
-		n, err := b.User(context.Background(), "erin")
+		n, err := connsOf(context.Background(), b, "erin")
 		return err == nil && n == 2 && b.rec.count("dave", true) == 1
 	})
 
@@ -320,7 +320,7 @@ func TestCloseDropsLeasesAtOnce(t *testing.T) {
 	// a dropped dave's record itself: no claim, so no wait for an expiry.
 	assert.Equal(t, 1, a.rec.producedCount("dave", false))
 	assert.Equal(t, 0, b.rec.producedCount("dave", false))
-	n, err := b.User(context.Background(), "erin")
+	n, err := connsOf(context.Background(), b, "erin")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	assert.Equal(t, 0, b.rec.count("erin", false))

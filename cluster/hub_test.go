@@ -169,7 +169,7 @@ func TestTwoHubsShareWebSocketPresence(t *testing.T) {
 
 	require.NoError(t, alice.Close())
 	next(t, bob, "alice offline on b", status("alice", false))
-	n, err := engB.User(context.Background(), "alice")
+	n, err := connsOf(context.Background(), engB, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 0, n)
 }

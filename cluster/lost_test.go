@@ -178,7 +178,7 @@ func testChurn(t *testing.T, setup churnSetup, lose func() time.Time) churnResul
 	for _, n := range nodes {
 		defer func() {
 			if t.Failed() {
-				_, members, _ := n.Members(ctx, "room", 1000)
+				_, members, _ := n.Members(ctx, "room", "", 1000)
 				slices.Sort(members)
 				t.Logf("%s: view %d, redis %d, want %d: view-want %v, want-view %v, redis-want %v, want-redis %v", n.Node(),
 					len(n.rec.membersOf("room")), len(members), len(wantOnline),
@@ -193,7 +193,7 @@ func testChurn(t *testing.T, setup churnSetup, lose func() time.Time) churnResul
 			if !slices.Equal(n.rec.membersOf("room"), wantOnline) {
 				return false
 			}
-			_, members, err := n.Members(ctx, "room", 1000)
+			_, members, err := n.Members(ctx, "room", "", 1000)
 			slices.Sort(members)
 			return err == nil && slices.Equal(members, wantOnline)
 		})

@@ -22,10 +22,10 @@ import (
 	"github.com/presenced/presenced/transport"
 )
 
-// MembersAfter pages through a channel's members from Redis in the order Go
+// Members pages through a channel's members from Redis in the order Go
 // sorts strings (bytes), whatever characters the IDs use, from any
 // starting point, and counts all of them on every page.
-func TestMembersAfterPagesInOrder(t *testing.T) {
+func TestMembersPagesInOrder(t *testing.T) {
 	srv := startRedis(t)
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(srv.client(t), "b"))
@@ -44,7 +44,7 @@ func TestMembersAfterPagesInOrder(t *testing.T) {
 	slices.Sort(want)
 	ctx := context.Background()
 	eventually(t, "every membership written", func(c *assert.CollectT) {
-		count, _, err := a.MembersAfter(ctx, "lobby", "", 1)
+		count, _, err := a.Members(ctx, "lobby", "", 1)
 		assert.NoError(c, err)
 		assert.Equal(c, len(want), count)
 	})
@@ -52,7 +52,7 @@ func TestMembersAfterPagesInOrder(t *testing.T) {
 	for _, limit := range []int{1000, 97} {
 		var got []string
 		for after := ""; ; {
-			count, page, err := a.MembersAfter(ctx, "lobby", after, limit)
+			count, page, err := a.Members(ctx, "lobby", after, limit)
 			require.NoError(t, err)
 			assert.Equal(t, len(want), count)
 			require.LessOrEqual(t, len(page), limit)
@@ -76,22 +76,22 @@ func TestMembersAfterPagesInOrder(t *testing.T) {
 		{want[len(want)-1], []string{}},
 		{"zzz", []string{}},
 	} {
-		_, page, err := b.MembersAfter(ctx, "lobby", tc.after, 3)
+		_, page, err := b.Members(ctx, "lobby", tc.after, 3)
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, page, "after %q", tc.after)
 	}
 
-	count, page, err := a.MembersAfter(ctx, "nobody-here", "", 10)
+	count, page, err := a.Members(ctx, "nobody-here", "", 10)
 	require.NoError(t, err)
 	assert.Zero(t, count)
 	assert.Equal(t, []string{}, page)
-	count, page, err = a.MembersAfter(ctx, "lobby", "", 0)
+	count, page, err = a.Members(ctx, "lobby", "", 0)
 	require.NoError(t, err)
 	assert.Equal(t, len(want), count, "limit 0 counts")
 	assert.Empty(t, page)
 
 	srv.kill()
-	_, _, err = a.MembersAfter(ctx, "lobby", "", 10)
+	_, _, err = a.Members(ctx, "lobby", "", 10)
 	assert.ErrorContains(t, err, `cluster: page members of "lobby"`)
 }
 

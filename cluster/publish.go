@@ -21,11 +21,10 @@ import (
 // in a channel, the user it is from, and whether it says that user types
 // (then it has no frame).
 type wireMessage struct {
-	Frame      json.RawMessage `json:"f,omitempty"`
-	Type       string          `json:"t,omitempty"`
-	Disconnect int             `json:"x,omitempty"`
-	From       string          `json:"fr,omitempty"`
-	Typing     int             `json:"ty,omitempty"`
+	Kind  presence.MessageKind `json:"k,omitempty"`
+	Frame json.RawMessage      `json:"f,omitempty"`
+	Type  string               `json:"t,omitempty"`
+	From  string               `json:"fr,omitempty"`
 }
 
 // Why Publish reports a message not delivered.
@@ -51,17 +50,10 @@ var (
 // and otherwise waits for Redis's answer. Called by presence.Node; an
 // embedder does not call it.
 func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
-	w := wireMessage{Frame: m.Frame.Data, Type: m.Frame.Type}
+	w := wireMessage{Kind: m.Kind, Frame: m.Frame.Data, Type: m.Frame.Type, From: m.From}
 	topic := presence.Topic{UID: m.UID}
-	if m.Disconnect {
-		w = wireMessage{Disconnect: 1}
-	}
 	if m.Channel != "" {
 		topic = presence.Topic{Channel: m.Channel}
-		w.From = m.From
-		if m.Typing {
-			w.Typing = 1
-		}
 	}
 	payload, err := json.Marshal(w)
 	if err != nil {

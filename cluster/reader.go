@@ -13,16 +13,15 @@ import (
 
 // wireEvent is what arrives on a topic: an edge (S set) or a message.
 type wireEvent struct {
-	S          int64           `json:"s"`
-	On         int             `json:"on"`
-	UID        string          `json:"u"`
-	Joined     int             `json:"j"`
-	Frame      json.RawMessage `json:"f"`
-	Type       string          `json:"t"`
-	Disconnect int             `json:"x"`
-	From       string          `json:"fr"`
-	Typing     int             `json:"ty"`
-	At         int64           `json:"at"` // an offline edge's time, Unix ms on the Redis clock
+	S      int64                `json:"s"`
+	On     int                  `json:"on"`
+	UID    string               `json:"u"`
+	Joined int                  `json:"j"`
+	Frame  json.RawMessage      `json:"f"`
+	Type   string               `json:"t"`
+	Kind   presence.MessageKind `json:"k"`
+	From   string               `json:"fr"`
+	At     int64                `json:"at"` // an offline edge's time, Unix ms on the Redis clock
 	// Act marks an activity edge: actAway or actActive.
 	Act int `json:"a"`
 }
@@ -245,9 +244,9 @@ func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
 	t := ts.t
 	if ev.S == 0 {
 		r.m.relayed.WithLabelValues("message").Inc()
-		m := presence.Message{Channel: t.Channel, UID: t.UID, Frame: protocol.Encoded{Type: ev.Type, Data: ev.Frame},
-			Disconnect: ev.Disconnect == 1, From: ev.From, Typing: ev.Typing == 1}
-		if m.Disconnect {
+		m := presence.Message{Kind: ev.Kind, Channel: t.Channel, UID: t.UID, From: ev.From,
+			Frame: protocol.Encoded{Type: ev.Type, Data: ev.Frame}}
+		if m.Kind == presence.MessageDisconnect {
 			// Closing connections calls back into their Node, and so into
 			// this engine: do it on a goroutine of its own, once what came
 			// before it is delivered, so that nobody waits on a goroutine

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -11,21 +10,6 @@ import (
 
 	"github.com/presenced/presenced/presence"
 )
-
-// User returns uid's connections summed over all nodes. Called by
-// presence.Node; an embedder does not call it.
-func (e *Engine) User(ctx context.Context, uid string) (int, error) {
-	n, err := e.rdb.HGet(ctx, e.keys[e.shard(uid)].conns, uid).Int()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		e.health.fail("lookup", err)
-		return 0, fmt.Errorf("cluster: look up %q: %w", uid, err)
-	}
-	e.health.ok()
-	return n, nil
-}
 
 // Status returns uid's connections summed over all nodes, whether it is
 // away and, while it is offline, when it went offline if that was within
@@ -57,19 +41,10 @@ func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
 	return e.listing(ctx, "users", func(k shardKeys) string { return k.online }, e.keys, limit)
 }
 
-// Members returns how many members channel has on any node and the first
-// limit of their IDs in ascending order. Called by presence.Node; an
-// embedder does not call it.
-func (e *Engine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
-	k := e.keys[e.shard(channel)]
-	return e.listing(ctx, "members", func(k shardKeys) string { return k.members(channel) }, []shardKeys{k}, limit)
-}
-
-// MembersAfter returns how many members channel has on any node and up to
-// limit of their IDs greater than after ("": from the first), in ascending
-// order, in one round trip. Called by presence.Node; an embedder does not
-// call it.
-func (e *Engine) MembersAfter(ctx context.Context, channel, after string, limit int) (int, []string, error) {
+// Members returns how many members channel has on any node and up to limit
+// of their IDs greater than after ("": from the first), in ascending order,
+// in one round trip. Called by presence.Node; an embedder does not call it.
+func (e *Engine) Members(ctx context.Context, channel, after string, limit int) (int, []string, error) {
 	key := e.keys[e.shard(channel)].members(channel)
 	start := "-"
 	if after != "" {

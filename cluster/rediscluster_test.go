@@ -288,7 +288,7 @@ func TestEngineOnRedisCluster(t *testing.T) {
 	// b shows its own c00 at once; both nodes' writes of c00 land on their
 	// own time, each shard's on its own master.
 	eventually(t, "both nodes' records of c00 written", func(c *assert.CollectT) {
-		n, err := b.User(ctx, "c00")
+		n, err := connsOf(ctx, b, "c00")
 		assert.NoError(c, err)
 		assert.Equal(c, 2, n)
 	})
@@ -296,7 +296,7 @@ func TestEngineOnRedisCluster(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 12, count)
 	assert.Equal(t, []string{"c00", "c01", "c02"}, users)
-	count, members, err := a.Members(ctx, "lobby", 2)
+	count, members, err := a.Members(ctx, "lobby", "", 2)
 	require.NoError(t, err)
 	assert.Equal(t, 12, count)
 	assert.Equal(t, []string{"c00", "c01"}, members)

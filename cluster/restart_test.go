@@ -107,7 +107,7 @@ func TestSameNameRestartReapsThePredecessor(t *testing.T) {
 				n, _, err := old.Users(context.Background(), 0)
 				assert.NoError(c, err)
 				assert.Equal(c, users, n)
-				n, _, err = old.Members(context.Background(), "lobby", 0)
+				n, _, err = old.Members(context.Background(), "lobby", "", 0)
 				assert.NoError(c, err)
 				assert.Equal(c, users, n)
 			})
@@ -187,7 +187,7 @@ func TestSameNameRestartReapsThePredecessor(t *testing.T) {
 			}
 			n, online, err := fresh.Users(context.Background(), 10)
 			require.NoError(t, err)
-			m, members, err := fresh.Members(context.Background(), "lobby", 10)
+			m, members, err := fresh.Members(context.Background(), "lobby", "", 10)
 			require.NoError(t, err)
 			if tc.kept {
 				assert.Equal(t, 1, n)

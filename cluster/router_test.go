@@ -35,7 +35,7 @@ func TestUnfollowKeepsTheTopicForARenewal(t *testing.T) {
 	assert.Empty(t, a.rec.membersOf("room"))
 	b.SetMember("room", "carol", 1, false)
 	eventually(t, "carol's membership written", func(c *assert.CollectT) {
-		count, _, err := b.Members(context.Background(), "room", 0)
+		count, _, err := b.Members(context.Background(), "room", "", 0)
 		assert.NoError(c, err)
 		assert.Equal(c, 2, count)
 	})
@@ -153,7 +153,7 @@ type callbackRelay struct {
 }
 
 func (r *callbackRelay) Deliver(m presence.Message) {
-	if m.Disconnect {
+	if m.Kind == presence.MessageDisconnect {
 		r.e.SetUser(m.UID, 1, 0)
 	}
 	r.recorder.Deliver(m)
@@ -170,7 +170,7 @@ func TestDisconnectMayCallBack(t *testing.T) {
 	a.follow(t, "bob")
 	a.SetUser("bob", 2, 0)
 	ctx := context.Background()
-	require.NoError(t, b.Publish(ctx, presence.Message{UID: "bob", Disconnect: true}))
+	require.NoError(t, b.Publish(ctx, presence.Message{Kind: presence.MessageDisconnect, UID: "bob"}))
 	require.NoError(t, b.Publish(ctx, presence.Message{UID: "bob", Frame: encoded("message", `{"type":"message"}`)}))
 	a.rec.waitFor(t, testWait, "the disconnect and the message after it", func() bool {
 		a.rec.mu.Lock()
@@ -178,7 +178,7 @@ func TestDisconnectMayCallBack(t *testing.T) {
 		return len(a.rec.chats) == 2
 	})
 	eventually(t, "bob down to 1 connection", func(c *assert.CollectT) {
-		n, err := b.User(ctx, "bob")
+		n, err := connsOf(ctx, b, "bob")
 		assert.NoError(c, err)
 		assert.Equal(c, 1, n)
 	})

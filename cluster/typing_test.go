@@ -7,6 +7,8 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // typingFrame is a typing frame as a client reads it.
@@ -44,12 +46,12 @@ func TestTypingCrossesNodes(t *testing.T) {
 // wire between nodes.
 func TestWireMessageCarriesTyping(t *testing.T) {
 	var ev wireEvent
-	for _, w := range []wireMessage{{From: "alice", Typing: 1}, {Frame: json.RawMessage(`{"type":"chat"}`), Type: "chat", From: "bob"}} {
+	for _, w := range []wireMessage{{Kind: presence.MessageTyping, From: "alice"}, {Kind: presence.MessageChat, Frame: json.RawMessage(`{"type":"chat"}`), Type: "chat", From: "bob"}} {
 		data, err := json.Marshal(w)
 		require.NoError(t, err)
 		ev = wireEvent{}
 		require.NoError(t, json.Unmarshal(data, &ev))
 		assert.Equal(t, w.From, ev.From)
-		assert.Equal(t, w.Typing, ev.Typing)
+		assert.Equal(t, w.Kind, ev.Kind)
 	}
 }

@@ -453,7 +453,7 @@ func (n *Node) Chat(ctx context.Context, c Client, channel, text string) error {
 		return err
 	}
 	frame := protocol.MustEncode(protocol.Chat{Channel: channel, From: uid, Text: text})
-	return n.engine.Publish(ctx, Message{Channel: channel, From: uid, Frame: frame})
+	return n.engine.Publish(ctx, Message{Kind: MessageChat, Channel: channel, From: uid, Frame: frame})
 }
 
 // Publish sends data, valid JSON, in a publish frame to every connection
@@ -481,5 +481,5 @@ func (n *Node) Send(ctx context.Context, uid string, data json.RawMessage) error
 
 // DisconnectUser ends every connection of uid, on every node.
 func (n *Node) DisconnectUser(ctx context.Context, uid string) error {
-	return n.engine.Publish(ctx, Message{UID: uid, Disconnect: true})
+	return n.engine.Publish(ctx, Message{Kind: MessageDisconnect, UID: uid})
 }

@@ -7,19 +7,22 @@ import (
 	"github.com/presenced/presenced/protocol"
 )
 
-// An Engine stores presence where every node can see it and routes edges and
-// messages to the nodes that follow them: which users are online and who is
-// a member of which channel, counted over the connections each node holds.
-// NewMemoryEngine keeps it in this process; package cluster shares it
-// through Redis.
+// An Engine keeps presence where every node can see it and routes what
+// happens to the nodes that follow it. It does two jobs, as two interfaces:
+// a Store of who is online and who is a member of which channel, counted
+// over the connections each node holds, and a Router of the Store's edges
+// and of messages to the nodes that follow their topics. NewMemoryEngine
+// keeps both in this process; package cluster shares them through Redis.
+// An engine whose store can be out of reach says so by implementing
+// HealthChecker.
 //
 // A Node calls Attach once, from New, before any other method; then Run for
-// as long as it runs. It calls SetUser and SetMember in the order the counts
-// changed for a given user (and channel), one call at a time, never holding
-// a lock of its own. It calls Follow when a topic gets its first follower on
-// the node and Unfollow when it loses its last; the calls for one topic
-// never overlap and alternate, Follow first.
+// as long as it runs. It keeps the reference counts of its topics itself:
+// it calls Follow when a topic gets its first follower on the node and
+// Unfollow when it loses its last.
 type Engine interface {
+	Store
+	Router
 	// Attach hands the engine the Relay it delivers to, once, before
 	// anything can produce an edge.
 	Attach(r Relay)
@@ -27,11 +30,19 @@ type Engine interface {
 	// reading what other nodes cause) until ctx is done. The Node calls it
 	// again, after a pause, when it returns early with an error.
 	Run(ctx context.Context) error
+}
 
+// A Store keeps the users online and the members of each channel, counted
+// over the connections each node holds, and hands the edges those counts
+// make to the Relay (through the Router, which delivers them to the nodes
+// that follow them). The Node calls SetUser and SetMember in the order the
+// counts changed for a given user (and channel), one call at a time, never
+// holding a lock of its own.
+type Store interface {
 	// SetUser reports that this node now holds n live connections of uid
 	// (0: none), away of which are away. A user is away while online with
 	// every connection, on every node, away. It must not block on I/O: a
-	// networked engine batches.
+	// networked store batches.
 	SetUser(uid string, n, away int)
 	// SetMember reports that n of this node's live connections of uid have
 	// joined channel (0: none), and whether every connection of uid on this
@@ -39,37 +50,39 @@ type Engine interface {
 	// records, without asking the user's. It must not block on I/O.
 	SetMember(channel, uid string, n int, away bool)
 
-	// Follow starts delivering topics to the Relay and returns once the
-	// Relay has each topic's current state, or when ctx is done: the
-	// following holds either way and the state arrives when it can. An
-	// engine that delivers everything returns at once.
-	Follow(ctx context.Context, topics []Topic) error
-	// Unfollow stops delivering topics nobody on this node follows any more.
-	Unfollow(topics []Topic)
-
-	// User returns the number of live connections of uid on all nodes.
-	User(ctx context.Context, uid string) (conns int, err error)
 	// Status returns what is known of uid on all nodes: its live
-	// connections, whether it is away and, if the engine keeps them, when
+	// connections, whether it is away and, if the store keeps them, when
 	// it last went offline.
 	Status(ctx context.Context, uid string) (UserStatus, error)
 	// Users returns how many users are online on all nodes and up to limit
 	// of their IDs in ascending order (limit <= 0: none).
 	Users(ctx context.Context, limit int) (count int, users []string, err error)
 	// Members returns how many members channel has on all nodes and up to
-	// limit of their IDs in ascending order.
-	Members(ctx context.Context, channel string, limit int) (count int, members []string, err error)
-	// MembersAfter returns how many members channel has on all nodes and up
-	// to limit of their IDs greater than after, in ascending order: a page
-	// of a listing that goes on from after ("": from the first).
-	MembersAfter(ctx context.Context, channel, after string, limit int) (count int, members []string, err error)
+	// limit of their IDs greater than after, in ascending order: a page of
+	// a listing that goes on from after ("": from the first).
+	Members(ctx context.Context, channel, after string, limit int) (count int, members []string, err error)
+}
 
+// A Router delivers to the Relay the topics its node follows: the Store's
+// edges of those users and channels, and the Messages published to them.
+// The calls for one topic never overlap and alternate, Follow first.
+type Router interface {
+	// Follow starts delivering topics to the Relay and returns once the
+	// Relay has each topic's current state, or when ctx is done: the
+	// following holds either way and the state arrives when it can. A
+	// router that delivers everything returns at once.
+	Follow(ctx context.Context, topics []Topic) error
+	// Unfollow stops delivering topics nobody on this node follows any more.
+	Unfollow(topics []Topic)
 	// Publish delivers m to the Relays of the nodes that follow its topic,
 	// this one included.
 	Publish(ctx context.Context, m Message) error
+}
 
-	// Health reports whether the engine can reach what it shares presence
-	// through; nil for the in-memory engine.
+// A HealthChecker is an Engine that can lose what it shares presence
+// through, such as Redis. Health reports whether it can reach it now; a
+// Hub's readiness check asks. An Engine that is not one is always healthy.
+type HealthChecker interface {
 	Health(ctx context.Context) error
 }
 
@@ -169,18 +182,29 @@ type Topic struct {
 }
 
 // A Message is for the connections of one user (UID) or for the members of
-// one channel (Channel); exactly one of the two is set. It carries a frame
-// encoded once, or with Disconnect set (and UID) it ends every connection of
-// the user.
-//
-// In a channel, From names the user a chat line is from, whose typing there
-// it ends; with Typing set the message has no frame and says that From is
-// typing in Channel.
+// one channel (Channel); exactly one of the two is set. Its Kind says what
+// it carries.
 type Message struct {
-	Channel    string
-	UID        string
-	Frame      protocol.Encoded
-	Disconnect bool
-	From       string
-	Typing     bool
+	Kind    MessageKind
+	Channel string
+	UID     string
+	Frame   protocol.Encoded // MessageFrame and MessageChat
+	From    string           // MessageChat and MessageTyping: the user who sent it
 }
+
+// A MessageKind says what a Message carries.
+type MessageKind uint8
+
+// The kinds of messages.
+const (
+	// MessageFrame carries a frame, encoded once, for the topic's
+	// connections.
+	MessageFrame MessageKind = iota
+	// MessageChat carries a chat line From sent in Channel: a frame for its
+	// members that also ends From's typing there.
+	MessageChat
+	// MessageTyping says that From is typing in Channel; it has no frame.
+	MessageTyping
+	// MessageDisconnect ends every connection of UID; it has no frame.
+	MessageDisconnect
+)

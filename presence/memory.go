@@ -136,11 +136,6 @@ func (e *memoryEngine) SetMember(channel, uid string, n int, away bool) {
 func (e *memoryEngine) Follow(ctx context.Context, topics []Topic) error { return nil }
 func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 
-func (e *memoryEngine) User(ctx context.Context, uid string) (int, error) {
-	st, err := e.Status(ctx, uid)
-	return st.Conns, err
-}
-
 // Status keeps no last-seen records: the Node does, for every edge of this
 // engine.
 func (e *memoryEngine) Status(ctx context.Context, uid string) (UserStatus, error) {
@@ -163,11 +158,7 @@ func (e *memoryEngine) Users(ctx context.Context, limit int) (int, []string, err
 	return e.online.Len(), e.online.First(limit), nil
 }
 
-func (e *memoryEngine) Members(ctx context.Context, channel string, limit int) (int, []string, error) {
-	return e.MembersAfter(ctx, channel, "", limit)
-}
-
-func (e *memoryEngine) MembersAfter(ctx context.Context, channel, after string, limit int) (int, []string, error) {
+func (e *memoryEngine) Members(ctx context.Context, channel, after string, limit int) (int, []string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	members := e.channels[channel]
@@ -185,5 +176,3 @@ func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	e.relay.Deliver(m)
 	return nil
 }
-
-func (e *memoryEngine) Health(ctx context.Context) error { return nil }

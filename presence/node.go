@@ -242,8 +242,14 @@ func (n *Node) Status(ctx context.Context, uid string) (UserStatus, error) {
 	return st, nil
 }
 
-// Engine returns the Engine the Node reports to.
-func (n *Node) Engine() Engine { return n.engine }
+// Health reports whether the Node's Engine can reach what it shares
+// presence through: nil unless the Engine is a HealthChecker that says so.
+func (n *Node) Health(ctx context.Context) error {
+	if hc, ok := n.engine.(HealthChecker); ok {
+		return hc.Health(ctx)
+	}
+	return nil
+}
 
 // Timeout is how long a connection may stay silent, and how long a
 // heartbeat lease lasts: (Slots-1)*Tick.
@@ -348,7 +354,8 @@ func (n *Node) LocalUsers() int {
 
 // User returns the number of live connections of uid on every node.
 func (n *Node) User(ctx context.Context, uid string) (int, error) {
-	return n.engine.User(ctx, uid)
+	st, err := n.engine.Status(ctx, uid)
+	return st.Conns, err
 }
 
 // Users returns how many users are online on every node and up to limit of
@@ -363,5 +370,5 @@ func (n *Node) Members(ctx context.Context, channel string, limit int) (count in
 	if !protocol.ValidChannel(channel) {
 		return 0, nil, protocol.ErrInvalidChannel
 	}
-	return n.engine.Members(ctx, channel, limit)
+	return n.engine.Members(ctx, channel, "", limit)
 }

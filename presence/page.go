@@ -24,7 +24,7 @@ func (n *Node) MembersPage(ctx context.Context, channel, after string, limit int
 		return 0, nil, "", err
 	}
 	// One more than asked says whether more follow.
-	count, members, err = n.engine.MembersAfter(ctx, channel, after, min(limit, math.MaxInt32)+1)
+	count, members, err = n.engine.Members(ctx, channel, after, min(limit, math.MaxInt32)+1)
 	if err != nil {
 		return 0, nil, "", err
 	}

@@ -25,7 +25,7 @@ func (n *Node) Typing(ctx context.Context, c Client, channel string) error {
 	if err != nil {
 		return err
 	}
-	return n.engine.Publish(ctx, Message{Channel: channel, From: uid, Typing: true})
+	return n.engine.Publish(ctx, Message{Kind: MessageTyping, Channel: channel, From: uid})
 }
 
 // typingKey is one user typing in one channel, on the typing ring.

@@ -274,14 +274,14 @@ func (v *view) dropIfUnused(cv *channelView) {
 // typing message marks its user typing, and a chat line ends that.
 func (v *view) Deliver(m Message) {
 	v.mu.Lock()
-	if m.Typing {
+	if m.Kind == MessageTyping {
 		v.typingLocked(m.Channel, m.From)
 		v.mu.Unlock()
 		return
 	}
 	if m.Channel != "" {
 		if cv := v.channels[m.Channel]; cv != nil {
-			if m.From != "" {
+			if m.Kind == MessageChat {
 				v.stopTypingLocked(cv, m.From)
 			}
 			for c := range cv.subs {
@@ -291,7 +291,7 @@ func (v *view) Deliver(m Message) {
 		v.mu.Unlock()
 		return
 	}
-	if !m.Disconnect {
+	if m.Kind != MessageDisconnect {
 		if c := v.users[m.UID].c; c != nil {
 			c.Send(m.Frame)
 		}
