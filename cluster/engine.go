@@ -98,6 +98,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// MetricsNamespace prefixes the metrics' names, as
+	// MetricsNamespace_cluster_... ("presenced" if empty), so two engines
+	// may share a Registerer.
+	MetricsNamespace string
 }
 
 // Engine implements presence.Engine on Redis. Create it with New and hand it
@@ -263,7 +267,7 @@ func New(cfg Config) (*Engine, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("node", cfg.Node)
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: register metrics: %w", err)
 	}

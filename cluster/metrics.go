@@ -1,6 +1,10 @@
 package cluster
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the engine's Prometheus collectors; registered only when the
 // Config has a Registerer.
@@ -21,8 +25,16 @@ type metrics struct {
 	publishedLate prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	const ns, sub = "presenced", "cluster"
+// newMetrics makes the collectors, named namespace_cluster_... ("presenced"
+// if namespace is empty), and registers them with reg unless it is nil. If
+// one fails to register, those registered before it are unregistered, so
+// that a New that failed leaves reg as it was.
+func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
+	const sub = "cluster"
+	ns := namespace
+	if ns == "" {
+		ns = "presenced"
+	}
 	m := &metrics{
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "redis_up",
 			Help: "1 while the last Redis operation of this node succeeded, 0 while Redis is unreachable."}),
@@ -55,10 +67,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.redisUp, m.redisErrors, m.usersHeld, m.pending, m.rewritten,
-		m.reaped, m.edges, m.relayed, m.received, m.renew, m.publishQueue, m.publishFailed, m.publishedLate} {
+	cs := []prometheus.Collector{m.redisUp, m.redisErrors, m.usersHeld, m.pending, m.rewritten,
+		m.reaped, m.edges, m.relayed, m.received, m.renew, m.publishQueue, m.publishFailed, m.publishedLate}
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("namespace %q: %w", ns, err)
 		}
 	}
 	return m, nil
