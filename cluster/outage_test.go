@@ -103,7 +103,7 @@ func TestPartitionedNodeReassertsWhenBack(t *testing.T) {
 	p.cut(false)
 	b.rec.waitFor(t, testWait, "frank online again", func() bool { return b.rec.count("frank", true) == 2 })
 	a.rec.waitFor(t, testWait, "a sees frank online", func() bool {
-		n, err := a.User(context.Background(), "frank")
+		n, err := connsOf(context.Background(), a, "frank")
 		return err == nil && n == 1
 	})
 	// a's clients may have seen frank's cluster-wide offline; they end online.
@@ -290,7 +290,7 @@ func TestPublishSettlesALostAnswer(t *testing.T) {
 			defer cancel()
 			done <- a.Publish(ctx, presence.Message{Channel: "lobby", Frame: encoded("chat", chat)})
 		}()
-		time.Sleep(100 * time.Millisecond) // let it go out
+		require.Eventually(t, func() bool { return p.saw(chat) }, testWait, time.Millisecond, "round %d: the publish goes out", round)
 		if reached {
 			p.cut(true) // its answer is lost
 			time.Sleep(100 * time.Millisecond)

@@ -140,6 +140,12 @@ func (s *redisServer) client(t *testing.T) *redis.Client {
 }
 
 // node is an Engine running against a test Redis with its recorder.
+// connsOf is uid's connections on all nodes, as s has them.
+func connsOf(ctx context.Context, s presence.Store, uid string) (int, error) {
+	st, err := s.Status(ctx, uid)
+	return st.Conns, err
+}
+
 type node struct {
 	*Engine
 	rec    *recorder
@@ -240,12 +246,13 @@ type proxy struct {
 	swallowed bool
 	muted     bool
 	conns     map[net.Conn]struct{}
+	sent      map[net.Conn][]byte // what each client sent, forwarded or not
 }
 
 func startProxy(t *testing.T, target string) *proxy {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}, sent: map[net.Conn][]byte{}}
 	go p.serve()
 	t.Cleanup(func() {
 		_ = l.Close()
@@ -295,6 +302,11 @@ func (p *proxy) serve() {
 						break
 					}
 				}
+				if n > 0 && upward {
+					p.mu.Lock()
+					p.sent[src] = append(p.sent[src], buf[:n]...)
+					p.mu.Unlock()
+				}
 				if err != nil {
 					break
 				}
@@ -305,6 +317,19 @@ func (p *proxy) serve() {
 		go pipe(up, c, true)
 		go pipe(c, up, false)
 	}
+}
+
+// saw reports whether a client sent s through the proxy: once it has,
+// s is in Redis's socket, or dropped if muted.
+func (p *proxy) saw(s string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.sent {
+		if strings.Contains(string(b), s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *proxy) cut(on bool) {
