@@ -318,7 +318,7 @@ func (c *conn) handle(it inboxItem) {
 		return
 	}
 	if it.err != "" {
-		c.replyError(it.err, "")
+		c.replyError(it.err, it.payload)
 		return
 	}
 	if it.pong {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -145,16 +146,33 @@ type apiMessage struct {
 	Data    json.RawMessage `json:"data"`
 }
 
-// readMessage reads an apiMessage, answering 400 itself when it is not one.
+// errTrailing is a body with more after its JSON object.
+var errTrailing = errors.New("trailing data")
+
+// readMessage reads an apiMessage, answering 400 itself when it is not one,
+// and 413 when the body is over maxAPIBody.
 func readMessage(w http.ResponseWriter, r *http.Request) (apiMessage, bool) {
 	var m apiMessage
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
-	if err := dec.Decode(&m); err != nil {
-		writeError(w, http.StatusBadRequest, "the body must be a JSON object of at most 64 KiB: "+protocol.JSONError(err).Error())
-		return m, false
+	err := dec.Decode(&m)
+	var tooBig *http.MaxBytesError
+	if err == nil {
+		if _, err = dec.Token(); err == io.EOF {
+			err = nil
+		} else if !errors.As(err, &tooBig) {
+			err = errTrailing
+		}
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	switch {
+	case errors.As(err, &tooBig):
+		// Too big is not malformed: the client must send less, not fix it.
+		writeError(w, http.StatusRequestEntityTooLarge, "the body is over 64 KiB")
+		return m, false
+	case errors.Is(err, errTrailing):
 		writeError(w, http.StatusBadRequest, "the body must be one JSON object, with nothing after it")
+		return m, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "the body must be a JSON object: "+protocol.JSONError(err).Error())
 		return m, false
 	}
 	if len(m.Data) == 0 || string(m.Data) == "null" {
@@ -421,18 +439,20 @@ func (h *Hub) mayWatch(s Session, target string) bool {
 const errNotAllowed = "not allowed to join this channel"
 
 // queryLimit reads ?limit= of a listing: DefaultPresenceLimit when absent,
-// at most MaxPresenceLimit. It answers 400 itself when limit is malformed.
+// 0 to MaxPresenceLimit. It answers 400 itself when limit is out of range,
+// as a page of members does: a clamped answer would hide that fewer came
+// than asked.
 func queryLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
 	s := r.URL.Query().Get("limit")
 	if s == "" {
 		return DefaultPresenceLimit, true
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		writeError(w, http.StatusBadRequest, "limit must be a non-negative integer")
+	if err != nil || n < 0 || n > MaxPresenceLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 0 to %d", MaxPresenceLimit))
 		return 0, false
 	}
-	return min(n, MaxPresenceLimit), true
+	return n, true
 }
 
 func (h *Hub) servePresence(w http.ResponseWriter, r *http.Request) {

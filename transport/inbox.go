@@ -36,9 +36,9 @@ type inboxItem struct {
 	frame   protocol.Frame // a parsed client frame, or nil
 	err     string         // an error frame to send instead
 	pong    bool           // a WebSocket pong to send, with payload
-	payload string
-	at      time.Time // when it was read: the engine's waits count from it
-	end     ending    // the connection ends here
+	payload string         // the pong's payload, or the channel the error names
+	at      time.Time      // when it was read: the engine's waits count from it
+	end     ending         // the connection ends here
 }
 
 // ending is what the last items of an inbox do, after the frames before

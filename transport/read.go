@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -170,7 +171,7 @@ func (c *conn) readMessage() error {
 	}
 	f, err := protocol.ParseClient(data)
 	if err != nil {
-		c.deliver(inboxItem{err: err.Error()})
+		c.deliver(inboxItem{err: err.Error(), payload: namedChannel(data)})
 		return nil
 	}
 	if _, ok := f.(protocol.Silence); ok && c.hub.demo {
@@ -179,6 +180,19 @@ func (c *conn) readMessage() error {
 	}
 	c.deliver(inboxItem{frame: f})
 	return nil
+}
+
+// namedChannel returns the "channel" of a frame that could not be parsed,
+// as sent, when it is a string: the error frame names it, so a client with
+// several joins in flight can tell which one failed.
+func namedChannel(data []byte) string {
+	var f struct {
+		Channel string `json:"channel"`
+	}
+	if json.Unmarshal(data, &f) != nil {
+		return ""
+	}
+	return f.Channel
 }
 
 // messages hold a text message while it is parsed: deliver keeps nothing of
