@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -111,19 +110,9 @@ func (s *redisServer) kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a frozen process dies only once resumed
+	resume(s.cmd.Process) // a frozen process dies only once resumed
 	<-s.done
 	s.cmd = nil
-}
-
-// freeze stops (SIGSTOP) or resumes (SIGCONT) the server: a stalled Redis
-// that keeps its data and its connections.
-func (s *redisServer) freeze(on bool) {
-	sig := syscall.SIGCONT
-	if on {
-		sig = syscall.SIGSTOP
-	}
-	require.NoError(s.t, s.cmd.Process.Signal(sig))
 }
 
 // restart brings the server back, empty, on the same port.

@@ -140,7 +140,7 @@ func dialer(rcvBuf int) *websocket.Dialer {
 		nd.Control = func(_, _ string, rc syscall.RawConn) error {
 			var serr error
 			err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvBuf)
+				serr = setRcvBuf(fd, rcvBuf)
 			})
 			return errors.Join(err, serr)
 		}
