@@ -245,6 +245,7 @@ func (c *conn) writeLoop() {
 				err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
 			} else {
 				c.ws.SetWriteDeadline(time.Now().Add(wt))
+				tap(false, f.Data)
 				err = c.ws.WriteMessage(websocket.TextMessage, f.Data)
 			}
 			if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/internal/apicheck"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -80,7 +81,13 @@ func startServerWith(t *testing.T, cfg transport.Config, opts serverOptions) *te
 	}
 	hub, err := newHub(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(hub)
+	// Checked against docs/openapi.yaml in the handler, not the listener:
+	// a wrapped net.Conn would keep the Hub from polling its sockets.
+	var checks []apicheck.Option
+	if _, own := cfg.Auth.(transport.AuthenticatorFunc); own {
+		checks = append(checks, apicheck.OwnAuth)
+	}
+	srv := httptest.NewUnstartedServer(apicheck.Handler(t, hub, checks...))
 	srv.Config.ReadHeaderTimeout = cmp(opts.headerTimeout, waitLong)
 	if opts.sendBuffer > 0 {
 		srv.Listener = smallSendBuffers{srv.Listener, opts.sendBuffer}

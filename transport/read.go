@@ -162,6 +162,7 @@ func (c *conn) readMessage() error {
 	if err != nil {
 		return err
 	}
+	tap(true, data) // nil for a binary message
 	if !c.admit(int(n)) || mt == websocket.BinaryMessage {
 		return nil
 	}
