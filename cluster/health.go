@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/lockorder"
 )
 
 // health follows whether Redis answers, from the outcome of every
@@ -19,7 +21,7 @@ type health struct {
 	log *slog.Logger
 	m   *metrics
 
-	mu         sync.Mutex
+	mu         lockorder.Mutex[lockorder.Health]
 	down       bool
 	recoveries uint64 // outages ended
 

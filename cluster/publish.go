@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -106,7 +106,7 @@ type publisher struct {
 
 	// mu guards the queue and every message's state; nothing that waits is
 	// called while it is held.
-	mu      sync.Mutex
+	mu      lockorder.Mutex[lockorder.Publisher]
 	queue   []*outgoing // oldest first; only those in state waiting count
 	waiting int         // messages in queue in state waiting
 	closed  bool
@@ -383,7 +383,7 @@ func (p *publisher) send(ctx context.Context, batch []*outgoing) {
 	p.unsettled = nil
 	var calls []scriptRun
 	for _, o := range settling {
-		calls = append(calls, scriptRun{settleScript, o.idKey, []any{life}})
+		calls = append(calls, scriptRun{settleScript, []string{o.idKey}, []any{life}})
 	}
 	now := time.Now()
 	var out []*outgoing
@@ -396,7 +396,7 @@ func (p *publisher) send(ctx context.Context, batch []*outgoing) {
 			p.answer(o, fmt.Errorf("%w: not sent within %v", errTimeout, o.wait.Round(time.Millisecond)))
 		default:
 			out = append(out, o)
-			calls = append(calls, scriptRun{publishScript, o.idKey, []any{o.channel, o.payload, life, p.redisMillis(c, o.last)}})
+			calls = append(calls, scriptRun{publishScript, []string{o.idKey}, []any{o.channel, o.payload, life, p.redisMillis(c, o.last)}})
 		}
 	}
 	if len(calls) == 0 {

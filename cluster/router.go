@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/queue"
 	"github.com/presenced/presenced/presence"
 )
@@ -33,7 +34,7 @@ type router struct {
 
 	// Lock order: mu, then a subq's or out's own lock, a leaf: changes and
 	// calls are pushed under mu and made after it.
-	mu     sync.Mutex
+	mu     lockorder.Mutex[lockorder.Router]
 	topics map[string]*topicState // by Pub/Sub channel name
 	run    *runState              // while Run runs
 	subs   []*redis.PubSub        // by shard, while Run runs; nil until a topic needs one

@@ -3,8 +3,9 @@ package cluster
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/presenced/presenced/internal/lockorder"
 )
 
 // writer keeps what this node holds and writes it to Redis. SetUser and
@@ -17,7 +18,7 @@ type writer struct {
 	*base
 
 	// mu guards the changes not yet in Redis and what this node holds now.
-	mu       sync.Mutex
+	mu       lockorder.Mutex[lockorder.Writer]
 	pending  changes
 	inflight int // changes taken by a write under way
 	// What this node holds now, written or not: a live node's own users

@@ -1,9 +1,9 @@
 package presence
 
 import (
-	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/tracker"
 )
@@ -19,7 +19,7 @@ type lastSeen struct {
 	ring *tracker.Tracker[string] // the records' deadlines; stepped by the Node
 	ttl  time.Duration
 
-	mu   sync.Mutex
+	mu   lockorder.Mutex[lockorder.LastSeen]
 	at   map[string]int64 // uid -> Unix milliseconds
 	peak int
 }

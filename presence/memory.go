@@ -2,9 +2,9 @@ package presence
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/internal/sortedset"
 )
@@ -28,7 +28,7 @@ type memoryEngine struct {
 	// mu guards the state below. It is never held while calling the Relay:
 	// the Node makes one SetUser or SetMember call at a time, so edges
 	// reach the Relay in the order they happened without it.
-	mu       sync.Mutex
+	mu       lockorder.Mutex[lockorder.Store]
 	online   sortedset.Set  // the users online, in order for listings
 	multi    map[string]int // uid -> connections, for the users online with more than one
 	away     map[string]struct{}

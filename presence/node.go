@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/queue"
 	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/tracker"
@@ -154,13 +155,14 @@ type Node struct {
 	stalled func() time.Time
 	seen    lastSeen // when users went offline, on a ring of its own
 
-	// Lock order: mu, then the view's v.mu; out's own lock is a leaf, taken
+	// Lock order (the whole server's is package lockorder's): mu, then the
+	// view's v.mu, then a connection's; out's own lock is a leaf, taken
 	// under mu. The Node holds neither mu nor v.mu while it calls the Engine
 	// or a Client's Close or Probe. Client.Send is the one call out under
 	// them (v.mu, and mu for a snapshot): it only queues, and holding them
 	// keeps a snapshot and the diffs after it in order. The Engine calls the
 	// view (its Relay) holding no lock of its own.
-	mu        sync.Mutex
+	mu        lockorder.Mutex[lockorder.Node]
 	conns     map[Client]*connState
 	users     map[string]*userState
 	connsPeak int

@@ -1,6 +1,10 @@
 package presence
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/presenced/presenced/internal/lockorder"
+)
 
 // notifier tells the embedder's callbacks of the edges this node produced,
 // on a goroutine of its own, started when edges arrive and gone when there
@@ -12,7 +16,7 @@ type notifier struct {
 	onActivity func(uid string, away bool)
 	onEdges    func([]Edge)
 
-	mu      sync.Mutex
+	mu      lockorder.Mutex[lockorder.Notify]
 	idle    sync.Cond // signalled when running turns false
 	tick    []Edge    // this tick's edges for onEdges
 	queue   []note

@@ -2,9 +2,9 @@ package presence
 
 import (
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/internal/sortedset"
 	"github.com/presenced/presenced/protocol"
@@ -25,7 +25,7 @@ type view struct {
 	seen                      *lastSeen // the Node's, for the offline edges it produced
 	typing                    typists   // who types where, on a ring of the Node's clock
 
-	mu       sync.Mutex
+	mu       lockorder.Mutex[lockorder.View]
 	users    map[string]userView
 	others   map[string][]Client // the clients of a user after its first, for the few with more here
 	channels map[string]*channelView

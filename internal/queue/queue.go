@@ -18,6 +18,8 @@ package queue
 import (
 	"errors"
 	"sync"
+
+	"github.com/presenced/presenced/internal/lockorder"
 )
 
 var (
@@ -34,7 +36,7 @@ var (
 // It is kept small (56 bytes), as a connection embeds one: the counters are
 // 32 bits, compared so that they may wrap.
 type Queue[T any] struct {
-	mu    sync.Mutex
+	mu    lockorder.Mutex[lockorder.Queue]
 	items []T        // waiting, oldest first
 	cond  *sync.Cond // made when Flush first waits
 	// Limit bounds how many items Push lets wait; 0: no bound. Set it
