@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -47,8 +48,8 @@ func TestMemoryPerIdleConnection(t *testing.T) {
 		runMemClients(t, addr)
 		return
 	}
-	if testing.Short() {
-		t.Skip("a measurement: skipped with -short and under -race")
+	if testing.Short() || lockorder.Enabled {
+		t.Skip("a measurement: skipped with -short, under -race and while checking the lock order")
 	}
 	n := 500
 	if s := os.Getenv("PRESENCED_MEMTEST_N"); s != "" {
