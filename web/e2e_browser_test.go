@@ -129,13 +129,31 @@ func (b *browser) expected(m chromedp.ConsoleMessage) bool {
 	return false
 }
 
-// probe reports whether m is the browser's report of the page's one
-// question at load, a heartbeat with no identity: Chromium logs every 4xx
-// answer, and this one is 400 in demo mode and 401 when tokens are needed.
+// probe reports whether m is the browser's report of the page's questions
+// at load, on a server that needs a token (or an API key) and a page given
+// none: Chromium logs every 4xx answer. A healthy load asks nothing that
+// fails; then come the count of users refused (401 or 403) and a heartbeat
+// with no identity (400 in demo mode, 401 when tokens are needed).
 func probe(m chromedp.ConsoleMessage) bool {
 	u, err := url.Parse(m.URL)
-	return err == nil && m.Source == "network" && u.Path == "/api/heartbeat" && u.RawQuery == "" &&
-		(strings.Contains(m.Text, "status of 400") || strings.Contains(m.Text, "status of 401"))
+	if err != nil || m.Source != "network" {
+		return false
+	}
+	status := func(codes ...string) bool {
+		for _, c := range codes {
+			if strings.Contains(m.Text, "status of "+c) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case u.Path == "/api/presence" && u.RawQuery == "limit=0":
+		return status("401", "403")
+	case u.Path == "/api/heartbeat" && u.RawQuery == "":
+		return status("400", "401")
+	}
+	return false
 }
 
 // do runs actions on a tab with a deadline, failing the test on error.

@@ -2,8 +2,9 @@
 //
 // The page is plain HTML, CSS and JavaScript modules with no build step, and
 // it fetches nothing from another origin: it talks to the server that serves
-// it, over /ws, GET /api/ring and one POST /api/heartbeat at load that tells
-// whether the server needs a token.
+// it, over /ws, GET /api/ring and, at load without a token, a question or two
+// that tell whether the server needs one (GET /api/presence?limit=0, then
+// POST /api/heartbeat if that is refused).
 package web
 
 import (

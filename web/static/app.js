@@ -2,8 +2,8 @@
 // rooms this connection joined with their members (away ones dimmed, big
 // rooms paged), the users it watches with their last seen, an event log and
 // a chat per room with who is typing. Everything comes from this server: the
-// WebSocket at /ws, GET /api/ring, one POST /api/heartbeat with no identity
-// at load, which tells whether the server needs a token, and in demo mode
+// WebSocket at /ws, GET /api/ring, at load without a token one question that
+// tells whether the server needs one (probeMode), and in demo mode
 // GET /api/presence/{uid} for the last seen of a watched user. Every
 // connection, the page's own and the simulated ones, is a Presenced client
 // (/presenced.js): it keeps the channels' members, away and typing and
@@ -57,11 +57,20 @@ page.me = { state: 'new', uid, timeoutMs: 0, away: false, attempt: 0, retryAt: 0
 
 // ---- demo mode or tokens ----
 
-// probeMode asks once, with no side effect: a heartbeat that names no user
-// is refused with 400 (not a valid user ID) by a server in demo mode, and
-// with 401 by one that needs a token.
+// probeMode tells demo mode from a server that needs tokens, with no side
+// effect, and so that a healthy load logs no error in the console (a
+// browser logs every 4xx answer): a page given a token takes the server to
+// need one (a refused token is explained once its connection fails); one
+// without asks for the count of online users, which a demo server answers
+// with 200. Only when that is refused (403: tokens and no API key; 401: an
+// API key, in either mode) does a heartbeat naming no user tell: 400 (not a
+// valid user ID) in demo mode, 401 when a token is needed.
 async function probeMode() {
+  if (token) return 'token';
   try {
+    const count = await fetch('/api/presence?limit=0', { cache: 'no-store' });
+    if (count.ok) return 'demo';
+    if (count.status === 403) return 'token';
     const res = await fetch('/api/heartbeat', { method: 'POST', cache: 'no-store' });
     if (res.status === 400) return 'demo';
     if (res.status === 401) return 'token';

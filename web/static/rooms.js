@@ -15,13 +15,13 @@ function strings(v) {
  */
 export class WatchList {
   constructor() {
-    this.users = new Map(); // uid -> {online, since, away, lastSeen}
+    this.users = new Map(); // uid -> {online, since, away, lastSeen, never}
   }
 
   /** add starts watching uid; it reports whether uid is new. */
   add(uid) {
     if (this.users.has(uid)) return false;
-    this.users.set(uid, { online: null, since: 0, away: false, lastSeen: 0 });
+    this.users.set(uid, { online: null, since: 0, away: false, lastSeen: 0, never: false });
     return true;
   }
 
@@ -49,6 +49,7 @@ export class WatchList {
     if (!u || u.online === online) return false;
     u.online = online;
     u.since = now;
+    u.never = false;
     if (online) u.lastSeen = 0;
     else u.away = false;
     return true;
@@ -117,11 +118,22 @@ export class WatchList {
     return true;
   }
 
+  /**
+   * neverSeen records that the server keeps no last seen of uid, offline:
+   * not seen within its -last-seen-ttl. It reports a change.
+   */
+  neverSeen(uid) {
+    const u = this.users.get(uid);
+    if (!u || u.online !== false || u.lastSeen || u.never) return false;
+    u.never = true;
+    return true;
+  }
+
   /** unseen returns the offline users whose last seen is not known, sorted. */
   unseen() {
     return this.uids().filter((uid) => {
       const u = this.users.get(uid);
-      return u.online === false && !u.lastSeen;
+      return u.online === false && !u.lastSeen && !u.never;
     });
   }
 }

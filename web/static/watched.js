@@ -38,11 +38,15 @@ export function renderWatch(now) {
     if (state === 'unknown') seen = live(page.me) ? 'asking…' : 'not connected';
     else if (away) seen = 'away';
     else if (state === 'offline' && w.lastSeen) seen = `last seen ${fmtAgo(now - w.lastSeen)}`;
+    else if (state === 'offline' && w.never) seen = 'never seen';
+    // Offline since before the watch: how long is not known, only the server's last seen says.
+    else if (state === 'offline') seen = 'offline';
     else seen = `${state}${since}`;
     const text = li.querySelector('.seen');
     text.textContent = seen;
     text.title = state === 'offline' && w.lastSeen ? `offline since ${new Date(w.lastSeen).toLocaleString()}`
-      : away ? `online, away${since}` : '';
+      : state === 'offline' && w.never ? 'the server has no record of this user online (it keeps them for -last-seen-ttl, 24 h by default)'
+        : away ? `online, away${since}` : '';
     frag.push(li);
   }
   syncChildren(ui.watched, frag);
@@ -87,7 +91,8 @@ export function askLastSeen() {
     fetch(`/api/presence/${encodeURIComponent(u)}`, { cache: 'no-store' })
       .then((res) => (res.ok ? res.json() : null))
       .then((p) => {
-        if (p && !p.online && watch.lastSeen(u, p.last_seen)) renderSoon();
+        if (!p || p.online) return;
+        if (p.last_seen === undefined ? watch.neverSeen(u) : watch.lastSeen(u, p.last_seen)) renderSoon();
       })
       .catch(() => { /* the server is down: the status frames say it later */ })
       .finally(() => askingLastSeen.delete(u));
