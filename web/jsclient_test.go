@@ -3,6 +3,7 @@ package web_test
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -74,6 +75,7 @@ func needNode(t *testing.T) string {
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg + "; CI is set, so this is a failure")
 		}
+		tellTerminal(t.Name() + " skipped: " + msg)
 		t.Skip(msg)
 	}
 	node, err := exec.LookPath("node")
@@ -84,6 +86,21 @@ func needNode(t *testing.T) string {
 		fail("web/client/node_modules is missing: run `npm ci` in web/client to run the JavaScript client's tests")
 	}
 	return node
+}
+
+// tellTerminal writes msg to the terminal go test runs in, if any: of a
+// package that passes, go test shows only its "ok" line unless -v, so a
+// skip would go unseen. With -v the skip's own line says it.
+func tellTerminal(msg string) {
+	if testing.Verbose() {
+		return
+	}
+	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
+	if err != nil {
+		return // no terminal: a CI log, where CI=true fails instead
+	}
+	defer tty.Close()
+	fmt.Fprintf(tty, "--- SKIP: web: %s\n", msg)
 }
 
 type testHub struct {
