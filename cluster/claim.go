@@ -181,7 +181,7 @@ type scriptCall struct {
 func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
 	runs := make([]scriptRun, len(calls))
 	for i, c := range calls {
-		runs[i] = scriptRun{s, w.keys[c.shard].alive, c.args}
+		runs[i] = scriptRun{s, w.keys[c.shard].keys, c.args}
 	}
 	return runScripts(ctx, w.rdb, runs)
 }

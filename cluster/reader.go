@@ -117,12 +117,12 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	pipe := r.rdb.Pipeline()
 	chCmds := make([]*redis.Cmd, len(channels))
 	for i, ch := range channels {
-		chCmds[i] = channelScript.EvalSha(ctx, pipe, []string{k.alive}, k.tag, ch)
+		chCmds[i] = channelScript.EvalSha(ctx, pipe, k.keys, k.tag, ch)
 	}
 	var userCmd *redis.Cmd
 	if len(users) > 0 {
 		args := append([]any{k.tag}, toAny(users)...)
-		userCmd = usersScript.EvalSha(ctx, pipe, []string{k.alive}, args...)
+		userCmd = usersScript.EvalSha(ctx, pipe, k.keys, args...)
 	}
 	_, err := pipe.Exec(ctx)
 	if isNoScript(err) {

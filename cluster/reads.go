@@ -17,7 +17,7 @@ import (
 // embedder does not call it.
 func (e *Engine) Status(ctx context.Context, uid string) (presence.UserStatus, error) {
 	k := e.keys[e.shard(uid)]
-	cmd := runScripts(ctx, e.rdb, []scriptRun{{statusScript, k.alive, []any{k.tag, uid, e.cfg.LastSeenTTL.Milliseconds()}}})[0]
+	cmd := runScripts(ctx, e.rdb, []scriptRun{{statusScript, k.keys, []any{k.tag, uid, e.cfg.LastSeenTTL.Milliseconds()}}})[0]
 	vals, err := scriptResult(cmd, 3)
 	if err != nil {
 		e.health.fail("lookup", err)
@@ -45,18 +45,17 @@ func (e *Engine) Users(ctx context.Context, limit int) (int, []string, error) {
 // of their IDs greater than after ("": from the first), in ascending order,
 // in one round trip. Called by presence.Node; an embedder does not call it.
 func (e *Engine) Members(ctx context.Context, channel, after string, limit int) (int, []string, error) {
-	key := e.keys[e.shard(channel)].members(channel)
-	start := "-"
-	if after != "" {
-		start = "(" + after // members sort by their bytes (score 0): strictly after
-	}
+	key := e.keys[e.shard(channel)].members
+	// Members sort by their bytes (score 0): after is strictly after.
+	start, stop := memberBounds(channel, after)
+	all, _ := memberBounds(channel, "")
 	// MULTI, so the count and the page are of one moment; the key is one
 	// cluster slot.
 	pipe := e.rdb.TxPipeline()
-	card := pipe.ZCard(ctx, key)
+	card := pipe.ZLexCount(ctx, key, all, stop)
 	var page *redis.StringSliceCmd
 	if limit > 0 {
-		page = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: start, Stop: "+", ByLex: true, Count: int64(limit)})
+		page = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: start, Stop: stop, ByLex: true, Count: int64(limit)})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.health.fail("members", err)
@@ -65,7 +64,9 @@ func (e *Engine) Members(ctx context.Context, channel, after string, limit int) 
 	e.health.ok()
 	members := []string{}
 	if page != nil {
-		members = append(members, page.Val()...)
+		for _, rec := range page.Val() {
+			members = append(members, rec[len(channel)+1:])
+		}
 	}
 	return int(card.Val()), members, nil
 }

@@ -55,7 +55,7 @@ func claimSome(t *testing.T, c redis.UniversalClient, shards, limit int) []strin
 	for s := range shards {
 		k := newShardKeys("t", s)
 		run := func() []any {
-			res, err := scriptResult(claimScript.Run(context.Background(), c, []string{k.alive}, k.tag, "claimer",
+			res, err := scriptResult(claimScript.Run(context.Background(), c, k.keys, k.tag, "claimer",
 				int64(60000), limit, time.Hour.Milliseconds(), int64(0), time.Hour.Milliseconds()), 3)
 			require.NoError(t, err)
 			return res

@@ -5,50 +5,63 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Every script runs on the keys of one shard, all under the shard's hash tag
-// T = {prefix:N}, so it touches a single cluster slot. KEYS[1] is T:alive, which
-// routes the call; the other names are built from the tag in ARGV[1]:
+// T = {prefix:N}, so it touches a single cluster slot. Every key a script
+// touches is one of its KEYS, as the scripting contract asks (proxies and
+// Redis-compatible stores route and lock by KEYS): a shard has a fixed set
+// of keys, shardKeyNames, passed in that order to every script of the
+// shard, so KEYS[1] is T:alive, which routes the call. Records of a node
+// or a channel are members of the shard's keys, not keys of their own, so
+// a claim finds a dead node's records without naming keys it cannot know
+// beforehand; node names, channels and uids have no space, so "node ..."
+// and "channel ..." records range by prefix (ZRANGE BYLEX):
 //
-//	T:alive      ZSET  node -> liveness expiry (ms, Redis clock); renewed per node, never per user
-//	T:dead       SET   nodes whose liveness expired and whose records are being reaped
-//	T:clock      HASH  last = time of the last claim, pause = no claims before,
-//	                   restore = end of the restore window after Redis lost records
-//	T:ver        HASH  node -> the newest write of the node this shard has seen
-//	T:reaped     ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
-//	T:u:<node>   HASH  uid -> connections the node holds, for users of this shard
-//	T:ua:<node>  HASH  uid -> how many of those are away (absent: none)
-//	T:m:<node>   SET   "channel uid": the node's memberships, for channels of this shard
-//	T:ma:<node>  SET   "channel uid": those of them the node says are away
-//	T:nodes      HASH  uid -> nodes holding the user (the online edge counter)
-//	T:conns      HASH  uid -> connections summed over nodes
-//	T:away       HASH  uid -> away connections summed over nodes; away when it equals T:conns
-//	T:online     ZSET  online users, score 0 (listed in order with ZRANGE BYLEX)
-//	T:seen       ZSET  uid -> when it last went offline (ms, Redis clock), kept for the last-seen TTL
-//	T:mn         HASH  "channel uid" -> nodes holding the membership (the join edge counter)
-//	T:mna        HASH  "channel uid" -> those of them that say away; away when it equals T:mn
-//	T:c:<chan>   ZSET  the channel's members, score 0
-//	T:ca:<chan>  SET   the channel's members who are away
-//	T:seq        STRING the shard's edge counter: orders edges against snapshots; starts at 10 x ms
-//	T:msg:<id>   STRING a published message's ID, so a retried or settled publish is not delivered twice
+//	T:alive   ZSET  node -> liveness expiry (ms, Redis clock); renewed per node, never per user
+//	T:dead    SET   nodes whose liveness expired and whose records are being reaped
+//	T:clock   HASH  last = time of the last claim, pause = no claims before,
+//	                restore = end of the restore window after Redis lost records
+//	T:ver     HASH  node -> the newest write of the node this shard has seen
+//	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
+//	T:u       HASH  "node uid" -> connections the node holds, for users of this shard
+//	T:ua      HASH  "node uid" -> how many of those are away (absent: none)
+//	T:ui      ZSET  "node uid", score 0: T:u's records by node
+//	T:m       ZSET  "node channel uid", score 0: the nodes' memberships, for channels of this shard
+//	T:ma      SET   "node channel uid": those of them the node says are away
+//	T:nodes   HASH  uid -> nodes holding the user (the online edge counter)
+//	T:conns   HASH  uid -> connections summed over nodes
+//	T:away    HASH  uid -> away connections summed over nodes; away when it equals T:conns
+//	T:online  ZSET  online users, score 0 (listed in order with ZRANGE BYLEX)
+//	T:seen    ZSET  uid -> when it last went offline (ms, Redis clock), kept for the last-seen TTL
+//	T:mn      HASH  "channel uid" -> nodes holding the membership (the join edge counter)
+//	T:mna     HASH  "channel uid" -> those of them that say away; away when it equals T:mn
+//	T:c       ZSET  "channel uid", score 0: the channels' members
+//	T:ca      ZSET  "channel uid", score 0: the members who are away
+//	T:seq     STRING the shard's edge counter: orders edges against snapshots; starts at 10 x ms
+//
+// and, declared alone by the scripts that publish a message,
+//
+//	T:msg:<id> STRING a published message's ID, so a retried or settled publish is not delivered twice
 //
 // Edges are published, inside the script that makes them, on the sharded
-// Pub/Sub channels T:pu:<uid> and T:pc:<channel>, which only the nodes
-// following that user or channel subscribe to: {s, on} for online or
-// offline and {s, a} for away (a=1) or active (a=2) on a user's; {s, u, j}
-// for a join or leave and {s, u, a} for a member's activity on a channel's.
+// Pub/Sub channels T:pu:<uid> and T:pc:<channel> (channels, not keys; named
+// from the tag in ARGV[1]), which only the nodes following that user or
+// channel subscribe to: {s, on} for online or offline and {s, a} for away
+// (a=1) or active (a=2) on a user's; {s, u, j} for a join or leave and
+// {s, u, a} for a member's activity on a channel's.
 //
 // Expiry uses the Redis server's clock (TIME), so nodes' clocks never matter.
-// Scripts are effect-replicated (always so since Redis 7; asked for on 5-6).
-const luaPrelude = `
-if redis.replicate_commands then redis.replicate_commands() end
+// Scripts are effect-replicated, as always since Redis 7, which sharded
+// Pub/Sub needs anyway.
+var luaPrelude = luaKeys + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag = ARGV[1]
-local function K(s) return tag .. ':' .. s end
+local function P(s) return tag .. ':' .. s end
 
 -- produced collects this call's edges for the caller, in the order they
 -- were made: kind, uid, channel ('' for a user's), time (ms), ...
@@ -94,14 +107,15 @@ local function num(v) return tonumber(v or '0') or 0 end
 local function setUser(node, uid, n, a)
   if n <= 0 then n, a = 0, 0 end
   a = math.max(0, math.min(a, n))
-  local uk, ak = K('u:' .. node), K('ua:' .. node)
-  local old = num(redis.call('HGET', uk, uid))
-  local olda = num(redis.call('HGET', ak, uid))
+  local rec = node .. ' ' .. uid
+  local old = num(redis.call('HGET', K('u'), rec))
+  local olda = num(redis.call('HGET', K('ua'), rec))
   if n == old and a == olda then return end
   local conns0 = num(redis.call('HGET', K('conns'), uid))
   local away0 = num(redis.call('HGET', K('away'), uid))
   if n ~= old then
-    if n > 0 then redis.call('HSET', uk, uid, n) else redis.call('HDEL', uk, uid) end
+    if n > 0 then redis.call('HSET', K('u'), rec, n) else redis.call('HDEL', K('u'), rec) end
+    if old == 0 then redis.call('ZADD', K('ui'), 0, rec) elseif n == 0 then redis.call('ZREM', K('ui'), rec) end
   end
   local conns1 = conns0
   if n ~= old then
@@ -110,14 +124,14 @@ local function setUser(node, uid, n, a)
   end
   local away1 = away0
   if a ~= olda then
-    if a > 0 then redis.call('HSET', ak, uid, a) else redis.call('HDEL', ak, uid) end
+    if a > 0 then redis.call('HSET', K('ua'), rec, a) else redis.call('HDEL', K('ua'), rec) end
     away1 = redis.call('HINCRBY', K('away'), uid, a - olda)
     if away1 <= 0 then redis.call('HDEL', K('away'), uid) end
   end
   if old == 0 and n > 0 then
     if redis.call('HINCRBY', K('nodes'), uid, 1) == 1 then
       redis.call('ZADD', K('online'), 0, uid)
-      publish(K('pu:' .. uid), {on = 1})
+      publish(P('pu:' .. uid), {on = 1})
       produce('online', uid, '')
     end
   elseif n == 0 and old > 0 then
@@ -126,7 +140,7 @@ local function setUser(node, uid, n, a)
       redis.call('ZREM', K('online'), uid)
       redis.call('ZADD', K('seen'), now, uid)
       offlines = offlines + 1
-      publish(K('pu:' .. uid), {on = 0, at = now})
+      publish(P('pu:' .. uid), {on = 0, at = now})
       produce('offline', uid, '')
     end
   end
@@ -135,10 +149,10 @@ local function setUser(node, uid, n, a)
     local is = away1 >= conns1
     if is ~= was then
       if is then
-        publish(K('pu:' .. uid), {a = 1})
+        publish(P('pu:' .. uid), {a = 1})
         produce('away', uid, '')
       else
-        publish(K('pu:' .. uid), {a = 2})
+        publish(P('pu:' .. uid), {a = 2})
         produce('active', uid, '')
       end
     end
@@ -153,47 +167,47 @@ end
 local function setMember(node, channel, uid, on, away)
   if not on then away = false end
   local rec = channel .. ' ' .. uid
-  local mk, ak = K('m:' .. node), K('ma:' .. node)
-  local had = redis.call('SISMEMBER', mk, rec) == 1
-  local hadAway = redis.call('SISMEMBER', ak, rec) == 1
+  local nrec = node .. ' ' .. rec
+  local had = redis.call('ZSCORE', K('m'), nrec) ~= false
+  local hadAway = redis.call('SISMEMBER', K('ma'), nrec) == 1
   if had == on and hadAway == away then return end
   local mn0 = num(redis.call('HGET', K('mn'), rec))
   local mna0 = num(redis.call('HGET', K('mna'), rec))
   local mn1, mna1 = mn0, mna0
   if on and not had then
-    redis.call('SADD', mk, rec)
+    redis.call('ZADD', K('m'), 0, nrec)
     mn1 = redis.call('HINCRBY', K('mn'), rec, 1)
   elseif had and not on then
-    redis.call('SREM', mk, rec)
+    redis.call('ZREM', K('m'), nrec)
     mn1 = redis.call('HINCRBY', K('mn'), rec, -1)
     if mn1 <= 0 then redis.call('HDEL', K('mn'), rec) end
   end
   if away and not hadAway then
-    redis.call('SADD', ak, rec)
+    redis.call('SADD', K('ma'), nrec)
     mna1 = redis.call('HINCRBY', K('mna'), rec, 1)
   elseif hadAway and not away then
-    redis.call('SREM', ak, rec)
+    redis.call('SREM', K('ma'), nrec)
     mna1 = redis.call('HINCRBY', K('mna'), rec, -1)
     if mna1 <= 0 then redis.call('HDEL', K('mna'), rec) end
   end
   if mn0 == 0 and mn1 > 0 then
-    redis.call('ZADD', K('c:' .. channel), 0, uid)
-    publish(K('pc:' .. channel), {u = uid, j = 1})
+    redis.call('ZADD', K('c'), 0, rec)
+    publish(P('pc:' .. channel), {u = uid, j = 1})
     produce('join', uid, channel)
   elseif mn0 > 0 and mn1 <= 0 then
-    redis.call('ZREM', K('c:' .. channel), uid)
-    publish(K('pc:' .. channel), {u = uid, j = 0})
+    redis.call('ZREM', K('c'), rec)
+    publish(P('pc:' .. channel), {u = uid, j = 0})
     produce('leave', uid, channel)
   end
   -- A leave takes the member's activity with it: no active edge.
   local was = mn0 > 0 and mna0 >= mn0
   local is = mn1 > 0 and mna1 >= mn1
   if is ~= was then
-    if is then redis.call('SADD', K('ca:' .. channel), uid) else redis.call('SREM', K('ca:' .. channel), uid) end
+    if is then redis.call('ZADD', K('ca'), 0, rec) else redis.call('ZREM', K('ca'), rec) end
     if mn1 > 0 then
       local a = 2
       if is then a = 1 end
-      publish(K('pc:' .. channel), {u = uid, a = a})
+      publish(P('pc:' .. channel), {u = uid, a = a})
     end
   end
 end
@@ -211,39 +225,51 @@ end
 -- alive renews node's liveness in this shard; 1 means it had been taken
 -- for dead (or Redis lost it), so the node must write its records again.
 local function alive(node, ttl)
-  local added = redis.call('ZADD', KEYS[1], now + ttl, node)
+  local added = redis.call('ZADD', K('alive'), now + ttl, node)
   local reaped = redis.call('SREM', K('dead'), node)
   if added == 1 or reaped == 1 then return 1 end
   return 0
 end
 
+-- recordsOf returns up to limit (all if nil) of node's records in key (T:ui
+-- or T:m), without the node's name.
+local function recordsOf(key, node, limit)
+  local r
+  if limit then
+    r = redis.call('ZRANGEBYLEX', K(key), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, limit)
+  else
+    r = redis.call('ZRANGEBYLEX', K(key), '[' .. node .. ' ', '(' .. node .. '!')
+  end
+  for i, rec in ipairs(r) do r[i] = string.sub(rec, #node + 2) end
+  return r
+end
+
+local function holdsAny(node)
+  return #recordsOf('ui', node, 1) > 0 or #recordsOf('m', node, 1) > 0
+end
+
+-- dropMember drops node's membership record "channel uid".
+local function dropMember(node, rec)
+  local sep = string.find(rec, ' ', 1, true)
+  setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
+end
+
 -- reap drops up to budget of node's records and returns what is left of
 -- budget; the node leaves the dead set once it has none.
 local function reap(node, budget)
-  local uk, mk = K('u:' .. node), K('m:' .. node)
-  local cursor = '0'
-  repeat
-    local r = redis.call('HSCAN', uk, cursor, 'COUNT', budget)
-    cursor = r[1]
-    for i = 1, #r[2], 2 do
-      if budget <= 0 then break end
-      setUser(node, r[2][i], 0, 0)
+  if budget > 0 then
+    for _, uid in ipairs(recordsOf('ui', node, budget)) do
+      setUser(node, uid, 0, 0)
       budget = budget - 1
     end
-  until cursor == '0' or budget <= 0
-  cursor = '0'
-  while budget > 0 do
-    local r = redis.call('SSCAN', mk, cursor, 'COUNT', budget)
-    cursor = r[1]
-    for _, rec in ipairs(r[2]) do
-      if budget <= 0 then break end
-      local sep = string.find(rec, ' ', 1, true)
-      setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
-      budget = budget - 1
-    end
-    if cursor == '0' then break end
   end
-  if redis.call('EXISTS', uk, mk) == 0 and redis.call('SREM', K('dead'), node) == 1 then
+  if budget > 0 then
+    for _, rec in ipairs(recordsOf('m', node, budget)) do
+      dropMember(node, rec)
+      budget = budget - 1
+    end
+  end
+  if not holdsAny(node) and redis.call('SREM', K('dead'), node) == 1 then
     redis.call('HDEL', K('ver'), node)
     redis.call('ZADD', K('reaped'), now, node)
   end
@@ -280,12 +306,8 @@ local function check(node, landed, v, window, late)
     redis.call('HSET', K('clock'), 'restore', till)
   end
   quiet = true
-  local uk, mk = K('u:' .. node), K('m:' .. node)
-  for _, uid in ipairs(redis.call('HKEYS', uk)) do setUser(node, uid, 0, 0) end
-  for _, rec in ipairs(redis.call('SMEMBERS', mk)) do
-    local sep = string.find(rec, ' ', 1, true)
-    setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
-  end
+  for _, uid in ipairs(recordsOf('ui', node)) do setUser(node, uid, 0, 0) end
+  for _, rec in ipairs(recordsOf('m', node)) do dropMember(node, rec) end
   quiet = false
   return true, till
 end
@@ -367,8 +389,8 @@ if now - last > tonumber(ARGV[5]) then
 end
 if now < pause or now < till then return {back, 1, 0} end
 redis.call('ZREMRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
-for _, node in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-  redis.call('ZREM', KEYS[1], node)
+for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
+  redis.call('ZREM', K('alive'), node)
   redis.call('SADD', K('dead'), node)
 end
 local budget = tonumber(ARGV[4])
@@ -394,8 +416,8 @@ seenTTL = tonumber(ARGV[4])
 redis.call('SADD', K('dead'), node)
 local more = 0
 if reap(node, tonumber(ARGV[3])) <= 0 then more = 1 end
-if redis.call('EXISTS', K('u:' .. node), K('m:' .. node)) == 0 then
-  redis.call('ZREM', KEYS[1], node)
+if not holdsAny(node) then
+  redis.call('ZREM', K('alive'), node)
   redis.call('SREM', K('dead'), node)
   redis.call('HDEL', K('ver'), node)
   redis.call('ZREM', K('reaped'), node)
@@ -413,17 +435,21 @@ return out
 // ARGV: tag, channel. Returns {seq, {member, ...}, {away member, ...}, ms
 // left of the shard's restore window}.
 var channelScript = redis.NewScript(restoreLeft + `
-local seq = tonumber(redis.call('GET', tag .. ':seq') or '0')
-return {seq, redis.call('ZRANGE', tag .. ':c:' .. ARGV[2], 0, -1), redis.call('SMEMBERS', tag .. ':ca:' .. ARGV[2]), left}
+local seq = tonumber(redis.call('GET', K('seq')) or '0')
+local function of(key)
+  local r = redis.call('ZRANGEBYLEX', K(key), '[' .. ARGV[2] .. ' ', '(' .. ARGV[2] .. '!')
+  for i, rec in ipairs(r) do r[i] = string.sub(rec, #ARGV[2] + 2) end
+  return r
+end
+return {seq, of('c'), of('ca'), left}
 `)
 
-// restoreLeft sets tag, and left to the ms left of the shard's restore
+// restoreLeft sets left to the ms left of the shard's restore
 // window: a snapshot read inside it may miss what a node has not restored
 // yet.
-const restoreLeft = `
-local tag = ARGV[1]
+var restoreLeft = luaKeys + `
 local left = 0
-local till = redis.call('HGET', tag .. ':clock', 'restore')
+local till = redis.call('HGET', K('clock'), 'restore')
 if till then
   local t = redis.call('TIME')
   left = math.max(0, tonumber(till) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
@@ -434,12 +460,12 @@ end
 // counter. ARGV: tag, uid, ... Returns {seq, 0 (offline), 1 (online,
 // active) or 2 (online, away) per uid, ms left of the restore window}.
 var usersScript = redis.NewScript(restoreLeft + `
-local out = {tonumber(redis.call('GET', tag .. ':seq') or '0')}
+local out = {tonumber(redis.call('GET', K('seq')) or '0')}
 for i = 2, #ARGV do
-  local conns = tonumber(redis.call('HGET', tag .. ':conns', ARGV[i]) or '0')
+  local conns = tonumber(redis.call('HGET', K('conns'), ARGV[i]) or '0')
   if conns <= 0 then
     out[i] = 0
-  elseif tonumber(redis.call('HGET', tag .. ':away', ARGV[i]) or '0') >= conns then
+  elseif tonumber(redis.call('HGET', K('away'), ARGV[i]) or '0') >= conns then
     out[i] = 2
   else
     out[i] = 1
@@ -452,13 +478,13 @@ return out
 // statusScript reads a user's connections, away connections and, while it
 // is offline, when it went offline if that is within the last-seen TTL.
 // ARGV: tag, uid, last-seen TTL ms. Returns {conns, away, ms or 0}.
-var statusScript = redis.NewScript(`
-local tag, uid = ARGV[1], ARGV[2]
-local conns = tonumber(redis.call('HGET', tag .. ':conns', uid) or '0')
-local away = tonumber(redis.call('HGET', tag .. ':away', uid) or '0')
+var statusScript = redis.NewScript(luaKeys + `
+local uid = ARGV[2]
+local conns = tonumber(redis.call('HGET', K('conns'), uid) or '0')
+local away = tonumber(redis.call('HGET', K('away'), uid) or '0')
 local seen = 0
 if conns <= 0 then
-  local at = redis.call('ZSCORE', tag .. ':seen', uid)
+  local at = redis.call('ZSCORE', K('seen'), uid)
   if at then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -479,7 +505,6 @@ return {conns, away, seen}
 // moment (ms, Redis clock). Returns {1 if published (now or before), 0 if
 // settled unpublished, -1 if too late; Redis's time in ms}.
 var publishScript = redis.NewScript(`
-if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = redis.call('GET', KEYS[1])
@@ -509,19 +534,49 @@ local t = redis.call('TIME')
 return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `)
 
+// shardKeyNames are the keys of a shard, T:<name>, in the order every
+// script of the shard is given them as KEYS; see the table above.
+var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
+	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca"}
+
+// luaKeys makes K(name) the shard's key of that name, from KEYS: a name
+// not in KEYS is an error, so a script never touches a key it did not
+// declare.
+var luaKeys = `
+local KEY = {}
+for i, name in ipairs({'` + strings.Join(shardKeyNames, "', '") + `'}) do KEY[name] = KEYS[i] end
+local function K(s) return KEY[s] or error('undeclared key ' .. s) end
+`
+
 // shardKeys names the keys of one shard; see the table above.
 type shardKeys struct {
 	tag, alive string
 	online     string
 	conns      string
+	members    string   // T:c, the channels' members as "channel uid"
+	keys       []string // every key, in the order of shardKeyNames: KEYS of a script
 }
 
 func newShardKeys(prefix string, shard int) shardKeys {
 	tag := "{" + prefix + ":" + strconv.Itoa(shard) + "}"
-	return shardKeys{tag: tag, alive: tag + ":alive", online: tag + ":online", conns: tag + ":conns"}
+	k := shardKeys{tag: tag, alive: tag + ":alive", online: tag + ":online", conns: tag + ":conns", members: tag + ":c"}
+	for _, name := range shardKeyNames {
+		k.keys = append(k.keys, tag+":"+name)
+	}
+	return k
 }
 
-func (k shardKeys) members(channel string) string      { return k.tag + ":c:" + channel }
+// memberBounds bound, for ZRANGE BYLEX and ZLEXCOUNT on k.members, the
+// records of channel's members after after ("": all); a record less
+// its first len(channel)+1 bytes is the member.
+func memberBounds(channel, after string) (min, max string) {
+	min = "[" + channel + " "
+	if after != "" {
+		min = "(" + channel + " " + after
+	}
+	return min, "(" + channel + "!"
+}
+
 func (k shardKeys) userTopic(uid string) string        { return k.tag + ":pu:" + uid }
 func (k shardKeys) channelTopic(channel string) string { return k.tag + ":pc:" + channel }
 func (k shardKeys) msg(id string) string               { return k.tag + ":msg:" + id }
@@ -550,10 +605,10 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// A scriptRun is one script call on one key.
+// A scriptRun is one script call on its keys.
 type scriptRun struct {
 	s    *redis.Script
-	key  string
+	keys []string
 	args []any
 }
 
@@ -564,7 +619,7 @@ func runScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptRu
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := rdb.Pipeline()
 	for i, c := range calls {
-		cmds[i] = c.s.EvalSha(ctx, pipe, []string{c.key}, c.args...)
+		cmds[i] = c.s.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var again []int
@@ -576,7 +631,7 @@ func runScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptRu
 	if len(again) > 0 {
 		pipe = rdb.Pipeline()
 		for _, i := range again {
-			cmds[i] = calls[i].s.Eval(ctx, pipe, []string{calls[i].key}, calls[i].args...)
+			cmds[i] = calls[i].s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
