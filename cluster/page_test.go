@@ -111,7 +111,7 @@ func TestPagingConvergesAcrossNodes(t *testing.T) {
 	}
 	ctx := context.Background()
 	eventually(t, "every membership written", func(c *assert.CollectT) {
-		count, _, _, err := hubA.MembersPage(ctx, "lobby", "", 1)
+		count, _, _, err := hubA.Node().Members(ctx, "lobby", "", 1)
 		assert.NoError(c, err)
 		assert.Equal(c, 5000, count)
 	})

@@ -167,7 +167,7 @@ func TestAnyEngineDeliversFromTheFirstConnection(t *testing.T) {
 	connect(t, n, "alice", "lobby")
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["alice"],"leaves":[]}`}, obs.take())
-	count, members, err := n.Members(context.Background(), "lobby", 10)
+	count, members, _, err := n.Members(context.Background(), "lobby", "", 10)
 	require.NoError(t, err)
 	assert.Equal(t, 2, count)
 	assert.Equal(t, []string{"alice", "obs"}, members)

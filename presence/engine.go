@@ -7,83 +7,54 @@ import (
 	"github.com/presenced/presenced/protocol"
 )
 
-// An Engine keeps presence where every node can see it and routes what
-// happens to the nodes that follow it. It does two jobs, as two interfaces:
-// a Store of who is online and who is a member of which channel, counted
-// over the connections each node holds, and a Router of the Store's edges
-// and of messages to the nodes that follow their topics. NewMemoryEngine
-// keeps both in this process; package cluster shares them through Redis.
-// An engine whose store can be out of reach says so by implementing
-// HealthChecker.
+// An Engine keeps presence where every node can see it: a Store of who is
+// online and who is in which channel, and a Router that delivers the
+// Store's edges and the Messages of the topics a node follows to its Relay.
+// NewMemoryEngine keeps both in this process; package cluster shares them
+// through Redis. An engine that can lose what it shares presence through
+// also has a Health(ctx) error method, which Node.Health asks.
 //
-// A Node calls Attach once, from New, before any other method; then Run for
-// as long as it runs. It keeps the reference counts of its topics itself:
-// it calls Follow when a topic gets its first follower on the node and
-// Unfollow when it loses its last.
+// A Node calls Attach once, from New, before any other method, and Run
+// until it closes (again, after a pause, if Run fails). It counts its
+// topics' followers itself and calls Follow on a topic's first, Unfollow
+// after its last; the calls for one topic never overlap and alternate.
 type Engine interface {
 	Store
 	Router
-	// Attach hands the engine the Relay it delivers to, once, before
-	// anything can produce an edge.
 	Attach(r Relay)
-	// Run does the engine's background work (for a networked engine:
-	// reading what other nodes cause) until ctx is done. The Node calls it
-	// again, after a pause, when it returns early with an error.
 	Run(ctx context.Context) error
 }
 
-// A Store keeps the users online and the members of each channel, counted
-// over the connections each node holds, and hands the edges those counts
-// make to the Relay (through the Router, which delivers them to the nodes
-// that follow them). The Node calls SetUser and SetMember in the order the
-// counts changed for a given user (and channel), one call at a time, never
-// holding a lock of its own.
+// A Store counts users and members over the connections each node holds.
+// The Node calls SetUser and SetMember in the order the counts changed for
+// a user (and channel), one at a time, holding no lock; they must not block
+// on I/O (a networked store batches). A user is away while online with
+// every connection, on every node, away; a channel knows its away members
+// from its own records.
 type Store interface {
-	// SetUser reports that this node now holds n live connections of uid
-	// (0: none), away of which are away. A user is away while online with
-	// every connection, on every node, away. It must not block on I/O: a
-	// networked store batches.
+	// SetUser says this node holds n live connections of uid, away of them
+	// away.
 	SetUser(uid string, n, away int)
-	// SetMember reports that n of this node's live connections of uid have
-	// joined channel (0: none), and whether every connection of uid on this
-	// node is away: a channel learns which members are away from its own
-	// records, without asking the user's. It must not block on I/O.
+	// SetMember says n of them joined channel, and whether all of the
+	// node's connections of uid are away.
 	SetMember(channel, uid string, n int, away bool)
-
-	// Status returns what is known of uid on all nodes: its live
-	// connections, whether it is away and, if the store keeps them, when
-	// it last went offline.
+	// Status is uid on all nodes; LastSeen if the store keeps it.
 	Status(ctx context.Context, uid string) (UserStatus, error)
-	// Users returns how many users are online on all nodes and up to limit
-	// of their IDs in ascending order (limit <= 0: none).
+	// Users counts the users online and lists up to limit, in order.
 	Users(ctx context.Context, limit int) (count int, users []string, err error)
-	// Members returns how many members channel has on all nodes and up to
-	// limit of their IDs greater than after, in ascending order: a page of
-	// a listing that goes on from after ("": from the first).
+	// Members counts channel's members and lists up to limit of those
+	// after after ("": from the first), in order.
 	Members(ctx context.Context, channel, after string, limit int) (count int, members []string, err error)
 }
 
-// A Router delivers to the Relay the topics its node follows: the Store's
-// edges of those users and channels, and the Messages published to them.
-// The calls for one topic never overlap and alternate, Follow first.
+// A Router delivers what happens to the topics its node follows.
 type Router interface {
-	// Follow starts delivering topics to the Relay and returns once the
-	// Relay has each topic's current state, or when ctx is done: the
-	// following holds either way and the state arrives when it can. A
-	// router that delivers everything returns at once.
+	// Follow returns once the Relay has each topic's state, or when ctx is
+	// done (the state then comes when it can).
 	Follow(ctx context.Context, topics []Topic) error
-	// Unfollow stops delivering topics nobody on this node follows any more.
 	Unfollow(topics []Topic)
-	// Publish delivers m to the Relays of the nodes that follow its topic,
-	// this one included.
+	// Publish delivers m to every node that follows its topic, this one too.
 	Publish(ctx context.Context, m Message) error
-}
-
-// A HealthChecker is an Engine that can lose what it shares presence
-// through, such as Redis. Health reports whether it can reach it now; a
-// Hub's readiness check asks. An Engine that is not one is always healthy.
-type HealthChecker interface {
-	Health(ctx context.Context) error
 }
 
 // A Withdrawer is an Engine whose records outlive the process, such as one
@@ -181,15 +152,16 @@ type Topic struct {
 	UID     string
 }
 
-// A Message is for the connections of one user (UID) or for the members of
-// one channel (Channel); exactly one of the two is set. Its Kind says what
-// it carries.
+// A Message is for the connections of one user (UID) or the members of one
+// channel (Channel): a frame, encoded once (MessageFrame, MessageChat), or
+// news of the user From (MessageChat, MessageTyping) or to UID
+// (MessageDisconnect).
 type Message struct {
 	Kind    MessageKind
 	Channel string
 	UID     string
-	Frame   protocol.Encoded // MessageFrame and MessageChat
-	From    string           // MessageChat and MessageTyping: the user who sent it
+	Frame   protocol.Encoded
+	From    string
 }
 
 // A MessageKind says what a Message carries.
@@ -197,14 +169,8 @@ type MessageKind uint8
 
 // The kinds of messages.
 const (
-	// MessageFrame carries a frame, encoded once, for the topic's
-	// connections.
-	MessageFrame MessageKind = iota
-	// MessageChat carries a chat line From sent in Channel: a frame for its
-	// members that also ends From's typing there.
-	MessageChat
-	// MessageTyping says that From is typing in Channel; it has no frame.
-	MessageTyping
-	// MessageDisconnect ends every connection of UID; it has no frame.
-	MessageDisconnect
+	MessageFrame      MessageKind = iota // a frame for the topic's connections
+	MessageChat                          // a line From said in Channel: it ends From's typing there
+	MessageTyping                        // From types in Channel; no frame
+	MessageDisconnect                    // ends every connection of UID; no frame
 )

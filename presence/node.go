@@ -42,7 +42,6 @@ import (
 const (
 	DefaultMemberList    = 100
 	DefaultPresenceLists = 1000
-	DefaultMaxWatch      = protocol.MaxWatch
 	DefaultMaxChannels   = 100
 )
 
@@ -104,7 +103,7 @@ type Config struct {
 	AwayAfter time.Duration
 
 	// LastSeenTTL is how long the Node keeps when a user went offline, for
-	// LastSeen; 0 means DefaultLastSeenTTL (24 hours).
+	// Status; 0 means DefaultLastSeenTTL (24 hours).
 	LastSeenTTL time.Duration
 
 	// TypingTTL is how long a user stays typing in a channel after its last
@@ -187,7 +186,7 @@ func New(cfg Config) (*Node, error) {
 		engine:      cfg.Engine,
 		log:         cfg.Logger,
 		grace:       cfg.Grace,
-		maxWatch:    cmp.Or(cfg.MaxWatch, DefaultMaxWatch),
+		maxWatch:    cmp.Or(cfg.MaxWatch, protocol.MaxWatch),
 		maxChannels: cmp.Or(cfg.MaxChannels, DefaultMaxChannels),
 		onStep:      cfg.OnStep,
 		awayAfter:   cfg.AwayAfter,
@@ -217,10 +216,10 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// LastSeen returns when uid last went offline (its last connection closed or
+// lastSeen returns when uid last went offline (its last connection closed or
 // timed out), if this node produced that edge within Config.LastSeenTTL.
 // With the in-memory engine every edge is this node's.
-func (n *Node) LastSeen(uid string) (t time.Time, ok bool) {
+func (n *Node) lastSeen(uid string) (t time.Time, ok bool) {
 	ms, ok := n.seen.get(uid)
 	if !ok {
 		return time.Time{}, false
@@ -230,7 +229,7 @@ func (n *Node) LastSeen(uid string) (t time.Time, ok bool) {
 
 // Status returns what is known of uid on every node: its live connections,
 // whether it is away and, while it is offline, when it went offline, from
-// the Engine's records or else this node's (LastSeen).
+// the Engine's records or else this node's.
 func (n *Node) Status(ctx context.Context, uid string) (UserStatus, error) {
 	st, err := n.engine.Status(ctx, uid)
 	if err != nil {
@@ -239,15 +238,15 @@ func (n *Node) Status(ctx context.Context, uid string) (UserStatus, error) {
 	if st.Conns > 0 {
 		st.LastSeen = time.Time{}
 	} else if st.LastSeen.IsZero() {
-		st.LastSeen, _ = n.LastSeen(uid)
+		st.LastSeen, _ = n.lastSeen(uid)
 	}
 	return st, nil
 }
 
 // Health reports whether the Node's Engine can reach what it shares
-// presence through: nil unless the Engine is a HealthChecker that says so.
+// presence through: nil unless its Health method says otherwise.
 func (n *Node) Health(ctx context.Context) error {
-	if hc, ok := n.engine.(HealthChecker); ok {
+	if hc, ok := n.engine.(interface{ Health(context.Context) error }); ok {
 		return hc.Health(ctx)
 	}
 	return nil
@@ -354,23 +353,8 @@ func (n *Node) LocalUsers() int {
 	return len(n.users)
 }
 
-// User returns the number of live connections of uid on every node.
-func (n *Node) User(ctx context.Context, uid string) (int, error) {
-	st, err := n.engine.Status(ctx, uid)
-	return st.Conns, err
-}
-
 // Users returns how many users are online on every node and up to limit of
 // their IDs in ascending order.
 func (n *Node) Users(ctx context.Context, limit int) (int, []string, error) {
 	return n.engine.Users(ctx, limit)
-}
-
-// Members returns how many members channel has on every node and up to
-// limit of their IDs in ascending order.
-func (n *Node) Members(ctx context.Context, channel string, limit int) (count int, members []string, err error) {
-	if !protocol.ValidChannel(channel) {
-		return 0, nil, protocol.ErrInvalidChannel
-	}
-	return n.engine.Members(ctx, channel, "", limit)
 }

@@ -148,7 +148,7 @@ func TestTwoTabsOfOneUserInOneChannel(t *testing.T) {
 	require.NoError(t, n.Leave(tab2, "lobby"))
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}`}, obs.take())
-	conns, err := n.User(context.Background(), "alice")
+	conns, err := connsOf(context.Background(), n, "alice")
 	require.NoError(t, err)
 	assert.Equal(t, 1, conns, "still online, in no channel")
 }
@@ -159,7 +159,7 @@ func TestUserCountsEachConnection(t *testing.T) {
 	n := newNode(t, Config{})
 	ctx := context.Background()
 	conns := func(uid string) int {
-		c, err := n.User(ctx, uid)
+		c, err := connsOf(ctx, n, uid)
 		require.NoError(t, err)
 		return c
 	}
@@ -243,7 +243,7 @@ func TestWatchListsGetCoalescedStatus(t *testing.T) {
 	assert.Empty(t, w.take(), "for w, bob was offline before and after")
 
 	require.ErrorIs(t, n.Watch(context.Background(), w, make([]string, 2000)), nil, "duplicates are dropped before the limit")
-	many := make([]string, DefaultMaxWatch+1)
+	many := make([]string, protocol.MaxWatch+1)
 	for i := range many {
 		many[i] = fmt.Sprint(i)
 	}
@@ -267,12 +267,12 @@ func onlyStatus(t *testing.T, frames []string) protocol.Status {
 // on the ring, whether it closed or timed out.
 func TestLastSeenIsKeptForItsTTL(t *testing.T) {
 	n := newNode(t, Config{Tick: time.Second, LastSeenTTL: 5 * time.Second})
-	_, ok := n.LastSeen("bob")
+	_, ok := n.lastSeen("bob")
 	assert.False(t, ok, "never seen")
 	bob := connect(t, n, "bob")
 	before := time.Now()
 	n.Disconnect(bob)
-	seen, ok := n.LastSeen("bob")
+	seen, ok := n.lastSeen("bob")
 	require.True(t, ok)
 	assert.WithinRange(t, seen, before.Truncate(time.Millisecond), time.Now())
 
@@ -282,15 +282,15 @@ func TestLastSeenIsKeptForItsTTL(t *testing.T) {
 	}
 	require.NotEmpty(t, carol.closes, "carol timed out")
 	n.Disconnect(carol) // as the transport does on Close
-	_, ok = n.LastSeen("carol")
+	_, ok = n.lastSeen("carol")
 	assert.True(t, ok, "timed out")
 
 	for range 3 { // 6 steps since bob left: past its 5 s
 		n.Step()
 	}
-	_, ok = n.LastSeen("bob")
+	_, ok = n.lastSeen("bob")
 	assert.False(t, ok, "forgotten after LastSeenTTL")
-	_, ok = n.LastSeen("carol")
+	_, ok = n.lastSeen("carol")
 	assert.True(t, ok, "3 steps since carol left")
 
 	bob = connect(t, n, "bob")
@@ -298,7 +298,7 @@ func TestLastSeenIsKeptForItsTTL(t *testing.T) {
 	for range 5 {
 		n.Step()
 	}
-	_, ok = n.LastSeen("bob")
+	_, ok = n.lastSeen("bob")
 	assert.True(t, ok, "a new offline edge starts a new record")
 }
 
@@ -315,7 +315,7 @@ func TestHeartbeatLeaseAndChannels(t *testing.T) {
 	assert.Empty(t, obs.take(), "renewed")
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["hb"]}`}, obs.take())
-	conns, err := n.User(context.Background(), "hb")
+	conns, err := connsOf(context.Background(), n, "hb")
 	require.NoError(t, err)
 	assert.Zero(t, conns)
 }
@@ -392,7 +392,7 @@ func TestSnapshotPlusDiffsNeverMissOrRepeat(t *testing.T) {
 		m.step()
 		for _, s := range m.live {
 			for ch := range s.joined {
-				_, members, err := n.Members(context.Background(), ch, 1000)
+				_, members, _, err := n.Members(context.Background(), ch, "", 1000)
 				require.NoError(t, err)
 				require.Equal(t, members, s.members(ch), "tick %d, %s's view of %s", tick, s.c.name, ch)
 			}
@@ -471,12 +471,12 @@ func TestMembersAreTheUsersConnectionsJoined(t *testing.T) {
 		}
 		for i := range 4 {
 			uid := fmt.Sprintf("u%d", i)
-			got, err := n.User(ctx, uid)
+			got, err := connsOf(ctx, n, uid)
 			require.NoError(t, err)
 			require.Equal(t, conns[uid], got, "step %d: connections of %s", step, uid)
 		}
 		for _, ch := range channels {
-			_, got, err := n.Members(ctx, ch, 10)
+			_, got, _, err := n.Members(ctx, ch, "", 10)
 			require.NoError(t, err)
 			want := members[ch]
 			slices.Sort(want)
@@ -516,4 +516,10 @@ func orEmpty(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// connsOf is uid's live connections on every node, as n knows them.
+func connsOf(ctx context.Context, n *Node, uid string) (int, error) {
+	st, err := n.Status(ctx, uid)
+	return st.Conns, err
 }

@@ -14,12 +14,12 @@ import (
 // and from the view, for a connection that joined the channel, where a page
 // must fit the diffs the connection is sent.
 
-// MembersPage returns a page of channel's members on every node: how many
+// Members returns a page of channel's members on every node: how many
 // there are, up to limit of their IDs greater than after ("": from the
 // first) in ascending order, and next, the last ID of the page when more
 // members follow it (the after of the next page), or "" on the last page.
 // after must be "" or a valid user ID, limit at least 1.
-func (n *Node) MembersPage(ctx context.Context, channel, after string, limit int) (count int, members []string, next string, err error) {
+func (n *Node) Members(ctx context.Context, channel, after string, limit int) (count int, members []string, next string, err error) {
 	if err := checkPage(channel, after, limit); err != nil {
 		return 0, nil, "", err
 	}
@@ -33,7 +33,7 @@ func (n *Node) MembersPage(ctx context.Context, channel, after string, limit int
 }
 
 // SendMembers sends c a members frame: a page of channel's members as
-// MembersPage describes it, but from this node's view of the channel, as
+// Members describes it, but from this node's view of the channel, as
 // c's snapshot and the diffs sent to c so far left it. So the channel's
 // next diff to c applies to the page as it does to the snapshot, and a
 // client that pages through while applying its diffs ends with the exact

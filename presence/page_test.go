@@ -29,7 +29,7 @@ func TestMembersPageWalksTheWholeChannel(t *testing.T) {
 		var got []string
 		after, pages := "", 0
 		for {
-			count, members, next, err := n.MembersPage(ctx, "lobby", after, limit)
+			count, members, next, err := n.Members(ctx, "lobby", after, limit)
 			require.NoError(t, err)
 			assert.Equal(t, 250, count)
 			require.LessOrEqual(t, len(members), limit)
@@ -45,13 +45,13 @@ func TestMembersPageWalksTheWholeChannel(t *testing.T) {
 		assert.Equal(t, (250+limit-1)/limit, pages, "limit %d: no empty last page", limit)
 	}
 
-	count, members, next, err := n.MembersPage(ctx, "lobby", "u1", 2)
+	count, members, next, err := n.Members(ctx, "lobby", "u1", 2)
 	require.NoError(t, err)
 	assert.Equal(t, 250, count)
 	assert.Equal(t, []string{"u100", "u101"}, members, "after an ID that is not a member")
 	assert.Equal(t, "u101", next)
 
-	count, members, next, err = n.MembersPage(ctx, "nobody-here", "", 10)
+	count, members, next, err = n.Members(ctx, "nobody-here", "", 10)
 	require.NoError(t, err)
 	assert.Zero(t, count)
 	assert.Equal(t, []string{}, members)
@@ -66,7 +66,7 @@ func TestMembersPageWalksTheWholeChannel(t *testing.T) {
 		{"lobby", "", 0},
 		{"lobby", "", -1},
 	} {
-		_, _, _, err := n.MembersPage(ctx, tc.channel, tc.after, tc.limit)
+		_, _, _, err := n.Members(ctx, tc.channel, tc.after, tc.limit)
 		assert.Error(t, err, "%+v", tc)
 		assert.NotPanics(t, func() { _ = n.SendMembers(&client{}, tc.channel, tc.after, tc.limit) })
 	}
@@ -216,7 +216,7 @@ func TestPagingWhileApplyingDiffsConverges(t *testing.T) {
 			if !p.complete || p.asked > 0 {
 				continue
 			}
-			count, members, err := n.Members(context.Background(), p.ch, 1000)
+			count, members, _, err := n.Members(context.Background(), p.ch, "", 1000)
 			require.NoError(t, err)
 			var believed []string
 			for u := range p.view {

@@ -127,7 +127,7 @@ func (o *options) settings() []setting {
 		atLeast("member-list", &h.MemberList, presence.DefaultMemberList, 1, "most member IDs in a joined snapshot (its count is always exact)"),
 		atLeast("presence-lists", &h.PresenceLists, presence.DefaultPresenceLists, 1, "above this many members a channel's presence diffs carry the count only"),
 		atLeast("max-channels", &h.MaxChannels, presence.DefaultMaxChannels, 1, "most channels one connection may join"),
-		atLeast("max-watch", &h.MaxWatch, presence.DefaultMaxWatch, 1, "most user IDs in one connection's watch list").
+		atLeast("max-watch", &h.MaxWatch, protocol.MaxWatch, 1, "most user IDs in one connection's watch list").
 			upTo(protocol.MaxWatch),
 		atLeast("max-conns-per-user", &h.MaxConnsPerUser, transport.DefaultConnsPerUser, 1, "most WebSockets one user may hold on this node (one more: HTTP 429)"),
 		atLeast("frame-rate", &h.FrameRate, transport.DefaultFrameRate, 0, "frames a second one connection may send on average (over: dropped, then close 1008)").
