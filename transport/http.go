@@ -279,7 +279,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered with an HTTP error
 	}
 	c.ws = ws
-	ws.SetReadLimit(h.maxMessage)
+	ws.SetReadLimit(h.readLimit()) // a watch frame may pass MaxMessage: readMessage decides
 	if sb, ok := c.w.Conn.(interface{ SetWriteBuffer(int) error }); ok && h.socketBuffer > 0 {
 		if err := sb.SetWriteBuffer(h.socketBuffer); err != nil {
 			h.log.Debug("transport: set socket send buffer", "err", err)

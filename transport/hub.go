@@ -312,8 +312,11 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		}
 	}
 	h.upgrader = websocket.Upgrader{
-		// Frames are small: a 1 KiB read buffer, not net/http's 4 KiB one;
-		// write buffers come from a pool, so an idle connection holds none.
+		// Not 0: gorilla would then keep net/http's 4 KiB reader for the
+		// connection's life instead of a buffer of its own over wire.
+		// Write buffers come from a pool, so an idle connection holds none.
+		// EnableCompression stays off: wire's scanner hands gorilla any
+		// frame with RSV bits as one it refuses (1002).
 		ReadBufferSize:  readBufferSize,
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     h.origins.allow,
@@ -329,6 +332,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 			h.bg.Go(h.poller.run)
 		}
 	}
+	h.m.hub.Store(h) // presenced_connections_by_mode counts from here
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel

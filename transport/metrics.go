@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,11 @@ type metrics struct {
 	chats       prometheus.Counter
 	refused     prometheus.Counter
 	lost        *prometheus.CounterVec
+	byMode      [2]prometheus.GaugeFunc // polled, parked
+	// hub is read by byMode at each scrape: the poller's table and the
+	// Hub's map of parked connections are the counts, so no path that
+	// opens or ends a connection has a gauge of its own to keep right.
+	hub atomic.Pointer[Hub]
 
 	// Pre-resolved children: the keepalive path must not hash labels.
 	kaText, kaBinary, kaPing, kaPong, kaHeartbeat prometheus.Counter
@@ -99,6 +105,23 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 			Help: "Inbound frames a closing connection had sent that could not be handled in time, by type: chat, typing, join, watch, custom, other. No sender is left to tell.",
 		}, []string{"type"}),
 	}
+	for i, mode := range []string{"polled", "parked"} {
+		withMode := prometheus.Labels{"mode": mode}
+		for k, v := range labels {
+			withMode[k] = v
+		}
+		m.byMode[i] = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "connections_by_mode", ConstLabels: withMode,
+			Help: "Live WebSocket connections by how they are read: polled (no goroutine while idle) or parked (a reader goroutine each: TLS served by Go, a wrapped listener, ParkReaders, or a system without epoll).",
+		}, func() float64 {
+			h := m.hub.Load()
+			if h == nil {
+				return 0
+			}
+			polled, parked := h.connsByMode()
+			return float64([2]int{polled, parked}[i])
+		})
+	}
 	m.kaText = m.keepalives.WithLabelValues("text")
 	m.kaBinary = m.keepalives.WithLabelValues("binary")
 	m.kaPing = m.keepalives.WithLabelValues("ping")
@@ -114,10 +137,21 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost} {
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.byMode[0], m.byMode[1]} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("transport: register metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// connsByMode counts the live WebSockets the poller reads and those that
+// park a reader goroutine.
+func (h *Hub) connsByMode() (polled, parked int) {
+	if h.poller != nil {
+		polled = h.poller.count()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return polled, len(h.live)
 }

@@ -26,6 +26,7 @@ type poller struct {
 
 	mu    sync.Mutex
 	conns []*conn // by socket descriptor; nil where none is registered
+	n     int     // registered connections
 	// expiring are the connections whose read deadline (a close frame's
 	// answer) the loop wakes them at, in deadline order: every one is the
 	// Hub's CloseTimeout after its close frame, so appending keeps the order.
@@ -70,6 +71,7 @@ func (p *poller) add(c *conn) error {
 		p.conns = append(p.conns, make([]*conn, fd+1-len(p.conns))...)
 	}
 	p.conns[fd] = c
+	p.n++
 	return nil
 }
 
@@ -83,7 +85,15 @@ func (p *poller) remove(c *conn) {
 		return
 	}
 	p.conns[fd] = nil
+	p.n--
 	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+}
+
+// count is how many connections are registered.
+func (p *poller) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
 }
 
 // appendConns appends the connections registered to live.

@@ -20,6 +20,7 @@ func (p *poller) add(*conn) error                  { return errors.New("transpor
 func (p *poller) remove(*conn)                     {}
 func (p *poller) expire(*conn, time.Time)          {}
 func (p *poller) appendConns(live []*conn) []*conn { return live }
+func (p *poller) count() int                       { return 0 }
 func (p *poller) run()                             {}
 func (p *poller) close()                           {}
 
@@ -36,6 +37,5 @@ func (s *socket) read([]byte) (int, error)    { return 0, errNotPolled }
 func (s *socket) write([]byte) (int, error)   { return 0, errNotPolled }
 func (s *socket) close() bool                 { return false }
 func (s *socket) wakeWriter()                 {}
-func (s *socket) drain(time.Time)             {}
 func (s *socket) localAddr() net.Addr         { return &net.TCPAddr{} }
 func (s *socket) remoteAddr() net.Addr        { return &net.TCPAddr{} }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -59,7 +60,11 @@ func (c *conn) serveReady() {
 // nothing came, ends c.
 func (c *conn) pump() {
 	w := &c.w
-	limit := c.hub.maxMessage
+	if w.draining {
+		c.drain()
+		return
+	}
+	limit := c.hub.readLimit()
 	for !w.finished {
 		drained, err := w.fill(int(limit) + readChunk)
 		if err == errAgain {
@@ -70,8 +75,7 @@ func (c *conn) pump() {
 			err = os.ErrDeadlineExceeded
 		}
 		if err == errTooBig {
-			c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseMessageTooBig, ""), time.Now().Add(time.Second))
-			c.finish(websocket.ErrReadLimit)
+			c.finish(c.tooBig())
 			return
 		}
 		for w.in.next(limit) {
@@ -154,7 +158,7 @@ func (c *conn) readMessage() error {
 	} else {
 		h.m.kaText.Inc()
 		buf := messages.Get().(*bytes.Buffer)
-		defer messages.Put(buf)
+		defer putMessage(buf)
 		buf.Reset()
 		n, err = buf.ReadFrom(r)
 		data = buf.Bytes()
@@ -163,6 +167,9 @@ func (c *conn) readMessage() error {
 		return err
 	}
 	tap(true, data) // nil for a binary message
+	if n > h.maxMessage && (mt == websocket.BinaryMessage || !watchFrame(data)) {
+		return c.tooBig()
+	}
 	if !c.admit(int(n)) || mt == websocket.BinaryMessage {
 		return nil
 	}
@@ -200,6 +207,42 @@ func namedChannel(data []byte) string {
 // it.
 var messages = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+// putMessage pools buf unless a watch frame grew it past MaxMessage's size:
+// those are rare and would keep their size in the pool.
+func putMessage(buf *bytes.Buffer) {
+	if buf.Cap() <= readChunk {
+		messages.Put(buf)
+	}
+}
+
+// watchAllowance is how far past MaxMessage a watch frame may go: the
+// longest list the protocol takes of its longest IDs, each quoted and
+// followed by a comma and a space. A watch frame is the one frame whose
+// documented limit (MaxWatch IDs) is past the byte limit at the defaults;
+// both readers read up to readLimit, and close any other frame over
+// MaxMessage with 1009 once read.
+const watchAllowance = protocol.MaxWatch * (protocol.MaxUIDLen + len(`"", `))
+
+// readLimit is the largest message either reader reads: gorilla's read
+// limit, and how far wire's scanner waits for a message to complete.
+func (h *Hub) readLimit() int64 { return h.maxMessage + int64(watchAllowance) }
+
+// watchFrame reports whether data is a frame of type watch, the way
+// protocol.ParseClient reads the type.
+func watchFrame(data []byte) bool {
+	var head struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(data, &head) == nil && head.Type == "watch"
+}
+
+// tooBig sends 1009, as gorilla does for a message over its read limit, and
+// returns the error that has finish drain and close the socket.
+func (c *conn) tooBig() error {
+	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseMessageTooBig, ""), time.Now().Add(time.Second))
+	return websocket.ErrReadLimit
+}
+
 // finish runs when the reader stops: c's socket is closed, and once the
 // frames it sent are handled, c no longer counts and its context ends.
 func (c *conn) finish(err error) {
@@ -217,21 +260,54 @@ func (c *conn) finish(err error) {
 		c.w.discard()
 	}
 	if tooBig {
-		// gorilla has sent 1009, but the rest of the frame is unread; closing
-		// now would reset the connection and could destroy the close frame
+		// 1009 is sent, but the rest of the frame may be unread; closing now
+		// would reset the connection and could destroy the close frame
 		// before the client reads it. Drain until the client hangs up.
 		deadline := time.Now().Add(h.closeTimeout)
 		if c.w.polled {
-			c.w.sock.drain(deadline)
-		} else {
-			c.w.Conn.SetReadDeadline(deadline)
-			io.Copy(io.Discard, c.w.Conn)
+			// On the wakes of the socket and of the deadline, never by a
+			// thread that waits: clients decide how often this happens.
+			c.w.draining = true
+			c.setReadDeadline(deadline)
+			c.drain()
+			return
 		}
+		c.w.Conn.SetReadDeadline(deadline)
+		io.Copy(io.Discard, c.w.Conn)
 	}
+	c.shut()
+}
+
+// shut closes c's socket once its reader is done with it. What the client
+// sent before it went is handled first; then c stops counting, its context
+// ends and the Hub forgets it.
+func (c *conn) shut() {
 	c.w.Close()
-	// What the client sent before it went is handled first; then c stops
-	// counting, its context ends and the Hub forgets it.
 	c.end(finished)
+}
+
+// drain reads and drops what a polled socket has, until the peer hangs up,
+// the socket fails or the read deadline passes, and then shuts c. What the
+// peer has not sent yet waits for the next wake: a readable edge, or the
+// poller at the deadline.
+func (c *conn) drain() {
+	w := &c.w
+	buf := chunks.Get().(*[]byte)
+	defer chunks.Put(buf)
+	for {
+		n, err := w.sock.read((*buf)[:cap(*buf)])
+		if err == nil && n > 0 {
+			continue
+		}
+		if err == syscall.EAGAIN {
+			if d := w.deadline.Load(); d != 0 && time.Now().UnixNano() < d {
+				return
+			}
+		}
+		break
+	}
+	w.draining = false
+	c.shut()
 }
 
 // controlKeepalive counts a ping or pong frame, unless the client asked for

@@ -129,12 +129,21 @@ func TestEveryFrameInBothReadModes(t *testing.T) {
 			assert.Equal(t, `{"type":"pong"}`, string(serverFrameOf(t, c, br, opText)))
 		}},
 		{"a frame over the limit gets 1009", func(t *testing.T, _ *testServer, _ string, c net.Conn, br *bufio.Reader) {
-			write(t, c, clientFrame(fin|opText, make([]byte, 5000))[:200])
+			write(t, c, clientFrame(fin|opText, make([]byte, 5000)))
+			assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, c, br, opClose)))
+		}},
+		{"a frame over any watch frame gets 1009 at its header", func(t *testing.T, _ *testServer, _ string, c net.Conn, br *bufio.Reader) {
+			write(t, c, clientFrame(fin|opText, make([]byte, 100_000))[:200])
 			assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, c, br, opClose)))
 		}},
 		{"fragments over the limit get 1009", func(t *testing.T, _ *testServer, _ string, c net.Conn, br *bufio.Reader) {
 			write(t, c, clientFrame(opText, make([]byte, 3000)))
-			write(t, c, clientFrame(opCont, make([]byte, 3000)))
+			write(t, c, clientFrame(fin|opCont, make([]byte, 3000)))
+			assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, c, br, opClose)))
+		}},
+		{"fragments over any watch frame get 1009 at the header past it", func(t *testing.T, _ *testServer, _ string, c net.Conn, br *bufio.Reader) {
+			write(t, c, clientFrame(opText, make([]byte, 40_000)))
+			write(t, c, clientFrame(opCont, make([]byte, 40_000))[:200])
 			assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, c, br, opClose)))
 		}},
 		{"text that is not UTF-8 gets 1007", func(t *testing.T, _ *testServer, _ string, c net.Conn, br *bufio.Reader) {

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // socket is a polled connection's TCP descriptor, taken over from package
@@ -200,37 +199,6 @@ func (s *socket) wakeWriter() {
 	}
 	if w := s.writable.Swap(nil); w != nil {
 		close(*w)
-	}
-}
-
-// drain reads and drops what the peer sends until it hangs up, fails or
-// the deadline passes, so that closing the socket does not reset the
-// connection while unread bytes wait. The wait blocks a thread: drain is
-// for a connection ending on a protocol error, which is rare.
-func (s *socket) drain(deadline time.Time) {
-	if !s.acquire() {
-		return
-	}
-	defer s.release()
-	var buf [512]byte
-	for {
-		n, err := syscall.Read(int(s.fd), buf[:])
-		switch {
-		case err == syscall.EINTR || n > 0:
-		case err == syscall.EAGAIN:
-			left := time.Until(deadline)
-			if left <= 0 {
-				return
-			}
-			pfd := struct {
-				fd             int32
-				events, revent int16
-			}{fd: s.fd, events: 0x1} // POLLIN
-			ts := syscall.NsecToTimespec(left.Nanoseconds())
-			syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		default:
-			return
-		}
 	}
 }
 

@@ -24,7 +24,9 @@ import (
 // answers pings and close frames as it always does; the worker only finds
 // where frames end. gorilla's NextReader returns only with a data message,
 // so control frames on their own are followed by an empty text frame of
-// ours, which the worker reads and drops (synthetic).
+// ours, which the worker reads and drops (synthetic). gorilla must read
+// through wire with a buffer of its own: Upgrader.ReadBufferSize stays
+// non-zero (see newHub).
 type wire struct {
 	net.Conn               // the socket until it is polled, then nil
 	sock     socket        // the socket once polled
@@ -34,6 +36,7 @@ type wire struct {
 	hup      atomic.Bool   // the peer hung up or the socket failed: read to the end
 	polled   bool          // reads come from what the worker read
 	finished bool          // the worker has finished the connection
+	draining bool          // after a 1009: the worker drops what comes until the peer hangs up
 }
 
 // inbound is what a polled connection's worker reads with: pooled, so an
@@ -386,6 +389,9 @@ func (h header) control() bool { return h.opcode >= opClose }
 // acceptable reports whether gorilla, as a server without compression, will
 // read on past this header: anything it refuses must be handed over at
 // once, or the connection would wait for bytes gorilla never asks for.
+// A frame with an RSV bit is one it refuses (1002), so the Upgrader must
+// not negotiate permessage-deflate: its frames set RSV1, and their
+// payload's length says nothing of the message's.
 func (h header) acceptable(inMessage bool) bool {
 	if h.rsv != 0 || !h.masked {
 		return false

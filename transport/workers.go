@@ -29,8 +29,8 @@ const (
 // Bursts are common: clients pinging on a common period bring one every
 // second, and a tick that closes thousands of silent clients posts a task
 // for each and for every member told. A goroutine per task of such a burst
-// spent 12% of the CPU on stack growth at 5,000 connections, and left the
-// process larger for good: the runtime never frees a goroutine's record.
+// would spend its CPU growing stacks, and leave the process larger for
+// good: the runtime never frees a goroutine's record.
 // When the queue stalls (see workerStall), as many workers start as are
 // running, at most one per queued task, so tasks that block or are slow
 // hold the others back for a bounded time. The most recently idle worker
