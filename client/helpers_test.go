@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/apicheck"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
@@ -71,12 +72,17 @@ func startServer(t *testing.T, cfg serverConfig) *server {
 		return err == nil
 	}, waitLong, 20*time.Millisecond, "listen on %s", addr)
 	s := &server{t: t, node: node, hub: hub, addr: ln.Addr().String(), runDone: make(chan struct{})}
+	var checks []apicheck.Option
+	if _, own := cfg.auth.(transport.AuthenticatorFunc); own {
+		checks = append(checks, apicheck.OwnAuth)
+	}
+	checked := apicheck.Handler(t, hub, checks...) // against docs/openapi.yaml
 	s.http = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/ws" {
 				s.upgrades.Add(1)
 			}
-			hub.ServeHTTP(w, r)
+			checked.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: waitLong,
 	}

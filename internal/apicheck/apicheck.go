@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -31,7 +32,8 @@ import (
 	"github.com/presenced/presenced/internal/wiretap"
 )
 
-// CountsEnv, set to anything, makes Main print what it validated.
+// CountsEnv makes Main report what it validated: set to a file name, it
+// appends a line there; set to 1, it writes it to stderr.
 const CountsEnv = "APICHECK_COUNTS"
 
 // Counts are what a Checker has seen.
@@ -43,7 +45,7 @@ type Counts struct {
 	FramesIn    int64 // client frames validated
 	Malformed   int64 // client frames both the schema and the server refuse (robustness tests)
 	Binary      int64 // binary client frames: no content to check
-	Foreign     int64 // plain 404s of a test's own mux, seen by a RoundTripper: not presenced's
+	Foreign     int64 // a RoundTripper's exchanges outside the API: page assets, a test's own handlers
 }
 
 // A Checker validates exchanges and frames and keeps the failures for the
@@ -144,7 +146,7 @@ var Default = func() *Checker {
 // Main runs a package's tests with every frame any transport.Hub reads
 // or writes checked by Default, and fails the run when a frame, or an
 // exchange no test claimed, broke the description. Call it from TestMain:
-// os.Exit(apicheck.Main(m)). With APICHECK_COUNTS set it prints the counts.
+// os.Exit(apicheck.Main(m)). With APICHECK_COUNTS set it reports the counts (see CountsEnv).
 func Main(m *testing.M) int {
 	wiretap.Frame = Default.Frame
 	code := m.Run()
@@ -156,15 +158,32 @@ func Main(m *testing.M) int {
 		}
 		code = max(code, 1)
 	}
-	if os.Getenv(CountsEnv) != "" {
-		fmt.Fprintln(os.Stderr, "apicheck:", Default.Counts())
+	if to := os.Getenv(CountsEnv); to != "" {
+		printCounts(to)
 	}
 	return code
 }
 
+// printCounts appends the counts to the file to names, or writes them to
+// stderr when to is "1" (go test shows it only with -v or on failure).
+func printCounts(to string) {
+	line := fmt.Sprintf("apicheck: %s: %s\n", strings.TrimSuffix(filepath.Base(os.Args[0]), ".test"), Default.Counts())
+	if to == "1" {
+		fmt.Fprint(os.Stderr, line)
+		return
+	}
+	f, err := os.OpenFile(to, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apicheck:", err)
+		return
+	}
+	defer f.Close()
+	f.WriteString(line)
+}
+
 func (n Counts) String() string {
 	return fmt.Sprintf("HTTP %d exchanges validated (+%d bad requests and %d unknown paths or methods refused as documented); "+
-		"frames %d out, %d in validated (+%d malformed refused by schema and server alike, %d binary); %d foreign 404s",
+		"frames %d out, %d in validated (+%d malformed refused by schema and server alike, %d binary); %d HTTP exchanges outside the API",
 		n.HTTP, n.HTTPRefused, n.HTTPUnknown, n.FramesOut, n.FramesIn, n.Malformed, n.Binary, n.Foreign)
 }
 

@@ -1,0 +1,303 @@
+package docs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/docs"
+	"github.com/presenced/presenced/internal/apicheck"
+)
+
+// protocolMD returns protocol.md up to the section on v1, whose frames are
+// gone.
+func protocolMD(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("protocol.md")
+	require.NoError(t, err)
+	md, _, _ := strings.Cut(string(raw), "\n## Migrating from v1")
+	return md
+}
+
+// section returns the text of md from the heading that starts with title
+// to the next heading of the same level or above.
+func section(t *testing.T, md, title string) string {
+	t.Helper()
+	i := strings.Index(md, "\n"+title)
+	require.GreaterOrEqual(t, i, 0, "protocol.md has no %q", title)
+	level := strings.Count(strings.Fields(title)[0], "#")
+	rest := md[i+1:]
+	for j := strings.Index(rest, "\n#"); j >= 0; {
+		line := rest[j+1:]
+		if l := len(line) - len(strings.TrimLeft(line, "#")); l <= level && strings.HasPrefix(line[l:], " ") {
+			return rest[:j]
+		}
+		k := strings.Index(rest[j+1:], "\n#")
+		if k < 0 {
+			break
+		}
+		j += 1 + k
+	}
+	return rest
+}
+
+// table returns the rows of the first Markdown table after marker in md,
+// each as its cells.
+func table(t *testing.T, md, marker string) [][]string {
+	t.Helper()
+	i := strings.Index(md, marker)
+	require.GreaterOrEqual(t, i, 0, "protocol.md has no %q", marker)
+	var rows [][]string
+	started := false
+	for line := range strings.SplitSeq(md[i:], "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if started {
+				break
+			}
+			continue
+		}
+		started = true
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if strings.HasPrefix(cells[0], "---") || len(rows) == 0 && !strings.Contains(line, "`") {
+			continue // the header and its rule
+		}
+		rows = append(rows, cells)
+	}
+	require.NotEmpty(t, rows, "protocol.md: no table after %q", marker)
+	return rows
+}
+
+var (
+	frameType = regexp.MustCompile(`"type":"([a-z_]+)"`)
+	code      = regexp.MustCompile("`([^`]+)`")
+)
+
+func types(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range frameType.FindAllStringSubmatch(s, -1) {
+		out[m[1]] = true
+	}
+	return out
+}
+
+// schemaTypes returns the frame types a schema file defines, by its oneOf.
+func schemaTypes(t *testing.T, name string) map[string]bool {
+	t.Helper()
+	raw, err := fs(name)
+	require.NoError(t, err)
+	var s struct {
+		Defs map[string]struct {
+			Properties struct {
+				Type struct {
+					Const string `json:"const"`
+				} `json:"type"`
+			} `json:"properties"`
+		} `json:"$defs"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &s))
+	out := map[string]bool{}
+	for _, d := range s.Defs {
+		if c := d.Properties.Type.Const; c != "" {
+			out[c] = true
+		}
+	}
+	return out
+}
+
+func fs(name string) ([]byte, error) {
+	f, err := docs.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// The frame tables of protocol.md name the frame types the schemas define,
+// in each direction, and no other.
+func TestProtocolMDNamesTheFramesOfTheSchemas(t *testing.T) {
+	md := protocolMD(t)
+	ws := section(t, md, "## WebSocket")
+	client, server := map[string]bool{}, map[string]bool{}
+	for _, row := range table(t, ws, "**Client → server**") {
+		maps.Copy(client, types(row[0]))
+		maps.Copy(server, types(strings.Join(row[1:], " ")))
+	}
+	for _, row := range table(t, ws, "**Server → client**") {
+		maps.Copy(server, types(row[0]))
+	}
+	assert.Equal(t, sorted(schemaTypes(t, "schema/client-frames.json")), sorted(client), "client frames: schema/client-frames.json, then protocol.md")
+	assert.Equal(t, sorted(schemaTypes(t, "schema/server-frames.json")), sorted(server), "server frames: schema/server-frames.json, then protocol.md")
+	all := map[string]bool{}
+	maps.Copy(all, client)
+	maps.Copy(all, server)
+	for typ := range types(md) {
+		assert.True(t, all[typ], "protocol.md names a %q frame that no table lists", typ)
+	}
+}
+
+// Every frame written out in full in protocol.md is valid by the schema of
+// its direction: the examples are the description too.
+func TestProtocolMDExamplesMatchTheSchemas(t *testing.T) {
+	md := protocolMD(t)
+	c := newSchemas(t)
+	ws := section(t, md, "## WebSocket")
+	clientRows := table(t, ws, "**Client → server**")
+	clientCells := map[string]bool{}
+	for _, row := range clientRows {
+		for _, m := range code.FindAllStringSubmatch(row[0], -1) {
+			clientCells[m[1]] = true
+		}
+	}
+	checked := 0
+	for _, m := range code.FindAllStringSubmatch(md, -1) {
+		frame := m[1]
+		if !strings.HasPrefix(frame, `{"type":`) || !json.Valid([]byte(frame)) {
+			continue // a fragment, or elided with ...
+		}
+		schema := c.server
+		if clientCells[frame] {
+			schema = c.client
+		}
+		assert.NoError(t, validate(schema, frame), "protocol.md's %s", frame)
+		checked++
+	}
+	for _, line := range strings.Split(section(t, md, "### Big channels"), "\n") {
+		if frame, ok := strings.CutPrefix(line, "→ "); ok {
+			assert.NoError(t, validate(c.client, frame), "protocol.md's %s", frame)
+			checked++
+		}
+	}
+	assert.Greater(t, checked, 20, "examples checked")
+}
+
+// The HTTP API of protocol.md is the OpenAPI document's: the same
+// requests, and every status the document lists is named in the prose.
+func TestProtocolMDNamesThePathsOfOpenAPI(t *testing.T) {
+	md := protocolMD(t)
+	api := section(t, md, "## HTTP API")
+	inMD := map[string]bool{"GET /ws": strings.Contains(md, "## WebSocket: `GET /ws`")}
+	request := regexp.MustCompile(`^(GET|POST|PUT|DELETE|PATCH) (/[^?\[ ]*)`)
+	for _, row := range table(t, api, "| request |") {
+		m := code.FindStringSubmatch(row[0])
+		require.NotNil(t, m, "row %q", row[0])
+		r := request.FindStringSubmatch(m[1])
+		require.NotNil(t, r, "row %q", row[0])
+		inMD[r[1]+" "+r[2]] = true
+	}
+	if strings.Contains(md, "`/presenced.js`") {
+		inMD["GET /presenced.js"] = true
+	}
+	checker, err := apicheck.New()
+	require.NoError(t, err)
+	inDoc := map[string]bool{}
+	statuses := map[string]bool{}
+	for path, item := range checker.Doc().Paths.Map() {
+		for method, op := range item.Operations() {
+			if method == http.MethodOptions {
+				continue // CORS preflights: their own section
+			}
+			inDoc[method+" "+path] = true
+			for status := range op.Responses.Map() {
+				statuses[status] = true
+			}
+		}
+	}
+	// Served by package docs, once the server mounts it: protocol.md names
+	// them then.
+	for path, r := range map[string]string{"/openapi.yaml": "GET /openapi.yaml", "/schema/": "GET /schema/{name}"} {
+		if strings.Contains(md, "`GET "+path) {
+			inMD[r] = true
+		} else {
+			delete(inDoc, r)
+		}
+	}
+	assert.Equal(t, sorted(inDoc), sorted(inMD), "requests: docs/openapi.yaml, then protocol.md")
+	for status := range statuses {
+		if status == "101" || status == "200" || status == "204" {
+			continue
+		}
+		assert.Contains(t, api, status, "docs/openapi.yaml answers %s; protocol.md's HTTP API does not say when", status)
+	}
+	assert.Contains(t, md, "OPTIONS", "protocol.md describes the preflights of docs/openapi.yaml")
+}
+
+// The server serves the descriptions; every exchange here is checked
+// against the description itself.
+func TestHandlerServesTheDescriptions(t *testing.T) {
+	srv := httptest.NewServer(apicheck.Handler(t, docs.Handler()))
+	defer srv.Close()
+	get := func(method, path string) (*http.Response, []byte) {
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, body
+	}
+	resp, body := get("GET", "/openapi.yaml")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "application/yaml", resp.Header.Get("Content-Type"))
+	assert.True(t, bytes.HasPrefix(body, []byte("openapi: 3.1")), "%.40s", body)
+	for _, name := range []string{"client-frames.json", "server-frames.json"} {
+		resp, body = get("GET", "/schema/"+name)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, name)
+		assert.Equal(t, "application/schema+json", resp.Header.Get("Content-Type"))
+		var s struct {
+			ID string `json:"$id"`
+		}
+		require.NoError(t, json.Unmarshal(body, &s), name)
+		assert.Equal(t, apicheck.SchemaURL(name), s.ID)
+	}
+	for _, path := range []string{"/schema/nope.json", "/schema/../openapi.yaml", "/docs.go"} {
+		resp, body = get("GET", path)
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
+		assert.JSONEq(t, `{"error":"not found"}`, string(body), path)
+	}
+	resp, _ = get("POST", "/openapi.yaml")
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, "GET, HEAD", resp.Header.Get("Allow"))
+}
+
+type schemas struct{ client, server *jsonschema.Schema }
+
+func newSchemas(t *testing.T) schemas {
+	t.Helper()
+	comp := jsonschema.NewCompiler()
+	for _, name := range []string{"client-frames.json", "server-frames.json"} {
+		raw, err := fs("schema/" + name)
+		require.NoError(t, err)
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+		require.NoError(t, err)
+		require.NoError(t, comp.AddResource(apicheck.SchemaURL(name), v))
+	}
+	client, err := comp.Compile(apicheck.SchemaURL("client-frames.json"))
+	require.NoError(t, err)
+	server, err := comp.Compile(apicheck.SchemaURL("server-frames.json"))
+	require.NoError(t, err)
+	return schemas{client, server}
+}
+
+func validate(s *jsonschema.Schema, frame string) error {
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader(frame))
+	if err != nil {
+		return err
+	}
+	return s.Validate(v)
+}
+
+func sorted(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
