@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/cluster"
+	"github.com/presenced/presenced/docs"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 	"github.com/presenced/presenced/transport"
@@ -151,6 +152,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	mux.Handle("/healthz", hub)
 	mux.Handle("/readyz", hub)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// The machine-readable descriptions of the API and the frames.
+	mux.Handle("/openapi.yaml", docs.Handler())
+	mux.Handle("/schema/", docs.Handler())
 	// Deadlines stop slow or stalled clients from holding connections; a
 	// WebSocket is exempt once upgraded (net/http clears them on hijack).
 	srv := &http.Server{

@@ -270,6 +270,8 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 		{"/metrics", "presenced_connections 1"},
 		{"/metrics", `presenced_frames_sent_total{type="joined"} 1`},
 		{"/metrics", "go_goroutines"},
+		{"/openapi.yaml", "openapi: 3.1"},
+		{"/schema/server-frames.json", `"welcome"`},
 	} {
 		code, body := get(t, base+tc.path)
 		assert.Equal(t, http.StatusOK, code, tc.path)
