@@ -197,13 +197,13 @@ func TestOversizeDrainHoldsNoThreads(t *testing.T) {
 	for _, cl := range clients {
 		write(t, cl.c, header)
 	}
-	for _, cl := range clients {
-		assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, cl.c, cl.br, opClose)))
-	}
 	for i, cl := range clients {
-		write(t, cl.c, make([]byte, 8192)) // drained, not reset
+		assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, cl.c, cl.br, opClose)))
+		// More of the frame, drained. Errors are not the test's: on a machine
+		// stalled past CloseTimeout the server may have closed already.
+		_, _ = cl.c.Write(make([]byte, 8192))
 		if i%2 == 0 {
-			require.NoError(t, cl.c.(*net.TCPConn).CloseWrite())
+			_ = cl.c.(*net.TCPConn).CloseWrite()
 		}
 	}
 	for _, cl := range clients {
