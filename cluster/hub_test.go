@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/internal/apicheck"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
 )
@@ -46,8 +47,8 @@ func startHubConfig(t *testing.T, cfg Config, tc transport.Config, wrap func(*En
 	}
 	h, err := transport.New(tc)
 	require.NoError(t, err)
-	hs := httptest.NewServer(h)
-	select { // the reader has its view: edges from now on reach it
+	hs := httptest.NewServer(apicheck.Handler(t, h)) // against docs/openapi.yaml
+	select {                                         // the reader has its view: edges from now on reach it
 	case <-e.health.reading:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the engine did not start reading")

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/apicheck"
 )
 
 type quietLogger struct{}
@@ -13,8 +15,9 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // TestMain silences go-redis's own logger: the tests kill Redis on purpose
-// and its dial errors would bury the test output.
+// and its dial errors would bury the test output. Every frame the Hubs of
+// these tests read and write is checked against docs/schema.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
-	os.Exit(m.Run())
+	os.Exit(apicheck.Main(m))
 }
