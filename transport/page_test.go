@@ -153,9 +153,9 @@ func TestChannelPagesOverWebSocket(t *testing.T) {
 		{`{"type":"members","channel":"lobby","after":"m0247"}`, `{"type":"members","channel":"lobby","count":251,"members":["m0248","m0249"]}`},
 		{`{"type":"members","channel":"lobby","after":"m0249","limit":1000}`, `{"type":"members","channel":"lobby","count":251,"members":[]}`},
 		{`{"type":"members","channel":"elsewhere"}`, `{"type":"error","error":"not a member of the channel: join it first","channel":"elsewhere"}`},
-		{`{"type":"members","channel":"lobby","limit":0}`, `{"type":"error","error":"members \"limit\" must be a whole number from 1 to 1000"}`},
-		{`{"type":"members","channel":"lobby","limit":1001}`, `{"type":"error","error":"members \"limit\" must be a whole number from 1 to 1000"}`},
-		{`{"type":"members","channel":"lobby","after":"a b"}`, `{"type":"error","error":"invalid user ID \"a b\" in \"after\": 1 to 64 letters, digits or _.-@, or \"\" for the first page"}`},
+		{`{"type":"members","channel":"lobby","limit":0}`, `{"type":"error","error":"members \"limit\" must be a whole number from 1 to 1000","channel":"lobby"}`},
+		{`{"type":"members","channel":"lobby","limit":1001}`, `{"type":"error","error":"members \"limit\" must be a whole number from 1 to 1000","channel":"lobby"}`},
+		{`{"type":"members","channel":"lobby","after":"a b"}`, `{"type":"error","error":"invalid user ID \"a b\" in \"after\": 1 to 64 letters, digits or _.-@, or \"\" for the first page","channel":"lobby"}`},
 		{`{"type":"members","after":"m0001"}`, `{"type":"error","error":"members needs a \"channel\""}`},
 	} {
 		send(t, ws, tc.ask)
