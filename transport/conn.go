@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/queue"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
@@ -58,7 +58,7 @@ type conn struct {
 
 	// The fields are laid out for size: 15,000 idle connections hold 15,000
 	// of these, and the struct sits just under an allocation size class.
-	mu       sync.Mutex
+	mu       lockorder.Mutex[lockorder.Conn]
 	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping
 	closeMsg *[]byte            // the close frame to send, once
 	welcomed bool               // the welcome is queued; until then the writer waits

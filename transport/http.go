@@ -522,7 +522,7 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	count, members, next, err := h.node.MembersPage(ctx, channel, after, limit)
+	count, members, next, err := h.node.Members(ctx, channel, after, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
@@ -604,7 +604,7 @@ func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	if err := h.node.Engine().Health(ctx); err != nil {
+	if err := h.node.Health(ctx); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 		return
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 )
@@ -65,47 +66,29 @@ const readBufferSize = 128
 type Config struct {
 	// Node, if set, is the presence.Node the Hub serves: the embedder made
 	// it, runs its clock (Node.Run) and closes it, and may use it beside the
-	// Hub. The presence fields below (Slots through TypingTTL) are then
-	// ignored. nil: the Hub makes one from those fields and runs it
-	// until Shutdown.
+	// Hub. The presence settings below are then ignored. nil: the Hub makes
+	// one from them and runs it until Shutdown.
 	Node *presence.Node
 
-	Slots int           // ring size; 0 means 31
-	Tick  time.Duration // ring step; 0 means 1 s. The timeout is (Slots-1)*Tick.
-	// Grace delays a user's offline, and its leaving the channels its last
-	// connection had joined, after that connection is gone, so a page reload
-	// does not flap presence. It is rounded up to whole ticks.
-	Grace time.Duration
-	// LastSeenTTL is how long the Hub remembers when a user went offline,
-	// for GET /api/presence/{uid}; 0 means 24 hours. A status frame says
-	// when the users in its offline list went, whatever the TTL.
-	LastSeenTTL time.Duration
-	// Engine keeps presence; nil means presence.NewMemoryEngine(). The Hub
-	// runs it until Shutdown, which has it drop this node's records if it
-	// is a presence.Withdrawer; releasing a networked engine after that is
-	// the caller's job.
+	// The presence settings of the Node the Hub makes. Each is the field of
+	// presence.Config of the same name, documented there with its default,
+	// and is passed on as it is (Logger too). Shutdown has the Engine drop
+	// this node's records if it is a presence.Withdrawer; releasing a
+	// networked engine after that is the caller's job.
+	Slots         int
+	Tick          time.Duration
+	Grace         time.Duration
+	LastSeenTTL   time.Duration
 	Engine        presence.Engine
-	MemberList    int // most member IDs in a joined snapshot; 0 means 100
-	PresenceLists int // above this many members a channel's diffs carry the count only; 0 means 1,000
-	MaxWatch      int // most user IDs in one watch list; 0 means 1,000
-	MaxChannels   int // most channels one connection may join; 0 means 100
-	// OnPresence is told of each user's online and offline edges, once per
-	// edge across all nodes, on the node whose change produced it. It runs
-	// on a goroutine of its own, one call at a time, in order.
-	OnPresence func(uid string, online bool)
-	// OnActivity is told of each user's away and active edges, the same way
-	// and on the same goroutine as OnPresence.
-	OnActivity func(uid string, away bool)
-	// OnEdges is given the edges this node produced (user, channel and
-	// activity edges), once per tick that has any, in order, on the same
-	// goroutine: see package webhook.
-	OnEdges func(edges []presence.Edge)
-	// AwayAfter marks a connection away once it sent no activity, chat,
-	// typing or join frame for that long; 0 never does.
-	AwayAfter time.Duration
-	// TypingTTL is how long a user stays typing in a channel after its
-	// last typing frame there; 0 means presence.DefaultTypingTTL (5 s).
-	TypingTTL time.Duration
+	MemberList    int
+	PresenceLists int
+	MaxWatch      int
+	MaxChannels   int
+	OnPresence    func(uid string, online bool)
+	OnActivity    func(uid string, away bool)
+	OnEdges       func(edges []presence.Edge) // see package webhook
+	AwayAfter     time.Duration
+	TypingTTL     time.Duration
 
 	// Auth identifies clients of /ws and /api/heartbeat. nil means DemoAuth,
 	// which trusts ?uid=; New logs a warning then. With a
@@ -216,9 +199,10 @@ type Hub struct {
 	closeTimeout time.Duration
 	socketBuffer int
 
-	// mu guards the sockets' bookkeeping. Lock order: mu before a conn's
-	// mu; neither is held while calling the Node.
-	mu       sync.Mutex
+	// mu guards the sockets' bookkeeping. Lock order: mu before the
+	// poller's and a conn's mu (the whole server's order is package
+	// lockorder's); neither is held while calling the Node.
+	mu       lockorder.Mutex[lockorder.Hub]
 	live     map[*conn]struct{} // upgraded WebSockets not yet finished, unless the poller has them
 	livePeak int
 	perUser  map[string]int // WebSockets per user, counted from before the upgrade
@@ -300,13 +284,9 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	h.node = cfg.Node
 	if h.node == nil {
 		h.ownNode = true
-		h.node, err = presence.New(presence.Config{
-			Engine: cfg.Engine, Slots: cfg.Slots, Tick: cfg.Tick, Grace: cfg.Grace, LastSeenTTL: cfg.LastSeenTTL,
-			MemberList: cfg.MemberList, PresenceLists: cfg.PresenceLists,
-			MaxWatch: cfg.MaxWatch, MaxChannels: cfg.MaxChannels,
-			OnPresence: cfg.OnPresence, OnActivity: cfg.OnActivity, OnEdges: cfg.OnEdges, AwayAfter: cfg.AwayAfter,
-			OnStep: m.observeStep, Logger: log, TypingTTL: cfg.TypingTTL,
-		})
+		pc := cfg.presence()
+		pc.OnStep = m.observeStep
+		h.node, err = presence.New(pc)
 		if err != nil {
 			return nil, fmt.Errorf("transport: %w", err)
 		}
@@ -398,21 +378,18 @@ func (h *Hub) Disconnect(ctx context.Context, uid string) error {
 // Online returns how many live connections uid has, on every node; 0 means
 // offline.
 func (h *Hub) Online(ctx context.Context, uid string) (conns int, err error) {
-	return h.node.User(ctx, uid)
+	st, err := h.node.Status(ctx, uid)
+	return st.Conns, err
 }
 
 // Members returns how many members channel has and the first limit of their
 // IDs in ascending order.
 func (h *Hub) Members(ctx context.Context, channel string, limit int) (count int, members []string, err error) {
-	return h.node.Members(ctx, channel, limit)
-}
-
-// MembersPage returns a page of channel's members: how many there are, up to
-// limit of their IDs greater than after ("": from the first) in ascending
-// order, and next, the after of the next page, or "" on the last page.
-// after must be "" or a valid user ID, limit at least 1.
-func (h *Hub) MembersPage(ctx context.Context, channel, after string, limit int) (count int, members []string, next string, err error) {
-	return h.node.MembersPage(ctx, channel, after, limit)
+	count, members, _, err = h.node.Members(ctx, channel, "", max(limit, 1))
+	if limit <= 0 && err == nil {
+		members = []string{}
+	}
+	return count, members, err
 }
 
 // Shutdown closes every WebSocket with 1001, refuses new ones with 503,

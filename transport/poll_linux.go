@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/presenced/presenced/internal/lockorder"
 )
 
 // poller waits for readable sockets, and for writable ones under a
@@ -24,7 +25,7 @@ type poller struct {
 	file *os.File // epfd, for the runtime's netpoller
 	raw  syscall.RawConn
 
-	mu    sync.Mutex
+	mu    lockorder.Mutex[lockorder.Poller]
 	conns []*conn // by socket descriptor; nil where none is registered
 	n     int     // registered connections
 	// expiring are the connections whose read deadline (a close frame's

@@ -3,9 +3,10 @@ package transport
 import (
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/presenced/presenced/internal/lockorder"
 )
 
 // workerIdle is how long an idle worker waits for another task before it
@@ -37,7 +38,7 @@ const (
 // takes the next task, so the ones a burst added starve and exit after
 // workerIdle; up to maxIdle stay, with their stacks.
 type workers struct {
-	mu         sync.Mutex
+	mu         lockorder.Mutex[lockorder.Workers]
 	idle       []*worker // most recently idle last
 	maxIdle    int
 	max        int // running workers, idle or not, before tasks queue
