@@ -13,7 +13,8 @@
 //
 // Close codes the Hub sends are those of package protocol: 4408 idle
 // timeout, 4401 token expired, 4403 disconnected (Hub.Disconnect), 1001 on
-// Shutdown, 1009 for a frame over Config.MaxMessage, 1007 for a text frame
+// Shutdown, 1009 for a frame over Config.MaxMessage (a watch frame may be
+// larger, by room for MaxWatch IDs), 1007 for a text frame
 // that is not UTF-8, and 1008 to a client that does not read fast enough
 // ("slow consumer") or sends too fast ("rate limit exceeded").
 package transport
@@ -124,7 +125,10 @@ type Config struct {
 	// ("app.example.com:8443"). Other origins get HTTP 403.
 	Origins []string
 
-	MaxMessage int64 // largest inbound frame in bytes, larger closes with 1009; 0 means 4096
+	// MaxMessage is the largest inbound frame in bytes; a larger one closes
+	// the connection with 1009, but for a watch frame, which may be larger
+	// by room for a full watch list. 0 means 4096.
+	MaxMessage int64
 	// QueueBytes bounds the frames queued for one connection: a client that
 	// falls further behind, or whose socket takes no frame for WriteTimeout,
 	// is closed as a slow consumer (1008). 0 means 1 MiB. Presence diffs

@@ -67,7 +67,7 @@ func (o *options) settings() []setting {
 			}},
 		atLeast("slots", &h.Slots, tracker.DefaultSlots, 2, "ring slots; the timeout is (slots-1)*tick"),
 		atLeast("tick", &h.Tick, tracker.DefaultTick, time.Millisecond, "ring step"),
-		atLeast("max-message", &h.MaxMessage, transport.DefaultMaxMessage, 1, "largest inbound WebSocket frame in bytes (larger: close 1009)").
+		atLeast("max-message", &h.MaxMessage, transport.DefaultMaxMessage, 1, "largest inbound WebSocket frame in bytes (larger: close 1009), but for a watch frame, which may hold a full watch list too").
 			saying("at least 1 byte"),
 		{name: "origins", value: (*listValue)(&h.Origins),
 			usage: "comma-separated browser origins allowed besides the server's own host: \"*\" (any), https://host[:port] or host[:port]",
