@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/internal/apicheck"
 	"github.com/presenced/presenced/transport"
 	"github.com/presenced/presenced/web"
 )
@@ -117,8 +118,9 @@ func startHub(t *testing.T, cfg transport.Config) *testHub {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("/", web.Handler())
-	mux.Handle("/ws", hub)
-	mux.Handle("/api/", hub)
+	checked := apicheck.Handler(t, hub) // against docs/openapi.yaml
+	mux.Handle("/ws", checked)
+	mux.Handle("/api/", checked)
 	mux.HandleFunc("POST /test/disconnect", func(w http.ResponseWriter, r *http.Request) {
 		if err := hub.Disconnect(r.Context(), r.URL.Query().Get("uid")); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -8,11 +8,12 @@ import (
 	"github.com/presenced/presenced/internal/apicheck"
 )
 
-// TestMain checks every frame the server of these tests reads and writes
-// against docs/schema, and every exchange of http.DefaultClient with it
-// against docs/openapi.yaml: run builds its own mux, so the client side
-// checks.
+// TestMain checks every frame the servers of these tests read and write
+// against docs/schema, those run in-process and the presenced processes
+// (built with -tags apicheck) alike, and every exchange of
+// http.DefaultClient with them against docs/openapi.yaml: run builds its
+// own mux, so the client side checks.
 func TestMain(m *testing.M) {
 	http.DefaultTransport = apicheck.RoundTripper(http.DefaultTransport)
-	os.Exit(apicheck.Main(m))
+	os.Exit(apicheck.MainWithServers(m))
 }

@@ -59,6 +59,8 @@ type Checker struct {
 	mu       sync.Mutex
 	failures []string
 	seen     map[uint64]string // frames already checked, and their failure
+	report   func(string)      // where failures go in a server process
+	collect  func()            // gathers what server processes reported
 
 	http, httpRefused, httpUnknown            atomic.Int64
 	framesOut, framesIn, malformed, binaryIns atomic.Int64
@@ -129,6 +131,10 @@ func (c *Checker) Failures() []string {
 }
 
 func (c *Checker) fail(msg string) {
+	if c.report != nil {
+		c.report(msg)
+		return
+	}
 	c.mu.Lock()
 	c.failures = append(c.failures, msg)
 	c.mu.Unlock()
@@ -150,6 +156,9 @@ var Default = func() *Checker {
 func Main(m *testing.M) int {
 	wiretap.Frame = Default.Frame
 	code := m.Run()
+	if Default.collect != nil {
+		Default.collect()
+	}
 	if failures := Default.Failures(); len(failures) > 0 {
 		sort.Strings(failures)
 		fmt.Fprintf(os.Stderr, "apicheck: %d exchanges or frames do not match docs/openapi.yaml and docs/schema:\n", len(failures))

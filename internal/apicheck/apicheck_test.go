@@ -85,7 +85,7 @@ func TestHandlerChecksExchanges(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		name, answer, query string
-		fails              bool
+		fails               bool
 	}{
 		{"as described", `{"count":1,"users":["alice"]}`, "?limit=10", false},
 		{"refused as described", `{"count":1,"users":["alice"]}`, "?limit=5000", false},
