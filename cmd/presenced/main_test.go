@@ -244,7 +244,8 @@ func TestServesPageAPIAndMetrics(t *testing.T) {
 	// A 20 s timeout: alice never answers a ping, and must stay online
 	// however slowly the checks run.
 	addr, out := startRun(t, []string{"-slots", "11", "-tick", "2s"}, nil)
-	assert.Contains(t, out.String(), "demo mode", "warns when running without authentication")
+	assert.Equal(t, 1, strings.Count(out.String(), "level=WARN"), "warns once when running without authentication: %s", out)
+	assert.Contains(t, out.String(), "demo mode")
 	base := "http://" + addr
 
 	code, body := get(t, base+"/")
