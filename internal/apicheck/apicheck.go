@@ -167,7 +167,7 @@ func Main(m *testing.M) int {
 		}
 		code = max(code, 1)
 	}
-	if to := os.Getenv(CountsEnv); to != "" {
+	if to := os.Getenv(CountsEnv); to != "" && Default.Counts() != (Counts{}) {
 		printCounts(to)
 	}
 	return code

@@ -2,8 +2,10 @@ package apicheck
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/presenced/presenced/protocol"
@@ -90,5 +92,13 @@ func validate(s *jsonschema.Schema, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("not JSON: %w", err)
 	}
-	return s.Validate(v)
+	if err := s.Validate(v); err != nil {
+		// Keep what failed where, not the schema's URL.
+		msg := err.Error()
+		if i := strings.Index(msg, "- at "); i >= 0 {
+			msg = msg[i:]
+		}
+		return errors.New(msg)
+	}
+	return nil
 }
