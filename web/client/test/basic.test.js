@@ -110,8 +110,10 @@ test('watched users: status, away and last seen', async (t) => {
   p.watch([erin]);
   assert.deepEqual(p.user(erin), { state: 'unknown', last_seen: null });
   await until('erin offline', () => p.user(erin).state === 'offline');
+  // Listen before erin connects: its status can come before raw() returns.
+  const online = next(p, 'status', (s) => s.online.includes(erin));
   const ws = await raw(t, base, erin);
-  const on = await next(p, 'status', (s) => s.online.includes(erin));
+  const on = await online;
   assert.deepEqual(on.offline, []);
   assert.deepEqual(p.user(erin), { state: 'active', last_seen: null });
   ws.sendJSON({ type: 'activity', state: 'away' });
