@@ -59,7 +59,7 @@ type conn struct {
 	// The fields are laid out for size: 15,000 idle connections hold 15,000
 	// of these, and the struct sits just under an allocation size class.
 	mu       lockorder.Mutex[lockorder.Conn]
-	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping
+	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping, one of type pongFrame a pong
 	closeMsg *[]byte            // the close frame to send, once
 	welcomed bool               // the welcome is queued; until then the writer waits
 	writing  bool               // a writer goroutine owns the socket's write side
@@ -241,9 +241,12 @@ func (c *conn) writeLoop() {
 				break
 			}
 			var err error
-			if f.Data == nil {
+			switch {
+			case f.Type == pongFrame:
+				err = c.ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
+			case f.Data == nil:
 				err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
-			} else {
+			default:
 				c.ws.SetWriteDeadline(time.Now().Add(wt))
 				tap(false, f.Data)
 				err = c.ws.WriteMessage(websocket.TextMessage, f.Data)

@@ -337,15 +337,16 @@ func (c *conn) pingHandler(data string) error {
 	return nil
 }
 
-// pong answers a ping. A pong that cannot be written is no error of the
-// reader's: a failed socket ends the connection through the writer or the
-// reader's next read.
+// pong answers a ping, queued behind the frames that answer what the client
+// sent before it, so a pong says those answers are on their way first.
 func (c *conn) pong(data string) {
-	err := c.ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.hub.writeTimeout))
-	if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
-		c.hub.log.Debug("transport: pong not written", "uid", c.uid, "err", err)
+	if !c.enqueue(protocol.Encoded{Type: pongFrame, Data: []byte(data)}) {
+		c.closeSlow()
 	}
 }
+
+// pongFrame marks a queued WebSocket pong: no text frame has this type.
+const pongFrame = "\x00pong"
 
 func (c *conn) pongHandler(string) error {
 	c.controlKeepalive(false)
