@@ -199,6 +199,8 @@ func TestUserOnTwoNodesSurvivesCrash(t *testing.T) {
 		n, err := connsOf(ctx, b, "bob")
 		return err == nil && n == 2
 	})
+	// a writes in the background: carol may land in a later round than bob.
+	b.rec.waitFor(t, testWait, "carol online", func() bool { return b.rec.count("carol", true) == 1 })
 
 	a.crash()
 	a.stopRun()
