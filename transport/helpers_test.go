@@ -470,6 +470,9 @@ type listener struct {
 
 func listen(ws *websocket.Conn) *listener {
 	w := &listener{ws: ws, frames: make(chan string, 1024), done: make(chan error, 1), pongs: make(chan string, 16)}
+	// The listener waits with deadlines of its own (next, sync): a read
+	// deadline left by the reads before it would end a long test early.
+	_ = ws.SetReadDeadline(time.Time{})
 	ws.SetPongHandler(func(data string) error {
 		select {
 		case w.pongs <- data:
