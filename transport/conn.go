@@ -383,11 +383,11 @@ func (c *conn) handle(it inboxItem) {
 		}
 	case protocol.Chat:
 		h.m.chats.Inc()
-		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(chatHandover))
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.handover))
 		defer cancel()
 		c.handedOver(it, "chat", f.Channel, f.Ref, h.node.Chat(ctx, c, f.Channel, f.Text))
 	case protocol.Typing:
-		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(chatHandover))
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.handover))
 		defer cancel()
 		c.handedOver(it, "typing", f.Channel, nil, h.node.Typing(ctx, c, f.Channel))
 	case protocol.Custom:

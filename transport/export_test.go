@@ -1,8 +1,21 @@
 package transport
 
+import "time"
+
 // NewManual returns a Hub whose Node steps only when Step is called, so a
 // test decides when time passes.
 func NewManual(cfg Config) (*Hub, error) { return newHub(cfg, true) }
+
+// NewManualHandover is NewManual with handover in place of the 2 s a chat
+// may wait for the engine, for a test that stalls the engine on purpose and
+// must not race that bound on a busy machine.
+func NewManualHandover(cfg Config, handover time.Duration) (*Hub, error) {
+	h, err := newHub(cfg, true)
+	if err == nil {
+		h.handover = handover
+	}
+	return h, err
+}
 
 // Step steps the Node's clock once, as one tick would, and returns when the
 // step's work is done: idle pings and closes are queued, leases and grace

@@ -61,6 +61,8 @@ type serverOptions struct {
 	// connection (else loopback autotuning grows it to megabytes and hides a
 	// client that stops reading).
 	sendBuffer int
+	// handover, if set, replaces the 2 s a chat may wait for the engine.
+	handover time.Duration
 }
 
 // startServer serves a Hub for cfg on loopback whose ring steps only when
@@ -78,6 +80,11 @@ func startServerWith(t *testing.T, cfg transport.Config, opts serverOptions) *te
 	newHub := transport.NewManual
 	if opts.clock {
 		newHub = transport.New
+	}
+	if opts.handover > 0 {
+		newHub = func(cfg transport.Config) (*transport.Hub, error) {
+			return transport.NewManualHandover(cfg, opts.handover)
+		}
 	}
 	hub, err := newHub(cfg)
 	require.NoError(t, err)

@@ -201,6 +201,7 @@ type Hub struct {
 	maxPerUser   int
 	writeTimeout time.Duration
 	closeTimeout time.Duration
+	handover     time.Duration // chatHandover; a test that stalls the engine sets more
 	socketBuffer int
 
 	// mu guards the sockets' bookkeeping. Lock order: mu before the
@@ -265,6 +266,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		perUser:      make(map[string]int),
 		writeTimeout: cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
 		closeTimeout: cmp.Or(cfg.CloseTimeout, DefaultCloseTimeout),
+		handover:     chatHandover,
 		socketBuffer: cmp.Or(cfg.SocketBuffer, DefaultSocketBuffer),
 		live:         make(map[*conn]struct{}),
 		shutDone:     make(chan struct{}),

@@ -159,7 +159,9 @@ func TestAServerCloseDrainsTheInboxFirst(t *testing.T) {
 	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
 	cfg := testConfig()
 	cfg.Engine = e
-	s := startServer(t, cfg)
+	// The chat must still be waiting when the test looks, however slow the
+	// machine: a bound far past the test's own deadlines.
+	s := startServerWith(t, cfg, serverOptions{handover: 10 * waitLong})
 	var gate sync.Once
 	t.Cleanup(func() { gate.Do(func() { close(e.gate) }) })
 	w := s.observer(t, "lobby", "bob")
@@ -195,7 +197,7 @@ func TestAChatLostAfterTheCloseIsCounted(t *testing.T) {
 	t.Cleanup(func() { close(e.gate) })
 	cfg := testConfig()
 	cfg.Engine = e
-	s := startServer(t, cfg)
+	s := startServerWith(t, cfg, serverOptions{handover: 100 * time.Millisecond})
 	c, _ := s.rawJoined(t, "alice", "lobby")
 	write(t, c, textFrame(`{"type":"chat","channel":"lobby","text":"never"}`))
 	require.NoError(t, c.(*net.TCPConn).CloseWrite())

@@ -140,7 +140,7 @@ func TestAStalledEngineHoldsTheInboxNotTheReader(t *testing.T) {
 	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
 	cfg := testConfig()
 	cfg.Engine = e
-	s := startServer(t, cfg)
+	s := startServerWith(t, cfg, serverOptions{handover: 10 * waitLong}) // no chat gives up, however slow the machine
 	ws, _ := s.dialIn(t, "alice", "lobby")
 	w := listen(ws)
 	const chats = 80
@@ -179,7 +179,7 @@ func TestActivityFollowsTheChatsBeforeIt(t *testing.T) {
 	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
 	cfg := testConfig()
 	cfg.Engine = e
-	s := startServer(t, cfg)
+	s := startServerWith(t, cfg, serverOptions{handover: 10 * waitLong}) // no chat gives up, however slow the machine
 	ws, _ := s.dialIn(t, "alice", "lobby")
 	w := listen(ws)
 	state := func() string {
