@@ -13,7 +13,7 @@ package protocol
 // welcome frame and by GET /healthz, so a client can tell which server it
 // talks to. A minor version only adds fields and frames that older clients
 // may ignore.
-const Version = "2.1"
+const Version = "2.2"
 
 // Close codes the server sends, besides the standard ones below.
 const (

@@ -67,6 +67,8 @@ type (
 		UID       string `json:"uid"`
 		TimeoutMS int64  `json:"timeout_ms"`
 		Protocol  string `json:"protocol,omitempty"` // the server's Version
+		Mode      string `json:"mode,omitempty"`     // the user's own mode, when set
+		Note      *Note  `json:"note,omitempty"`     // the user's own note, when set
 	}
 	// Pong answers Ping.
 	Pong struct{}
@@ -78,22 +80,27 @@ type (
 		Ref     json.RawMessage `json:"ref,omitempty"`
 	}
 	// Joined is a channel's snapshot: Count is exact, Members sorted and
-	// possibly cut short; Away lists those of Members who are away.
+	// possibly cut short; Away lists those of Members who are away, Users
+	// the records of those of Members that have one. Mode is "invisible"
+	// when the connection's own user is.
 	Joined struct {
-		Channel string   `json:"channel"`
-		Count   int      `json:"count"`
-		Members []string `json:"members"`
-		Away    []string `json:"away,omitempty"`
+		Channel string            `json:"channel"`
+		Count   int               `json:"count"`
+		Members []string          `json:"members"`
+		Away    []string          `json:"away,omitempty"`
+		Users   map[string]Record `json:"users,omitempty"`
+		Mode    string            `json:"mode,omitempty"`
 	}
 	// MembersPage answers Members: Count is exact, Members sorted, and Next,
 	// set when more members follow, is the After of the next page.
 	// Away lists those of Members who are away.
 	MembersPage struct {
-		Channel string   `json:"channel"`
-		Count   int      `json:"count"`
-		Members []string `json:"members"`
-		Away    []string `json:"away,omitempty"`
-		Next    string   `json:"next,omitempty"`
+		Channel string            `json:"channel"`
+		Count   int               `json:"count"`
+		Members []string          `json:"members"`
+		Away    []string          `json:"away,omitempty"`
+		Users   map[string]Record `json:"users,omitempty"`
+		Next    string            `json:"next,omitempty"`
 	}
 	// Left confirms a Leave.
 	Left struct {
@@ -102,7 +109,9 @@ type (
 	// Presence is a channel's diff over one tick. Away lists the members
 	// who turned away in the tick (a user who joins away is in Joins and
 	// Away), Active those back from away. CountOnly marks a big channel's
-	// diff, which carries no lists.
+	// diff, which carries no lists. Users holds the records of those in
+	// Joins that have one, Updated the new records of members whose record
+	// changed in the tick (an empty one when it became empty).
 	Presence struct {
 		Channel   string
 		Count     int
@@ -110,6 +119,8 @@ type (
 		Leaves    []string
 		Away      []string
 		Active    []string
+		Users     map[string]Record
+		Updated   map[string]Record
 		CountOnly bool
 	}
 	// TypingUsers tells a channel's members who is typing there now: at
@@ -120,21 +131,28 @@ type (
 		Users   []string `json:"users"`
 		Count   int      `json:"count,omitempty"`
 	}
-	// Watching answers Watch: the watched users online now, and those of
-	// them who are away.
+	// Watching answers Watch: the watched users online now, those of them
+	// who are away, the records of those of them that have one, and for
+	// the watched users offline, when they went (Unix milliseconds), where
+	// that is known.
 	Watching struct {
-		Online []string `json:"online"`
-		Away   []string `json:"away,omitempty"`
+		Online   []string          `json:"online"`
+		Away     []string          `json:"away,omitempty"`
+		Users    map[string]Record `json:"users,omitempty"`
+		LastSeen map[string]int64  `json:"last_seen,omitempty"`
 	}
-	// Status reports watched users' edges over one tick: Away and Active
-	// are like a Presence diff's. LastSeen holds, for each user in
-	// Offline, when it went offline (Unix milliseconds).
+	// Status reports watched users' edges over one tick: Away, Active,
+	// Users and Updated are like a Presence diff's, Users for Online.
+	// LastSeen holds, for each user in Offline, when it went offline (Unix
+	// milliseconds).
 	Status struct {
-		Online   []string         `json:"online"`
-		Offline  []string         `json:"offline"`
-		Away     []string         `json:"away,omitempty"`
-		Active   []string         `json:"active,omitempty"`
-		LastSeen map[string]int64 `json:"last_seen,omitempty"`
+		Online   []string          `json:"online"`
+		Offline  []string          `json:"offline"`
+		Away     []string          `json:"away,omitempty"`
+		Active   []string          `json:"active,omitempty"`
+		Users    map[string]Record `json:"users,omitempty"`
+		Updated  map[string]Record `json:"updated,omitempty"`
+		LastSeen map[string]int64  `json:"last_seen,omitempty"`
 	}
 	// Publish carries a message the server side published to a channel.
 	Publish struct {
@@ -188,12 +206,14 @@ func (MembersPage) Type() string { return "members" }
 
 // presenceJSON is Presence on the wire: both lists, or neither.
 type presenceJSON struct {
-	Channel string    `json:"channel"`
-	Count   int       `json:"count"`
-	Joins   *[]string `json:"joins,omitempty"`
-	Leaves  *[]string `json:"leaves,omitempty"`
-	Away    []string  `json:"away,omitempty"`
-	Active  []string  `json:"active,omitempty"`
+	Channel string            `json:"channel"`
+	Count   int               `json:"count"`
+	Joins   *[]string         `json:"joins,omitempty"`
+	Leaves  *[]string         `json:"leaves,omitempty"`
+	Away    []string          `json:"away,omitempty"`
+	Active  []string          `json:"active,omitempty"`
+	Users   map[string]Record `json:"users,omitempty"`
+	Updated map[string]Record `json:"updated,omitempty"`
 }
 
 // MarshalJSON writes the lists as arrays, empty ones included, unless the
@@ -203,7 +223,7 @@ func (p Presence) MarshalJSON() ([]byte, error) {
 	if !p.CountOnly {
 		joins, leaves := orEmpty(p.Joins), orEmpty(p.Leaves)
 		w.Joins, w.Leaves = &joins, &leaves
-		w.Away, w.Active = p.Away, p.Active
+		w.Away, w.Active, w.Users, w.Updated = p.Away, p.Active, p.Users, p.Updated
 	}
 	return json.Marshal(w)
 }
@@ -214,7 +234,7 @@ func (p *Presence) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*p = Presence{Channel: w.Channel, Count: w.Count, Away: w.Away, Active: w.Active, CountOnly: w.Joins == nil && w.Leaves == nil}
+	*p = Presence{Channel: w.Channel, Count: w.Count, Away: w.Away, Active: w.Active, Users: w.Users, Updated: w.Updated, CountOnly: w.Joins == nil && w.Leaves == nil}
 	if w.Joins != nil {
 		p.Joins = *w.Joins
 	}
@@ -227,13 +247,15 @@ func (p *Presence) UnmarshalJSON(data []byte) error {
 // MarshalJSON writes the lists as arrays, empty ones included.
 func (s Status) MarshalJSON() ([]byte, error) {
 	type plain Status
-	return json.Marshal(plain{Online: orEmpty(s.Online), Offline: orEmpty(s.Offline), Away: s.Away, Active: s.Active, LastSeen: s.LastSeen})
+	s.Online, s.Offline = orEmpty(s.Online), orEmpty(s.Offline)
+	return json.Marshal(plain(s))
 }
 
 // MarshalJSON writes the list as an array, empty or not.
 func (w Watching) MarshalJSON() ([]byte, error) {
 	type plain Watching
-	return json.Marshal(plain{Online: orEmpty(w.Online), Away: w.Away})
+	w.Online = orEmpty(w.Online)
+	return json.Marshal(plain(w))
 }
 
 // MarshalJSON writes the list as an array, empty or not.

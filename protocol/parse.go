@@ -38,6 +38,8 @@ func ParseClient(data []byte) (Frame, error) {
 	case "ping", "silence", "join", "leave", "chat", "watch", "refresh", "activity", "typing":
 	case "members":
 		return parseMembers(data)
+	case "set":
+		return parseSet(data)
 	default:
 		return Custom{Kind: *head.Type, Raw: data}, nil
 	}

@@ -63,7 +63,7 @@ func Example() {
 	fmt.Println(err)
 	fmt.Println(<-done)
 	// Output:
-	// {"type":"welcome","uid":"alice","timeout_ms":30000,"protocol":"2.1"}
+	// {"type":"welcome","uid":"alice","timeout_ms":30000,"protocol":"2.2"}
 	// {"type":"joined","channel":"lobby","count":1,"members":["alice"]}
 	// {"type":"chat","channel":"lobby","from":"alice","text":"hello"}
 	// {"uid":"alice","online":true,"connections":1,"state":"active"}

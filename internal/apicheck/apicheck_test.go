@@ -18,7 +18,7 @@ func TestFramesOfTheDescriptionPass(t *testing.T) {
 	c, err := apicheck.New()
 	require.NoError(t, err)
 	for _, f := range []string{
-		`{"type":"welcome","uid":"alice","timeout_ms":30000,"protocol":"2.1"}`,
+		`{"type":"welcome","uid":"alice","timeout_ms":30000,"protocol":"2.2"}`,
 		`{"type":"presence","channel":"lobby","count":3}`,
 		`{"type":"presence","channel":"lobby","count":3,"joins":["a"],"leaves":[],"away":["a"]}`,
 		`{"type":"status","online":[],"offline":["bob"],"last_seen":{"bob":1764000000000}}`,
@@ -40,7 +40,7 @@ func TestFramesOfTheDescriptionPass(t *testing.T) {
 func TestFramesThatDriftFail(t *testing.T) {
 	c, err := apicheck.New()
 	require.NoError(t, err)
-	c.Frame(false, []byte(`{"type":"welcome","uid":"alice","timeoutMs":30000,"protocol":"2.1"}`))
+	c.Frame(false, []byte(`{"type":"welcome","uid":"alice","timeoutMs":30000,"protocol":"2.2"}`))
 	c.Frame(false, []byte(`{"type":"presence","channel":"lobby","count":3,"joins":["a"]}`)) // joins without leaves
 	c.Frame(false, []byte(`{"type":"hello"}`))
 	failures := c.Failures()
