@@ -19,6 +19,7 @@ import (
 
 	"github.com/presenced/presenced/docs"
 	"github.com/presenced/presenced/internal/apicheck"
+	"github.com/presenced/presenced/protocol"
 )
 
 // protocolMD returns protocol.md up to the section on v1, whose frames are
@@ -302,3 +303,84 @@ func validate(s *jsonschema.Schema, frame string) error {
 }
 
 func sorted(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
+
+// A set frame passes the schema exactly when the server's parser takes it:
+// the schema says what the parser checks, field by field.
+func TestSetFramesOfTheSchemaAreTheParsers(t *testing.T) {
+	c, err := apicheck.New()
+	require.NoError(t, err)
+	long := strings.Repeat("é", 128)
+	for _, f := range []string{
+		`{"type":"set","mode":"dnd"}`,
+		`{"type":"set","mode":"online"}`,
+		`{"type":"set","mode":"invisible","note":null}`,
+		`{"type":"set","note":{"text":"In a meeting","emoji":"📅","until":1764003600000}}`,
+		`{"type":"set","note":{"emoji":"🌴"}}`,
+		`{"type":"set","note":{"text":"` + long + `","emoji":null,"until":null}}`,
+		`{"type":"set","note":{"text":"","emoji":"` + strings.Repeat("🙂", 16) + `"}}`,
+		`{"type":"set","mode":"dnd","channel":5,"x":1}`,
+	} {
+		c.Frame(true, []byte(f))
+	}
+	assert.Empty(t, c.Failures())
+	assert.Equal(t, int64(8), c.Counts().FramesIn, "taken by both")
+	for _, f := range []string{
+		`{"type":"set"}`,
+		`{"type":"set","mode":null}`,
+		`{"type":"set","mode":"away"}`,
+		`{"type":"set","mode":1}`,
+		`{"type":"set","note":"busy"}`,
+		`{"type":"set","note":[]}`,
+		`{"type":"set","note":{}}`,
+		`{"type":"set","note":{"text":"","emoji":""}}`,
+		`{"type":"set","note":{"text":null,"until":1764003600000}}`,
+		`{"type":"set","note":{"text":"` + long + `x"}}`,
+		`{"type":"set","note":{"emoji":"` + strings.Repeat("🙂", 17) + `"}}`,
+		`{"type":"set","note":{"text":5}}`,
+		`{"type":"set","note":{"text":"a","until":0}}`,
+		`{"type":"set","note":{"text":"a","until":-1}}`,
+		`{"type":"set","note":{"text":"a","until":1.5}}`,
+		`{"type":"set","note":{"text":"a","until":"soon"}}`,
+		`{"type":"set","mode":"dnd","note":{}}`,
+	} {
+		c.Frame(true, []byte(f))
+	}
+	assert.Empty(t, c.Failures())
+	assert.Equal(t, int64(17), c.Counts().Malformed, "refused by both")
+}
+
+// The frames that carry records, as the protocol package writes them, pass
+// the schema of server frames; a record where it has no place fails.
+func TestRecordsOfTheProtocolPackageMatchTheSchema(t *testing.T) {
+	c, err := apicheck.New()
+	require.NoError(t, err)
+	dnd := protocol.Record{Info: json.RawMessage(`{"name":"Bob","avatar":"https://example.com/b.png"}`), Mode: protocol.ModeDND,
+		Note: &protocol.Note{Text: "In a meeting", Emoji: "📅", Until: 1764003600000}}
+	noted := protocol.Record{Note: &protocol.Note{Emoji: "🌴"}}
+	for _, f := range []protocol.Frame{
+		protocol.Welcome{UID: "alice", TimeoutMS: 30000, Protocol: protocol.Version, Mode: protocol.ModeInvisible, Note: noted.Note},
+		protocol.Joined{Channel: "lobby", Count: 2, Members: []string{"alice", "bob"}, Users: map[string]protocol.Record{"bob": dnd}, Mode: protocol.ModeInvisible},
+		protocol.MembersPage{Channel: "lobby", Count: 2, Members: []string{"bob"}, Users: map[string]protocol.Record{"bob": dnd}},
+		protocol.Presence{Channel: "lobby", Count: 2, Joins: []string{"bob"}, Users: map[string]protocol.Record{"bob": dnd},
+			Updated: map[string]protocol.Record{"carol": {}, "dave": noted, "alice": {Mode: protocol.ModeInvisible}}},
+		protocol.Presence{Channel: "lobby", Count: 2000, CountOnly: true, Users: map[string]protocol.Record{"bob": dnd}},
+		protocol.Watching{Online: []string{"bob"}, Users: map[string]protocol.Record{"bob": dnd}, LastSeen: map[string]int64{"carol": 1764000000000}},
+		protocol.Status{Online: []string{"bob"}, Users: map[string]protocol.Record{"bob": dnd}, Updated: map[string]protocol.Record{"dave": {}}},
+	} {
+		c.Frame(false, protocol.MustEncode(f).Data)
+	}
+	assert.Empty(t, c.Failures())
+	for _, f := range []string{
+		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"users":{"bob":{}}}`,                 // an empty record is left out
+		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"users":{"bob":{"mode":"online"}}}`, // online is no mode
+		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"mode":"dnd"}`,                      // only invisible is said
+		`{"type":"presence","channel":"lobby","count":3,"updated":{"bob":{}}}`,                              // never in count-only diffs
+		`{"type":"status","online":[],"offline":[],"updated":{"bob":{"note":{"until":1764003600000}}}}`,     // a note says something
+		`{"type":"status","online":[],"offline":[],"updated":{"bob":{"info":"Bob"}}}`,                       // info is an object
+		`{"type":"watching","online":[],"last_seen":{}}`,
+		`{"type":"welcome","uid":"alice","timeout_ms":30000,"protocol":"2.2","note":null}`,
+	} {
+		c.Frame(false, []byte(f))
+	}
+	assert.Len(t, c.Failures(), 8)
+}
