@@ -371,7 +371,7 @@ func TestRecordsOfTheProtocolPackageMatchTheSchema(t *testing.T) {
 	}
 	assert.Empty(t, c.Failures())
 	for _, f := range []string{
-		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"users":{"bob":{}}}`,                 // an empty record is left out
+		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"users":{"bob":{}}}`,                // an empty record is left out
 		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"users":{"bob":{"mode":"online"}}}`, // online is no mode
 		`{"type":"joined","channel":"lobby","count":1,"members":["bob"],"mode":"dnd"}`,                      // only invisible is said
 		`{"type":"presence","channel":"lobby","count":3,"updated":{"bob":{}}}`,                              // never in count-only diffs
