@@ -384,3 +384,31 @@ func TestRecordsOfTheProtocolPackageMatchTheSchema(t *testing.T) {
 	}
 	assert.Len(t, c.Failures(), 8)
 }
+
+// The HTTP API's records are the frames': the same parts, the same rules.
+func TestOpenAPIRecords(t *testing.T) {
+	checker, err := apicheck.New()
+	require.NoError(t, err)
+	schemas := checker.Doc().Components.Schemas
+	check := func(schema, body string) error {
+		var v any
+		require.NoError(t, json.Unmarshal([]byte(body), &v), body)
+		return schemas[schema].Value.VisitJSON(v)
+	}
+	for schema, body := range map[string]string{
+		"User":        `{"uid":"bob","online":true,"connections":1,"state":"active","info":{"name":"Bob"},"mode":"dnd","note":{"text":"In a meeting","emoji":"📅","until":1764003600000}}`,
+		"ChannelPage": `{"channel":"lobby","count":2,"members":["alice","bob"],"users":{"bob":{"info":{"name":"Bob"},"mode":"invisible"}}}`,
+	} {
+		assert.NoError(t, check(schema, body), body)
+	}
+	for body, schema := range map[string]string{
+		`{"uid":"bob","online":true,"connections":1,"state":"active","mode":"online"}`:                                    "User",
+		`{"uid":"bob","online":true,"connections":1,"state":"active","note":{"until":1764003600000}}`:                     "User",
+		`{"uid":"bob","online":true,"connections":1,"state":"active","note":{"text":"` + strings.Repeat("é", 129) + `"}}`: "User",
+		`{"channel":"lobby","count":1,"members":["bob"],"users":{"bob":{}}}`:                                              "ChannelPage",
+		`{"channel":"lobby","count":1,"members":["bob"],"users":{"bob":{"mode":"dnd","x":1}}}`:                            "ChannelPage",
+		`{"channel":"lobby","count":1,"members":["bob"],"users":{}}`:                                                      "ChannelPage",
+	} {
+		assert.Error(t, check(schema, body), body)
+	}
+}
