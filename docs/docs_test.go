@@ -162,26 +162,53 @@ func TestProtocolMDExamplesMatchTheSchemas(t *testing.T) {
 			clientCells[m[1]] = true
 		}
 	}
+	serverTypes := schemaTypes(t, "schema/server-frames.json")
 	checked := 0
-	for _, m := range code.FindAllStringSubmatch(md, -1) {
+	prose, fenced := fences(md)
+	for _, m := range code.FindAllStringSubmatch(prose, -1) {
 		frame := m[1]
 		if !strings.HasPrefix(frame, `{"type":`) || !json.Valid([]byte(frame)) {
 			continue // a fragment, or elided with ...
 		}
 		schema := c.server
-		if clientCells[frame] {
+		if typ := frameType.FindStringSubmatch(frame); clientCells[frame] || !serverTypes[typ[1]] {
 			schema = c.client
 		}
 		assert.NoError(t, validate(schema, frame), "protocol.md's %s", frame)
 		checked++
 	}
-	for _, line := range strings.Split(section(t, md, "### Big channels"), "\n") {
-		if frame, ok := strings.CutPrefix(line, "→ "); ok {
-			assert.NoError(t, validate(c.client, frame), "protocol.md's %s", frame)
-			checked++
+	// In blocks, → is what a client sends, ← what the server does.
+	for _, line := range strings.Split(fenced, "\n") {
+		schema := c.client
+		frame, ok := strings.CutPrefix(line, "→ ")
+		if !ok {
+			schema = c.server
+			frame, ok = strings.CutPrefix(line, "← ")
+		}
+		if frame, _, _ = strings.Cut(frame, "  "); !ok || !json.Valid([]byte(frame)) {
+			continue
+		}
+		assert.NoError(t, validate(schema, frame), "protocol.md's %s", line)
+		checked++
+	}
+	assert.Greater(t, checked, 30, "examples checked")
+}
+
+// fences splits md into its prose and the text of its fenced blocks.
+func fences(md string) (prose, fenced string) {
+	var p, f strings.Builder
+	in := false
+	for line := range strings.SplitSeq(md, "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			in = !in
+		case in:
+			f.WriteString(line + "\n")
+		default:
+			p.WriteString(line + "\n")
 		}
 	}
-	assert.Greater(t, checked, 20, "examples checked")
+	return p.String(), f.String()
 }
 
 // The HTTP API of protocol.md is the OpenAPI document's: the same
