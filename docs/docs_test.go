@@ -177,7 +177,24 @@ func TestProtocolMDExamplesMatchTheSchemas(t *testing.T) {
 		assert.NoError(t, validate(schema, frame), "protocol.md's %s", frame)
 		checked++
 	}
-	// In blocks, → is what a client sends, ← what the server does.
+	checked += c.checkBlocks(t, "protocol.md", fenced)
+	assert.Greater(t, checked, 30, "examples checked")
+}
+
+// The exchanges of chat.md's examples are valid too.
+func TestChatMDExamplesMatchTheSchemas(t *testing.T) {
+	raw, err := os.ReadFile("chat.md")
+	require.NoError(t, err)
+	_, fenced := fences(string(raw))
+	assert.Greater(t, newSchemas(t).checkBlocks(t, "chat.md", fenced), 10, "examples checked")
+}
+
+// checkBlocks validates the frames of the lines of fenced blocks: → is
+// what a client sends, ← what the server does, a comment may follow after
+// two spaces. It returns how many it checked.
+func (c schemas) checkBlocks(t *testing.T, name, fenced string) int {
+	t.Helper()
+	checked := 0
 	for _, line := range strings.Split(fenced, "\n") {
 		schema := c.client
 		frame, ok := strings.CutPrefix(line, "→ ")
@@ -188,10 +205,10 @@ func TestProtocolMDExamplesMatchTheSchemas(t *testing.T) {
 		if frame, _, _ = strings.Cut(frame, "  "); !ok || !json.Valid([]byte(frame)) {
 			continue
 		}
-		assert.NoError(t, validate(schema, frame), "protocol.md's %s", line)
+		assert.NoError(t, validate(schema, frame), "%s's %s", name, line)
 		checked++
 	}
-	assert.Greater(t, checked, 30, "examples checked")
+	return checked
 }
 
 // fences splits md into its prose and the text of its fenced blocks.
