@@ -47,6 +47,11 @@ func (n *Node) makeClock(slots int, tick, lastSeenTTL, typingTTL time.Duration) 
 		return err
 	}
 	n.v.typing.init(typing, typingTTL)
+	notes, err := tracker.New(bare)
+	if err != nil {
+		return err
+	}
+	n.v.notes.init(notes, n.tick)
 	if n.expiry, err = tracker.New(tracker.Config[Client]{Slots: slots, Tick: tick}); err != nil {
 		return err
 	}
@@ -122,8 +127,16 @@ func (n *Node) step(took time.Duration) {
 			n.forgetLocked(uid, u)
 		}
 	}
+	for _, nd := range n.v.dueNotes(time.Now()) {
+		n.queueOpLocked(engineOp{kind: opExpire, uid: nd.uid, until: nd.until})
+	}
 	n.mu.Unlock()
-	n.seen.step()
+	if dropped := n.seen.step(); len(dropped) > 0 {
+		// The in-memory engine keeps records as long as last seen.
+		if m, ok := n.engine.(*memoryEngine); ok {
+			m.forgetRecords(dropped)
+		}
+	}
 	n.v.stepTyping()
 	n.sendOps()
 	for _, c := range expired {

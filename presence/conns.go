@@ -196,6 +196,13 @@ func (n *Node) Connect(ctx context.Context, c Client, uid string, channels []str
 	cs := &connState{uid: uid}
 	n.conns[c] = cs
 	u := n.attachLocked(cs)
+	if ic, ok := c.(InfoClient); ok {
+		if info := ic.Info(); info != nil {
+			// Before the joins: the user's record reaches the view before
+			// its memberships, and no member list goes out without it.
+			n.addInfoLocked(c, uid, info)
+		}
+	}
 	for _, ch := range channels {
 		n.joinCountLocked(cs, u, ch)
 	}
@@ -214,7 +221,7 @@ func (n *Node) Connect(ctx context.Context, c Client, uid string, channels []str
 	if n.conns[c] == cs {
 		n.v.addClient(c, uid)
 		for _, ch := range cs.channels {
-			n.v.subscribe(c, ch)
+			n.v.subscribe(c, uid, ch)
 		}
 	}
 	return nil
@@ -247,6 +254,7 @@ func (n *Node) Disconnect(c Client) {
 	n.conns = shrink.Map(n.conns, &n.connsPeak)
 	watched := n.v.removeClient(c, cs.uid, cs.channels)
 	topics := append(append(userTopics([]string{cs.uid}), channelTopics(cs.channels)...), userTopics(watched)...)
+	n.dropInfoLocked(c, cs.uid)
 	n.detachLocked(cs)
 	n.mu.Unlock()
 	n.sendOps()
@@ -386,7 +394,7 @@ func (n *Node) Join(ctx context.Context, c Client, channel string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.conns[c] == cs {
-		n.v.subscribe(c, channel)
+		n.v.subscribe(c, cs.uid, channel)
 	}
 	return nil
 }

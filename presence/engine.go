@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/presenced/presenced/protocol"
@@ -45,6 +46,27 @@ type Store interface {
 	// Members counts channel's members and lists up to limit of those
 	// after after ("": from the first), in order.
 	Members(ctx context.Context, channel, after string, limit int) (count int, members []string, err error)
+
+	// A user's record (info, mode, note) lives while the user is online
+	// and for Config.LastSeenTTL after. Its changes reach the Relay as
+	// RecordChanged, and Produced as EdgeUpdate once cluster-wide. The
+	// three calls below come in order with SetUser and never block on I/O.
+
+	// SetInfo says info (a JSON object, checked) is uid's info now: that
+	// of its newest connection that brought one.
+	SetInfo(uid string, info json.RawMessage)
+	// SetRecord applies a client's set to uid's record; the last set wins
+	// across nodes. A set that changes nothing makes no edge.
+	SetRecord(uid string, set protocol.Set)
+	// ExpireNote clears uid's note if it is still the note that runs out
+	// at until, and until has passed. Of the calls every node makes for
+	// one note, at most one clears it.
+	ExpireNote(uid string, until int64)
+	// Records returns the records of those of uids that have one.
+	Records(ctx context.Context, uids []string) (map[string]protocol.Record, error)
+	// Hidden lists in order the invisible users online (channel "") or the
+	// invisible members of channel.
+	Hidden(ctx context.Context, channel string) ([]string, error)
 }
 
 // A Router delivers what happens to the topics its node follows.
@@ -98,6 +120,12 @@ type Relay interface {
 	MemberChanged(channel, uid string, joined bool)
 	// MemberActivity reports a member's away or active edge in channel.
 	MemberActivity(channel, uid string, away bool)
+	// RecordChanged reports uid's whole record after a change made at at.
+	// It also comes, with a zero at, before the online edge of a user that
+	// has a record, and before a snapshot (SetMembers, or a followed
+	// user's state) for each of its users that has one: a Relay may forget
+	// the record of a user that went offline.
+	RecordChanged(uid string, r protocol.Record, at time.Time)
 	// SetMembers replaces what the Relay knows of channel's members, and of
 	// which of them are away, with a snapshot (when the node starts
 	// following the channel, or catches up after losing what it shares
@@ -111,6 +139,10 @@ type UserStatus struct {
 	Conns    int       // live connections on all nodes
 	Away     bool      // online with every connection away
 	LastSeen time.Time // when it last went offline; zero: not known
+	Record   protocol.Record
+	// HiddenAt is when the user turned invisible, while it is: what other
+	// clients have as its last seen.
+	HiddenAt time.Time
 }
 
 // An EdgeKind says what an Edge changed.
@@ -124,9 +156,10 @@ const (
 	EdgeLeave
 	EdgeAway
 	EdgeActive
+	EdgeUpdate // a user's record changed
 )
 
-var edgeNames = [...]string{EdgeOnline: "online", EdgeOffline: "offline", EdgeJoin: "join", EdgeLeave: "leave", EdgeAway: "away", EdgeActive: "active"}
+var edgeNames = [...]string{EdgeOnline: "online", EdgeOffline: "offline", EdgeJoin: "join", EdgeLeave: "leave", EdgeAway: "away", EdgeActive: "active", EdgeUpdate: "update"}
 
 // String returns the kind's name on the wire: "online", "join", "away", ...
 func (k EdgeKind) String() string {
@@ -137,12 +170,14 @@ func (k EdgeKind) String() string {
 }
 
 // An Edge is one change of presence, as it happened: a user going online or
-// offline, away or active, or joining or leaving a channel.
+// offline, away or active, joining or leaving a channel, or changing its
+// record.
 type Edge struct {
 	Kind    EdgeKind
 	UID     string
-	Channel string    // EdgeJoin and EdgeLeave only
-	At      time.Time // when it happened
+	Channel string          // EdgeJoin and EdgeLeave only
+	Record  protocol.Record // EdgeUpdate only: the whole new record
+	At      time.Time       // when it happened
 }
 
 // A Topic is one channel or one user (exactly one field is set) that an

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"slices"
+	"time"
 
 	"github.com/presenced/presenced/protocol"
 )
@@ -49,8 +50,20 @@ func reuse[S ~[]E, E any](s S) S {
 func (v *view) flushChannel(cv *channelView) {
 	count := cv.members.Len()
 	lists := count <= v.presenceLists
+	own := v.ownSubsLocked(cv)
 	frames := make(map[int]*protocol.Encoded) // by base with lists, by count seen without
 	for c, s := range cv.subs {
+		if uid, ok := own[c]; ok {
+			ownCount := count
+			if cv.isHidden(uid) {
+				ownCount++
+			}
+			if frame := v.diffFor(cv, s, uid, ownCount, lists); frame != nil {
+				c.Send(*frame)
+			}
+			cv.subs[c] = sub{base: 0, seen: int32(ownCount)}
+			continue
+		}
 		key := int(s.seen)
 		if lists {
 			key = int(s.base)
@@ -72,6 +85,12 @@ func (v *view) flushChannel(cv *channelView) {
 // diff is the frame for a subscriber at s, encoded once for every
 // subscriber at the same place; nil if it has nothing to learn.
 func (v *view) diff(cv *channelView, s sub, count int, lists bool) *protocol.Encoded {
+	return v.diffFor(cv, s, "", count, lists)
+}
+
+// diffFor is diff for the subscribers of user own ("": any other), who
+// see own as a member while it is one, visible or not, and count it.
+func (v *view) diffFor(cv *channelView, s sub, own string, count int, lists bool) *protocol.Encoded {
 	if !lists {
 		if int(s.seen) == count {
 			return nil
@@ -79,24 +98,118 @@ func (v *view) diff(cv *channelView, s sub, count int, lists bool) *protocol.Enc
 		f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, CountOnly: true})
 		return &f
 	}
+	in := cv.members.Has
+	if own != "" && cv.isHidden(own) {
+		in = func(uid string) bool { return uid == own || cv.members.Has(uid) }
+	}
 	log := cv.log[min(int(s.base), len(cv.log)):]
-	joins, leaves := netEdges(log, cv.members.Has)
-	away, active := netActivity(log, joins, cv.members.Has, cv.isAway)
-	if len(joins) == 0 && len(leaves) == 0 && len(away) == 0 && len(active) == 0 {
+	joins, leaves := netEdges(log, in, own)
+	away, active := netActivity(log, joins, in, cv.isAway)
+	updated := v.updatedLocked(log, joins, in, own)
+	if len(joins) == 0 && len(leaves) == 0 && len(away) == 0 && len(active) == 0 && len(updated) == 0 {
 		return nil
 	}
-	f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, Joins: joins, Leaves: leaves, Away: away, Active: active})
+	f := protocol.MustEncode(protocol.Presence{Channel: cv.name, Count: count, Joins: joins, Leaves: leaves, Away: away, Active: active,
+		Users: v.usersLocked(joins, own), Updated: updated})
 	return &f
+}
+
+// ownSubsLocked returns the subscribers of cv that need diffs of their
+// own, with their users: those whose user is hidden in cv, or turned
+// visible or invisible there in the tick.
+func (v *view) ownSubsLocked(cv *channelView) map[Client]string {
+	var own map[Client]string
+	add := func(uid string) {
+		for _, c := range v.clientsLocked(uid) {
+			if _, ok := cv.subs[c]; ok {
+				if own == nil {
+					own = make(map[Client]string)
+				}
+				own[c] = uid
+			}
+		}
+	}
+	for uid := range cv.hidden {
+		add(uid)
+	}
+	for _, e := range cv.log {
+		if e.kind == edgeVisibility || e.kind == edgeHidden {
+			add(e.uid)
+		}
+	}
+	return own
+}
+
+// clientsLocked returns uid's clients here.
+func (v *view) clientsLocked(uid string) []Client {
+	c := v.users[uid].c
+	if c == nil {
+		return nil
+	}
+	return append([]Client{c}, v.others[uid]...)
+}
+
+// updatedLocked returns the new records of the users with an edgeRecord in
+// log who are in (in) now and were before it (not among came, sorted),
+// and whose record, as own's connections see it, is not what it was.
+func (v *view) updatedLocked(log []edge, came []string, in func(uid string) bool, own string) map[string]protocol.Record {
+	var first map[string]*protocol.Record
+	for _, e := range log {
+		if e.kind != edgeRecord {
+			continue
+		}
+		if first == nil {
+			first = make(map[string]*protocol.Record)
+		}
+		if _, dup := first[e.uid]; !dup {
+			first[e.uid] = e.was
+		}
+	}
+	var out map[string]protocol.Record
+	now := time.Now()
+	for uid, was := range first {
+		if !in(uid) {
+			continue
+		}
+		if _, fresh := slices.BinarySearch(came, uid); fresh {
+			continue // its joins entry carries it
+		}
+		var before protocol.Record
+		if was != nil {
+			before = *was
+		}
+		if uid != own {
+			before = before.Public(now)
+		}
+		if rec := v.recordLocked(uid, own); !rec.Equal(before) {
+			if out == nil {
+				out = make(map[string]protocol.Record)
+			}
+			out[uid] = rec
+		}
+	}
+	return out
 }
 
 // netEdges nets log: a user whose first edge in it is a join was out before
 // it, one whose first edge is a leave was in; now says where it is after.
-// It returns those who came in and those who went out, each sorted.
-func netEdges(log []edge, now func(uid string) bool) (in, out []string) {
+// It returns those who came in and those who went out, each sorted. The
+// connections of own (or "") see its own edgeHidden and not its
+// edgeVisibility; the others see the reverse.
+func netEdges(log []edge, now func(uid string) bool, own string) (in, out []string) {
 	seen := make(map[string]struct{}, len(log))
 	for _, e := range log {
-		if e.act {
+		switch e.kind {
+		case edgeActivity, edgeRecord:
 			continue
+		case edgeVisibility:
+			if e.uid == own {
+				continue
+			}
+		case edgeHidden:
+			if e.uid != own {
+				continue
+			}
 		}
 		if _, dup := seen[e.uid]; dup {
 			continue
@@ -150,7 +263,7 @@ func netActivity(log []edge, came []string, in, away func(uid string) bool) (tur
 func firstActivity(log []edge) map[string]bool {
 	var was map[string]bool
 	for _, e := range log {
-		if !e.act {
+		if e.kind != edgeActivity {
 			continue
 		}
 		if was == nil {
@@ -164,10 +277,11 @@ func firstActivity(log []edge) map[string]bool {
 }
 
 func (v *view) flushStatus() {
-	isOnline := func(uid string) bool { return v.users[uid].online }
+	isOnline := v.visibleLocked
 	isAway := func(uid string) bool { return v.users[uid].away }
 	type status struct {
 		online, offline, away, active []string
+		users, updated                map[string]protocol.Record
 		lastSeen                      map[string]int64
 	}
 	out := make(map[Client]*status)
@@ -185,6 +299,12 @@ func (v *view) flushStatus() {
 		switch kind {
 		case 0:
 			st.online = append(st.online, uid)
+			if rec := v.recordLocked(uid, ""); !rec.IsZero() {
+				if st.users == nil {
+					st.users = make(map[string]protocol.Record)
+				}
+				st.users[uid] = rec
+			}
 		case 1:
 			st.offline = append(st.offline, uid)
 			if at, ok := v.offAt[uid]; ok {
@@ -195,15 +315,25 @@ func (v *view) flushStatus() {
 			}
 		case 2:
 			st.away = append(st.away, uid)
-		default:
+		case 3:
 			st.active = append(st.active, uid)
+		default:
+			if st.updated == nil {
+				st.updated = make(map[string]protocol.Record)
+			}
+			st.updated[uid] = v.recordLocked(uid, "")
 		}
 	}
-	// changes nets log: who came online, went offline, turned away, came back.
-	changes := func(log []edge) [4][]string {
-		on, off := netEdges(log, isOnline)
+	// changes nets log: who came online, went offline, turned away, came
+	// back, and whose record changed.
+	changes := func(log []edge) [5][]string {
+		on, off := netEdges(log, isOnline, "")
 		turned, back := netActivity(log, on, isOnline, isAway)
-		return [4][]string{on, off, turned, back}
+		var updated []string
+		for uid := range v.updatedLocked(log, on, isOnline, "") {
+			updated = append(updated, uid)
+		}
+		return [5][]string{on, off, turned, back, updated}
 	}
 	for kind, uids := range changes(v.userLog) {
 		for _, uid := range uids {
@@ -228,6 +358,7 @@ func (v *view) flushStatus() {
 		}
 	}
 	for c, st := range out {
-		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline, Away: st.away, Active: st.active, LastSeen: st.lastSeen}))
+		c.Send(protocol.MustEncode(protocol.Status{Online: st.online, Offline: st.offline, Away: st.away, Active: st.active,
+			Users: st.users, Updated: st.updated, LastSeen: st.lastSeen}))
 	}
 }

@@ -2,8 +2,10 @@ package presence
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/presenced/presenced/internal/shrink"
+	"github.com/presenced/presenced/protocol"
 )
 
 // followers counts each topic's followers on this node: its connections
@@ -170,13 +172,27 @@ func (n *Node) settled(topics []Topic, done chan struct{}) {
 	}
 }
 
-// engineOp is one SetUser (channel "") or SetMember call, queued under
-// Node.mu and made after it: away is the connections away, or for a
-// membership 1 if the user is away here.
+// engineOp is one Store call, queued under Node.mu and made after it: a
+// SetUser (channel "") or SetMember, where away is the connections away, or
+// for a membership 1 if the user is away here; or a change of a record.
 type engineOp struct {
+	kind         opKind
 	channel, uid string
 	n, away      int
+	info         json.RawMessage // opInfo
+	set          protocol.Set    // opSet
+	until        int64           // opExpire
 }
+
+// opKind says which Store call an engineOp is.
+type opKind uint8
+
+const (
+	opCount  opKind = iota // SetUser or SetMember
+	opInfo                 // SetInfo
+	opSet                  // SetRecord
+	opExpire               // ExpireNote
+)
 
 // setUserLocked queues u's counts for the Engine. was is whether u was
 // away here before the change: if that turned, each of its memberships
@@ -211,6 +227,17 @@ func (n *Node) sendOps() {
 }
 
 func (n *Node) sendOp(op engineOp) {
+	switch op.kind {
+	case opInfo:
+		n.engine.SetInfo(op.uid, op.info)
+		return
+	case opSet:
+		n.engine.SetRecord(op.uid, op.set)
+		return
+	case opExpire:
+		n.engine.ExpireNote(op.uid, op.until)
+		return
+	}
 	if op.channel == "" {
 		n.engine.SetUser(op.uid, op.n, op.away)
 	} else {

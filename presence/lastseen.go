@@ -48,18 +48,21 @@ func (s *lastSeen) get(uid string) (int64, bool) {
 	return ms, ok
 }
 
-// step drops the records whose time ran out in the ring's step.
-func (s *lastSeen) step() {
+// step drops the records whose time ran out in the ring's step, and
+// returns their users.
+func (s *lastSeen) step() (dropped []string) {
 	expired := s.ring.Advance()
 	if len(expired) == 0 {
-		return
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, uid := range expired {
 		if !s.ring.Online(uid) { // else recorded again since
 			delete(s.at, uid)
-			s.at = shrink.Map(s.at, &s.peak)
+			dropped = append(dropped, uid)
 		}
 	}
+	s.at = shrink.Map(s.at, &s.peak)
+	return dropped
 }

@@ -2,11 +2,13 @@ package presence
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/shrink"
 	"github.com/presenced/presenced/internal/sortedset"
+	"github.com/presenced/presenced/protocol"
 )
 
 // NewMemoryEngine returns an Engine that keeps presence in this process
@@ -19,6 +21,7 @@ func NewMemoryEngine() Engine {
 		away:     make(map[string]struct{}),
 		channels: make(map[string]*sortedset.Set),
 		awayIn:   make(map[membership]struct{}),
+		records:  make(map[string]*memRecord),
 	}
 }
 
@@ -34,8 +37,16 @@ type memoryEngine struct {
 	away     map[string]struct{}
 	channels map[string]*sortedset.Set
 	awayIn   map[membership]struct{} // the memberships of away users
+	records  map[string]*memRecord   // the users that have a record
+	hidden   sortedset.Set           // the invisible users, online or not
 
-	multiPeak, awayPeak, channelsPeak, awayInPeak int
+	multiPeak, awayPeak, channelsPeak, awayInPeak, recordsPeak int
+}
+
+// memRecord is a user's record and when it turned invisible, while it is.
+type memRecord struct {
+	rec      protocol.Record
+	hiddenAt time.Time
 }
 
 type membership struct{ channel, uid string }
@@ -70,8 +81,15 @@ func (e *memoryEngine) SetUser(uid string, n, away int) {
 		delete(e.away, uid)
 		e.away = shrink.Map(e.away, &e.awayPeak)
 	}
+	var rec *memRecord
+	if n > 0 && !was {
+		rec = e.recordLocked(uid)
+	}
 	e.mu.Unlock()
 	now := time.Now()
+	if rec != nil {
+		e.relay.RecordChanged(uid, rec.rec, rec.hiddenAt)
+	}
 	if was != (n > 0) {
 		kind := EdgeOffline
 		if n > 0 {
@@ -141,14 +159,17 @@ func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 func (e *memoryEngine) Status(ctx context.Context, uid string) (UserStatus, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, away := e.away[uid]
+	var st UserStatus
+	if r := e.records[uid]; r != nil {
+		st.Record, st.HiddenAt = r.rec, r.hiddenAt
+	}
+	_, st.Away = e.away[uid]
 	if n, ok := e.multi[uid]; ok {
-		return UserStatus{Conns: n, Away: away}, nil
+		st.Conns = n
+	} else if e.online.Has(uid) {
+		st.Conns = 1
 	}
-	if e.online.Has(uid) {
-		return UserStatus{Conns: 1, Away: away}, nil
-	}
-	return UserStatus{}, nil
+	return st, nil
 }
 
 // Users lists from an ordered index: O(limit), whatever the count.
@@ -175,4 +196,130 @@ func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	}
 	e.relay.Deliver(m)
 	return nil
+}
+
+// recordLocked returns a copy of uid's record, or nil if it has none.
+func (e *memoryEngine) recordLocked(uid string) *memRecord {
+	if r := e.records[uid]; r != nil {
+		c := *r
+		return &c
+	}
+	return nil
+}
+
+func (e *memoryEngine) SetInfo(uid string, info json.RawMessage) {
+	e.change(uid, false, func(r *protocol.Record) { r.Info = info })
+}
+
+func (e *memoryEngine) SetRecord(uid string, set protocol.Set) {
+	e.change(uid, true, func(r *protocol.Record) { applySet(r, set) })
+}
+
+func (e *memoryEngine) ExpireNote(uid string, until int64) {
+	e.change(uid, true, func(r *protocol.Record) {
+		if r.Note != nil && r.Note.Until == until && until <= time.Now().UnixMilli() {
+			r.Note = nil
+		}
+	})
+}
+
+// applySet applies set to r, as every engine does.
+func applySet(r *protocol.Record, set protocol.Set) {
+	switch set.Mode {
+	case "":
+	case protocol.ModeOnline:
+		r.Mode = ""
+	default:
+		r.Mode = set.Mode
+	}
+	if set.NoteSet {
+		r.Note = set.Note
+	}
+}
+
+// change applies f to uid's record and, if that changed it, tells the
+// Relay, and Produced too if edge (a set or an expiry, not an info).
+func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
+	now := time.Now()
+	e.mu.Lock()
+	r := e.records[uid]
+	var old protocol.Record
+	if r != nil {
+		old = r.rec
+	}
+	rec := old
+	f(&rec)
+	if rec.Equal(old) {
+		e.mu.Unlock()
+		return
+	}
+	if r == nil {
+		r = new(memRecord)
+		e.records[uid] = r
+	}
+	r.rec = rec
+	switch {
+	case rec.Mode == protocol.ModeInvisible && old.Mode != protocol.ModeInvisible:
+		r.hiddenAt = now
+		e.hidden.Add(uid)
+	case rec.Mode != protocol.ModeInvisible && old.Mode == protocol.ModeInvisible:
+		r.hiddenAt = time.Time{}
+		e.hidden.Remove(uid)
+	}
+	if rec.IsZero() {
+		delete(e.records, uid)
+		e.records = shrink.Map(e.records, &e.recordsPeak)
+	}
+	e.mu.Unlock()
+	e.relay.RecordChanged(uid, rec, now)
+	if edge {
+		e.relay.Produced(Edge{Kind: EdgeUpdate, UID: uid, Record: rec, At: now})
+	}
+}
+
+// forgetRecords drops the records of those of uids that are offline: the
+// Node calls it once their last-seen record ran out.
+func (e *memoryEngine) forgetRecords(uids []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, uid := range uids {
+		if _, ok := e.records[uid]; ok && !e.online.Has(uid) {
+			delete(e.records, uid)
+			e.hidden.Remove(uid)
+		}
+	}
+	e.records = shrink.Map(e.records, &e.recordsPeak)
+}
+
+func (e *memoryEngine) Records(ctx context.Context, uids []string) (map[string]protocol.Record, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]protocol.Record)
+	for _, uid := range uids {
+		if r := e.records[uid]; r != nil {
+			out[uid] = r.rec
+		}
+	}
+	return out, nil
+}
+
+// Hidden costs O(invisible users), whatever the channel's size.
+func (e *memoryEngine) Hidden(ctx context.Context, channel string) ([]string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	in := e.online.Has
+	if channel != "" {
+		members := e.channels[channel]
+		if members == nil {
+			return nil, nil
+		}
+		in = members.Has
+	}
+	var out []string
+	for _, uid := range e.hidden.First(e.hidden.Len()) {
+		if in(uid) {
+			out = append(out, uid)
+		}
+	}
+	return out, nil
 }

@@ -164,8 +164,10 @@ type Node struct {
 	mu        lockorder.Mutex[lockorder.Node]
 	conns     map[Client]*connState
 	users     map[string]*userState
+	infos     map[string][]connInfo // the users some of whose connections brought info
 	connsPeak int
 	usersPeak int
+	infosPeak int
 	refs      followers // followed topics, counted
 	// out holds the Engine calls the changes made, in order: pushed under
 	// mu, made after it (sendOps), so the Node calls the Engine without
@@ -192,6 +194,7 @@ func New(cfg Config) (*Node, error) {
 		awayAfter:   cfg.AwayAfter,
 		conns:       make(map[Client]*connState),
 		users:       make(map[string]*userState),
+		infos:       make(map[string][]connInfo),
 		refs: followers{
 			byChannel: make(map[string]int),
 			byUser:    make(map[string]int),
@@ -342,6 +345,7 @@ func (n *Node) Close() {
 	n.expiry.Close()
 	n.idle.Close()
 	n.v.typing.ring.Close()
+	n.v.notes.ring.Close()
 	n.v.notify.close()
 }
 

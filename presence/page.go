@@ -43,7 +43,10 @@ func (n *Node) SendMembers(c Client, channel, after string, limit int) error {
 	if err := checkPage(channel, after, limit); err != nil {
 		return err
 	}
-	if !n.v.page(c, channel, after, limit) {
+	n.mu.Lock()
+	cs := n.conns[c]
+	n.mu.Unlock()
+	if cs == nil || !n.v.page(c, cs.uid, channel, after, limit) {
 		return ErrNotJoined
 	}
 	return nil
@@ -70,10 +73,11 @@ func cutPage(members []string, limit int) ([]string, string) {
 	return members[:limit], members[limit-1]
 }
 
-// page sends c a page of channel's members as they stood at c's base (the
-// position in this tick's log that c's snapshot or last diff reflects). It
-// reports false if c is not subscribed to channel.
-func (v *view) page(c Client, channel, after string, limit int) bool {
+// page sends c, a connection of uid, a page of channel's members as they
+// stood at c's base (the position in this tick's log that c's snapshot or
+// last diff reflects). An invisible user's own page counts and lists
+// itself. It reports false if c is not subscribed to channel.
+func (v *view) page(c Client, uid, channel, after string, limit int) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cv := v.channels[channel]
@@ -85,6 +89,13 @@ func (v *view) page(c Client, channel, after string, limit int) bool {
 		return false
 	}
 	count, members := cv.pageAt(int(s.base), after, min(limit, math.MaxInt32)+1)
+	own := ""
+	if cv.isHidden(uid) {
+		own, count = uid, count+1
+		if uid > after {
+			members = withOwn(members, uid, min(limit, math.MaxInt32)+1, len(members) > limit)
+		}
+	}
 	members, next := cutPage(members, limit)
 	var away []string
 	if wasAway := cv.awayAt(int(s.base)); wasAway != nil {
@@ -94,7 +105,7 @@ func (v *view) page(c Client, channel, after string, limit int) bool {
 			}
 		}
 	}
-	c.Send(protocol.MustEncode(protocol.MembersPage{Channel: channel, Count: count, Members: members, Away: away, Next: next}))
+	c.Send(protocol.MustEncode(protocol.MembersPage{Channel: channel, Count: count, Members: members, Away: away, Users: v.usersLocked(members, own), Next: next}))
 	return true
 }
 
@@ -120,7 +131,7 @@ func (cv *channelView) awayAt(base int) func(uid string) bool {
 // as the tick's diff will tell the subscriber: those who came in are left
 // out, those who went are put back. It costs O(log since base + n).
 func (cv *channelView) pageAt(base int, after string, n int) (int, []string) {
-	came, gone := netEdges(cv.log[min(base, len(cv.log)):], cv.members.Has)
+	came, gone := netEdges(cv.log[min(base, len(cv.log)):], cv.members.Has, "")
 	if len(came) == 0 && len(gone) == 0 {
 		return cv.members.Len(), cv.members.After(after, n)
 	}

@@ -24,6 +24,7 @@ type view struct {
 	notify                    notifier  // OnPresence
 	seen                      *lastSeen // the Node's, for the offline edges it produced
 	typing                    typists   // who types where, on a ring of the Node's clock
+	notes                     noteClock // when notes run out, on a ring of the Node's clock
 
 	mu       lockorder.Mutex[lockorder.View]
 	users    map[string]userView
@@ -37,8 +38,14 @@ type view struct {
 	offAt    map[string]int64 // when the watched users offline in userLog went, Unix ms
 	rebased  []*watchState
 
+	// records holds the records of the users online or a member here, and
+	// of invisible users: see records.go. offSeen holds when watched users
+	// the Engine reported offline went, for their watchers.
+	records map[string]*userRecord
+	offSeen map[string]int64
+
 	// The peak sizes of the maps, so they give memory back after churn.
-	usersPeak, othersPeak, channelsPeak, watchersPeak, watchingPeak int
+	usersPeak, othersPeak, channelsPeak, watchersPeak, watchingPeak, recordsPeak, offSeenPeak int
 }
 
 // userView is what the view keeps of a user while it is online or has a
@@ -47,20 +54,36 @@ type view struct {
 type userView struct {
 	c      Client // nil: none here
 	online bool
-	away   bool // online and away
+	away   bool  // online and away
+	member int32 // the channels of the view it is a member of, visible or not
 }
 
-// edge is one entry of a per-tick log: on is joined (or online), or with
-// act set, away.
+// edge is one entry of a per-tick log: what kind says, for uid.
 type edge struct {
-	uid string
-	on  bool
-	act bool // an activity edge
+	uid  string
+	was  *protocol.Record // edgeRecord: the record before; nil: none
+	on   bool
+	kind edgeKind
 }
+
+// An edgeKind says what an edge changed. An invisible user's own
+// connections see what it does (edgeMember, edgeHidden) and never its
+// turning invisible; every other client sees edgeMember and edgeVisibility
+// and never edgeHidden: see records.go.
+type edgeKind uint8
+
+const (
+	edgeMember     edgeKind = iota // joined, or online: on
+	edgeActivity                   // away: on
+	edgeVisibility                 // turned visible (on) or invisible, a member still
+	edgeHidden                     // an invisible user joined (on) or left
+	edgeRecord                     // the record changed from was
+)
 
 type channelView struct {
 	name    string
-	members sortedset.Set
+	members sortedset.Set       // the visible members
+	hidden  map[string]struct{} // the invisible members; nil: none
 	away    map[string]struct{} // the members who are away; nil: none
 	subs    map[Client]sub
 	log     []edge     // member edges this tick, kept only while there are subs
@@ -124,6 +147,7 @@ func (v *view) init(memberList, presenceLists int) {
 	v.channels = make(map[string]*channelView)
 	v.watchers = make(map[string]map[Client]struct{})
 	v.watching = make(map[Client]*watchState)
+	v.records = make(map[string]*userRecord)
 }
 
 // Produced passes an edge this node made on to the embedder's callbacks,
@@ -140,26 +164,44 @@ func (v *view) UserChanged(uid string, online bool, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	u := v.users[uid]
+	if !online && !at.IsZero() && len(v.watchers[uid]) > 0 {
+		v.noteOffSeenLocked(uid, at)
+	}
 	if u.online == online {
 		return
 	}
 	wasAway := u.away
 	u.online, u.away = online, false
 	v.putUser(uid, u)
-	if len(v.watchers[uid]) > 0 {
-		if wasAway {
-			v.userLog = append(v.userLog, edge{uid: uid, act: true})
+	if online {
+		v.dropOffSeenLocked(uid)
+	}
+	if !v.hiddenLocked(uid) {
+		v.logUserOnlineLocked(uid, online, wasAway, at)
+	}
+	if !online {
+		v.forgetRecordLocked(uid)
+	}
+}
+
+// logUserOnlineLocked logs, for uid's watchers, that it went online or
+// offline (at at), or turned visible or invisible, which they see alike.
+func (v *view) logUserOnlineLocked(uid string, online, wasAway bool, at time.Time) {
+	if len(v.watchers[uid]) == 0 {
+		return
+	}
+	if wasAway {
+		v.userLog = append(v.userLog, edge{uid: uid, kind: edgeActivity})
+	}
+	v.userLog = append(v.userLog, edge{uid: uid, on: online})
+	if !online {
+		if v.offAt == nil {
+			v.offAt = make(map[string]int64)
 		}
-		v.userLog = append(v.userLog, edge{uid: uid, on: online})
-		if !online {
-			if v.offAt == nil {
-				v.offAt = make(map[string]int64)
-			}
-			if at.IsZero() {
-				at = time.Now()
-			}
-			v.offAt[uid] = at.UnixMilli()
+		if at.IsZero() {
+			at = time.Now()
 		}
+		v.offAt[uid] = at.UnixMilli()
 	}
 }
 
@@ -173,8 +215,8 @@ func (v *view) ActivityChanged(uid string, away bool) {
 	}
 	u.away = away
 	v.putUser(uid, u)
-	if len(v.watchers[uid]) > 0 {
-		v.userLog = append(v.userLog, edge{uid: uid, on: away, act: true})
+	if len(v.watchers[uid]) > 0 && !v.hiddenLocked(uid) {
+		v.userLog = append(v.userLog, edge{uid: uid, on: away, kind: edgeActivity})
 	}
 }
 
@@ -187,10 +229,10 @@ func (v *view) MemberActivity(channel, uid string, away bool) {
 
 func (v *view) memberActivityLocked(channel, uid string, away bool) {
 	cv := v.channels[channel]
-	if cv == nil || !cv.members.Has(uid) || !cv.setAway(uid, away) {
+	if cv == nil || !cv.has(uid) || !cv.setAway(uid, away) {
 		return
 	}
-	v.logLocked(cv, edge{uid: uid, on: away, act: true})
+	v.logLocked(cv, edge{uid: uid, on: away, kind: edgeActivity})
 }
 
 // logLocked appends e to cv's log for the tick's diffs, if anyone here
@@ -226,7 +268,11 @@ func (v *view) SetMembers(channel string, members, away []string) {
 		isAway[uid] = struct{}{}
 	}
 	if cv := v.channels[channel]; cv != nil {
-		for _, uid := range cv.members.First(cv.members.Len()) {
+		was := cv.members.First(cv.members.Len())
+		for uid := range cv.hidden {
+			was = append(was, uid)
+		}
+		for _, uid := range was {
 			if _, stays := now[uid]; !stays {
 				v.memberChangedLocked(channel, uid, false)
 			}
@@ -248,23 +294,36 @@ func (v *view) memberChangedLocked(channel, uid string, joined bool) {
 		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
-	if joined && !cv.members.Add(uid) || !joined && !cv.members.Remove(uid) {
+	kind := edgeMember
+	switch {
+	case joined && cv.has(uid):
+		return
+	case joined && v.hiddenLocked(uid):
+		cv.hide(uid)
+		kind = edgeHidden
+	case joined:
+		cv.members.Add(uid)
+	case cv.isHidden(uid):
+		cv.unhide(uid)
+		kind = edgeHidden
+	case !cv.members.Remove(uid):
 		return
 	}
+	v.countMemberLocked(uid, channel, joined)
 	if !joined {
 		v.stopTypingLocked(cv, uid)
 	}
 	if !joined && cv.setAway(uid, false) {
 		// Logged, so that a diff that nets the leave out (the user is back
 		// within the tick) still sees the activity it had.
-		v.logLocked(cv, edge{uid: uid, act: true})
+		v.logLocked(cv, edge{uid: uid, kind: edgeActivity})
 	}
-	v.logLocked(cv, edge{uid: uid, on: joined})
+	v.logLocked(cv, edge{uid: uid, on: joined, kind: kind})
 	v.dropIfUnused(cv)
 }
 
 func (v *view) dropIfUnused(cv *channelView) {
-	if cv.members.Len() == 0 && len(cv.subs) == 0 && len(cv.log) == 0 && v.channels[cv.name] == cv {
+	if cv.members.Len() == 0 && len(cv.hidden) == 0 && len(cv.subs) == 0 && len(cv.log) == 0 && v.channels[cv.name] == cv {
 		delete(v.channels, cv.name)
 		v.channels = shrink.Map(v.channels, &v.channelsPeak)
 	}
@@ -374,9 +433,10 @@ func (v *view) removeClient(c Client, uid string, channels []string) (watched []
 	return watched
 }
 
-// subscribe (re)subscribes c to channel and sends it the snapshot, in one
-// critical section with the log position it reflects.
-func (v *view) subscribe(c Client, channel string) {
+// subscribe (re)subscribes c, a connection of uid, to channel and sends it
+// the snapshot, in one critical section with the log position it reflects.
+// An invisible user's own snapshot counts and lists itself.
+func (v *view) subscribe(c Client, uid, channel string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cv := v.channels[channel]
@@ -384,9 +444,18 @@ func (v *view) subscribe(c Client, channel string) {
 		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
-	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(cv.members.Len())}
-	members := cv.members.First(v.memberList)
-	c.Send(protocol.MustEncode(protocol.Joined{Channel: channel, Count: cv.members.Len(), Members: members, Away: cv.awayAmong(members)}))
+	count, members := cv.members.Len(), cv.members.First(v.memberList)
+	own := ""
+	if cv.isHidden(uid) {
+		own, count = uid, count+1
+		members = withOwn(members, uid, v.memberList, cv.members.Len() > len(members))
+	}
+	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(count)}
+	j := protocol.Joined{Channel: channel, Count: count, Members: members, Away: cv.awayAmong(members), Users: v.usersLocked(members, own)}
+	if v.hiddenLocked(uid) {
+		j.Mode = protocol.ModeInvisible
+	}
+	c.Send(protocol.MustEncode(j))
 	v.typingSnapshotLocked(c, cv)
 }
 
@@ -413,6 +482,7 @@ func (v *view) watch(c Client, uids []string) (old []string) {
 	}
 	online := []string{}
 	var away []string
+	var lastSeen map[string]int64
 	for _, uid := range uids {
 		w := v.watchers[uid]
 		if w == nil {
@@ -420,14 +490,19 @@ func (v *view) watch(c Client, uids []string) (old []string) {
 			v.watchers[uid] = w
 		}
 		w[c] = struct{}{}
-		if u := v.users[uid]; u.online {
+		if v.visibleLocked(uid) {
 			online = append(online, uid)
-			if u.away {
+			if v.users[uid].away {
 				away = append(away, uid)
 			}
+		} else if at, ok := v.lastSeenLocked(uid); ok {
+			if lastSeen == nil {
+				lastSeen = make(map[string]int64)
+			}
+			lastSeen[uid] = at
 		}
 	}
-	c.Send(protocol.MustEncode(protocol.Watching{Online: online, Away: away}))
+	c.Send(protocol.MustEncode(protocol.Watching{Online: online, Away: away, Users: v.usersLocked(online, ""), LastSeen: lastSeen}))
 	return old
 }
 
@@ -443,6 +518,7 @@ func (v *view) unwatchLocked(c Client) []string {
 			if len(w) == 0 {
 				delete(v.watchers, uid)
 				v.watchers = shrink.Map(v.watchers, &v.watchersPeak)
+				v.dropOffSeenLocked(uid)
 			}
 		}
 	}

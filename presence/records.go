@@ -1,0 +1,330 @@
+package presence
+
+import (
+	"slices"
+	"time"
+
+	"github.com/presenced/presenced/internal/shrink"
+	"github.com/presenced/presenced/protocol"
+	"github.com/presenced/presenced/tracker"
+)
+
+// The view's side of records. A client learns a user's record where the
+// user first appears to it (a snapshot, a page, a watching frame, a diff's
+// joins, a status frame's online) and then its changes, netted per tick,
+// for as long as it sees the user.
+//
+// An invisible user is, to every other client, offline and a member of
+// nothing: a channel keeps it apart from its visible members (hidden), so
+// counts, lists, pages and diffs leave it out, and its turning invisible is
+// logged as edgeVisibility, which other clients see as a leave (and its
+// watchers as offline) and its own connections never see. What it does
+// while invisible is logged as edgeHidden, which only its own connections
+// see. Its own connections keep seeing themselves: the diffs of a channel
+// where a subscriber's user is hidden, or turned visible or invisible in
+// the tick, are made for that subscriber alone (see flush.go).
+
+// userRecord is what the view keeps of a user's record: the record, when
+// the user turned invisible (while it is, Unix ms), and the channels of the
+// view it is a member of, so a change reaches them without a scan.
+type userRecord struct {
+	rec      protocol.Record
+	hiddenAt int64
+	in       []string
+}
+
+// hiddenLocked reports whether uid is invisible.
+func (v *view) hiddenLocked(uid string) bool {
+	r := v.records[uid]
+	return r != nil && r.rec.Mode == protocol.ModeInvisible
+}
+
+// visibleLocked reports whether other clients see uid online.
+func (v *view) visibleLocked(uid string) bool {
+	return v.users[uid].online && !v.hiddenLocked(uid)
+}
+
+func (cv *channelView) isHidden(uid string) bool {
+	_, ok := cv.hidden[uid]
+	return ok
+}
+
+// has reports whether uid is a member, visible or not.
+func (cv *channelView) has(uid string) bool { return cv.members.Has(uid) || cv.isHidden(uid) }
+
+func (cv *channelView) hide(uid string) {
+	if cv.hidden == nil {
+		cv.hidden = make(map[string]struct{})
+	}
+	cv.hidden[uid] = struct{}{}
+}
+
+func (cv *channelView) unhide(uid string) {
+	if delete(cv.hidden, uid); len(cv.hidden) == 0 {
+		cv.hidden = nil
+	}
+}
+
+// countMemberLocked counts uid in or out of channel, and keeps its
+// record's channels.
+func (v *view) countMemberLocked(uid, channel string, joined bool) {
+	u := v.users[uid]
+	r := v.records[uid]
+	if joined {
+		u.member++
+		if r != nil {
+			r.in = append(r.in, channel)
+		}
+	} else {
+		u.member--
+		if r != nil {
+			r.in = slices.DeleteFunc(r.in, func(ch string) bool { return ch == channel })
+		}
+	}
+	v.putUser(uid, u)
+	if !joined && !u.online {
+		v.forgetRecordLocked(uid)
+	}
+}
+
+// channelsOfLocked lists the channels uid is a member of: a scan, made
+// once when a member gains its first record.
+func (v *view) channelsOfLocked(uid string) []string {
+	var in []string
+	for name, cv := range v.channels {
+		if cv.has(uid) {
+			in = append(in, name)
+		}
+	}
+	return in
+}
+
+// forgetRecordLocked drops uid's record once nobody here sees uid: it is
+// offline and a member of nothing. An invisible user's is kept, for its
+// last seen as others know it, until the Engine drops it.
+func (v *view) forgetRecordLocked(uid string) {
+	r := v.records[uid]
+	if r == nil || len(r.in) > 0 || v.users[uid].online || r.rec.Mode == protocol.ModeInvisible {
+		return
+	}
+	delete(v.records, uid)
+	v.records = shrink.Map(v.records, &v.recordsPeak)
+}
+
+// RecordChanged records uid's new record: an edgeRecord where it is
+// visible or its own connections are, and, if it turned invisible or
+// visible, the edges the other clients see of that.
+func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.notes.setLocked(uid, rec.Note)
+	r := v.records[uid]
+	if r == nil {
+		if rec.IsZero() {
+			return
+		}
+		r = &userRecord{}
+		if v.users[uid].member > 0 {
+			r.in = v.channelsOfLocked(uid)
+		}
+		v.records[uid] = r
+	}
+	old := r.rec
+	r.rec = rec
+	wasHidden, isHidden := old.Mode == protocol.ModeInvisible, rec.Mode == protocol.ModeInvisible
+	switch {
+	case isHidden && (!wasHidden || r.hiddenAt == 0):
+		if at.IsZero() {
+			at = time.Now()
+		}
+		r.hiddenAt = at.UnixMilli()
+	case !isHidden:
+		r.hiddenAt = 0
+	}
+	if wasHidden != isHidden {
+		v.turnLocked(uid, r, !isHidden, at)
+	}
+	if !old.Equal(rec) {
+		was := &old
+		if old.IsZero() {
+			was = nil
+		}
+		for _, ch := range r.in {
+			if cv := v.channels[ch]; cv != nil {
+				v.logLocked(cv, edge{uid: uid, kind: edgeRecord, was: was})
+			}
+		}
+		if len(v.watchers[uid]) > 0 && v.users[uid].online {
+			v.userLog = append(v.userLog, edge{uid: uid, kind: edgeRecord, was: was})
+		}
+	}
+	if rec.IsZero() {
+		delete(v.records, uid)
+		v.records = shrink.Map(v.records, &v.recordsPeak)
+		return
+	}
+	v.forgetRecordLocked(uid)
+}
+
+// turnLocked moves uid, a user who turned visible or invisible, between
+// its channels' visible and hidden members, and tells its watchers.
+func (v *view) turnLocked(uid string, r *userRecord, visible bool, at time.Time) {
+	for _, ch := range r.in {
+		cv := v.channels[ch]
+		if cv == nil {
+			continue
+		}
+		if visible {
+			cv.unhide(uid)
+			cv.members.Add(uid)
+		} else {
+			cv.members.Remove(uid)
+			cv.hide(uid)
+			v.stopTypingLocked(cv, uid) // as a leave would
+		}
+		v.logLocked(cv, edge{uid: uid, on: visible, kind: edgeVisibility})
+	}
+	if u := v.users[uid]; u.online {
+		v.logUserOnlineLocked(uid, visible, !visible && u.away, at)
+	}
+}
+
+// noteOffSeenLocked keeps when a watched user the Engine reported offline
+// went, for a watching frame; the Node's own last-seen records hold those
+// of the edges it produced.
+func (v *view) noteOffSeenLocked(uid string, at time.Time) {
+	if v.offSeen == nil {
+		v.offSeen = make(map[string]int64)
+	}
+	v.offSeen[uid] = at.UnixMilli()
+}
+
+func (v *view) dropOffSeenLocked(uid string) {
+	if _, ok := v.offSeen[uid]; ok {
+		delete(v.offSeen, uid)
+		v.offSeen = shrink.Map(v.offSeen, &v.offSeenPeak)
+	}
+}
+
+// lastSeenLocked returns when other clients saw uid go offline: when it
+// turned invisible, if it is.
+func (v *view) lastSeenLocked(uid string) (int64, bool) {
+	if r := v.records[uid]; r != nil && r.rec.Mode == protocol.ModeInvisible && r.hiddenAt != 0 {
+		return r.hiddenAt, true
+	}
+	if v.seen != nil {
+		if at, ok := v.seen.get(uid); ok {
+			return at, true
+		}
+	}
+	at, ok := v.offSeen[uid]
+	return at, ok
+}
+
+// recordLocked returns uid's record as the connections of own see it:
+// whole for own's own, else as protocol.Record.Public says.
+func (v *view) recordLocked(uid, own string) protocol.Record {
+	r := v.records[uid]
+	if r == nil {
+		return protocol.Record{}
+	}
+	if uid == own {
+		return r.rec
+	}
+	return r.rec.Public(time.Now())
+}
+
+// usersLocked returns the records of those of uids that have one, as the
+// connections of own see them; nil if none has.
+func (v *view) usersLocked(uids []string, own string) map[string]protocol.Record {
+	var out map[string]protocol.Record
+	for _, uid := range uids {
+		if _, ok := v.records[uid]; !ok {
+			continue
+		}
+		if rec := v.recordLocked(uid, own); !rec.IsZero() {
+			if out == nil {
+				out = make(map[string]protocol.Record)
+			}
+			out[uid] = rec
+		}
+	}
+	return out
+}
+
+// withOwn puts uid into members, a sorted first page of at most max,
+// unless it would fall past a full page that more members follow.
+func withOwn(members []string, uid string, max int, more bool) []string {
+	i, _ := slices.BinarySearch(members, uid)
+	if i == len(members) && (more || len(members) >= max) {
+		return members
+	}
+	members = slices.Insert(slices.Clone(members), i, uid)
+	if len(members) > max {
+		members = members[:max]
+	}
+	return members
+}
+
+// noteClock times the notes that run out: each user with such a note has
+// a deadline on a ring of the Node's clock, a tick early, and is due at the
+// first step at or past its until.
+type noteClock struct {
+	ring  *tracker.Tracker[string] // stepped by the Node
+	tick  time.Duration
+	until map[string]int64 // under the view's mu
+	peak  int
+}
+
+func (nc *noteClock) init(ring *tracker.Tracker[string], tick time.Duration) {
+	nc.ring, nc.tick = ring, tick
+	nc.until = make(map[string]int64)
+}
+
+// setLocked times uid's note, or stops timing it.
+func (nc *noteClock) setLocked(uid string, note *protocol.Note) {
+	if note == nil || note.Until == 0 {
+		if _, ok := nc.until[uid]; ok {
+			delete(nc.until, uid)
+			nc.until = shrink.Map(nc.until, &nc.peak)
+			nc.ring.Remove(uid)
+		}
+		return
+	}
+	nc.until[uid] = note.Until
+	// A tick early: the step that finds it early puts it on the next one,
+	// so it clears at the first step at or past until, within a tick.
+	nc.ring.TouchFor(uid, time.Until(time.UnixMilli(note.Until))-nc.tick)
+}
+
+// dueNote is a note whose until passed.
+type dueNote struct {
+	uid   string
+	until int64
+}
+
+// due steps the ring and returns the notes whose until passed by now.
+func (v *view) dueNotes(now time.Time) []dueNote {
+	nc := &v.notes
+	expired := nc.ring.Advance()
+	if len(expired) == 0 {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []dueNote
+	for _, uid := range expired {
+		until, ok := nc.until[uid]
+		if !ok || nc.ring.Online(uid) {
+			continue // cleared, or timed again since
+		}
+		if until > now.UnixMilli() {
+			nc.ring.TouchFor(uid, 0)
+			continue
+		}
+		delete(nc.until, uid)
+		out = append(out, dueNote{uid, until})
+	}
+	nc.until = shrink.Map(nc.until, &nc.peak)
+	return out
+}
