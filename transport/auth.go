@@ -48,6 +48,10 @@ type Session struct {
 	// allows nobody, unless the Hub's Config.AuthorizeWatch decides (or the
 	// Hub is in demo mode, where everyone may watch everyone).
 	Watch []string
+	// Info is what the application says of the user (a token's "info"
+	// claim): a JSON object of at most protocol.MaxInfo bytes, shown to
+	// the clients that see the user. nil: none.
+	Info json.RawMessage
 }
 
 // Allows reports whether the session may join channel.
@@ -125,6 +129,7 @@ type jwtClaims struct {
 	jwt.RegisteredClaims
 	Channels json.RawMessage `json:"channels,omitempty"`
 	Watch    json.RawMessage `json:"watch,omitempty"`
+	Info     json.RawMessage `json:"info,omitempty"`
 }
 
 // listClaim reads an optional claim that must be an array of strings: nil
@@ -200,6 +205,11 @@ func (a *jwtAuth) Refresh(raw string) (Session, error) {
 	}
 	if s.Watch, err = listClaim("watch", claims.Watch); err != nil {
 		return Session{}, err
+	}
+	if claims.Info != nil {
+		if s.Info, err = protocol.CheckInfo(claims.Info); err != nil {
+			return Session{}, fmt.Errorf("%w: the \"info\" claim: %w", ErrUnauthenticated, err)
+		}
 	}
 	return s, nil
 }

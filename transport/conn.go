@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,11 +83,19 @@ func (c *conn) sess() Session {
 }
 
 func (c *conn) setSession(s Session) {
-	if s.Expires.IsZero() && s.Channels == nil && s.Watch == nil {
+	if s.Expires.IsZero() && s.Channels == nil && s.Watch == nil && s.Info == nil {
 		c.session = nil
 		return
 	}
 	c.session = &s
+}
+
+// Info is the info c's user signed in with, for the presence node.
+func (c *conn) Info() json.RawMessage {
+	if c.session == nil {
+		return nil
+	}
+	return c.session.Info
 }
 
 // Send queues a frame from the presence node. A connection whose queue is
@@ -381,6 +390,10 @@ func (c *conn) handle(it inboxItem) {
 		if err := c.refresh(f.Token); err != nil {
 			c.replyError(err.Error(), "")
 		}
+	case protocol.Set:
+		if err := h.node.Set(c, f); err != nil {
+			c.replyError(err.Error(), "")
+		}
 	case protocol.Chat:
 		h.m.chats.Inc()
 		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.handover))
@@ -435,6 +448,13 @@ func (c *conn) refresh(token string) error {
 	}
 	if s.UID != c.uid {
 		return errors.New("refresh refused: the token is for another user")
+	}
+	if s.Info == nil {
+		s.Info = c.Info() // a token without info clears nothing
+	} else if !bytes.Equal(s.Info, c.Info()) {
+		if err := c.hub.node.SetInfo(c, s.Info); err != nil {
+			return err
+		}
 	}
 	c.setSession(s)
 	c.hub.node.SetExpiry(c, s.Expires)

@@ -227,6 +227,9 @@ func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (Session, []strin
 	if err == nil && !protocol.ValidUID(sess.UID) {
 		err = ErrInvalidUID
 	}
+	if err == nil && sess.Info == nil && h.userInfo != nil && !h.demo {
+		sess.Info, err = h.lookUpInfo(r.Context(), sess.UID)
+	}
 	if err != nil {
 		h.log.Debug("transport: refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, authStatus(err), err.Error())
@@ -336,7 +339,8 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// The welcome goes out only now, first in the queue, ahead of the
 	// snapshots: a client that has its welcome is online, and counted in
 	// its channels.
-	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds(), Protocol: protocol.Version}))
+	own := h.node.RecordOf(uid)
+	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds(), Protocol: protocol.Version, Mode: own.Mode, Note: own.Note}))
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
 	if c.w.polled {
@@ -453,86 +457,6 @@ func queryLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-func (h *Hub) servePresence(w http.ResponseWriter, r *http.Request) {
-	limit, ok := queryLimit(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
-	defer cancel()
-	count, users, err := h.node.Users(ctx, limit)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
-		return
-	}
-	if users == nil {
-		users = []string{}
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Count int      `json:"count"`
-		Users []string `json:"users"`
-	}{count, users})
-}
-
-func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
-	uid := r.PathValue("uid")
-	if !protocol.ValidUID(uid) {
-		writeError(w, http.StatusBadRequest, "invalid user id")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
-	defer cancel()
-	st, err := h.node.Status(ctx, uid)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
-		return
-	}
-	answer := struct {
-		UID         string `json:"uid"`
-		Online      bool   `json:"online"`
-		Connections int    `json:"connections"`
-		State       string `json:"state"`
-		LastSeen    int64  `json:"last_seen,omitempty"`
-	}{UID: uid, Online: st.Conns > 0, Connections: st.Conns, State: "active"}
-	switch {
-	case st.Conns == 0:
-		answer.State = "offline"
-		if !st.LastSeen.IsZero() {
-			answer.LastSeen = st.LastSeen.UnixMilli()
-		}
-	case st.Away:
-		answer.State = "away"
-	}
-	writeJSON(w, http.StatusOK, answer)
-}
-
-// serveChannel answers a page of a channel's members: its count, up to
-// ?limit= members after ?after= in order, and the next page's after.
-func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
-	channel := r.PathValue("channel")
-	limit, after, ok := pageQuery(w, r)
-	if !ok {
-		return
-	}
-	if !protocol.ValidChannel(channel) {
-		writeError(w, http.StatusBadRequest, protocol.ErrInvalidChannel.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
-	defer cancel()
-	count, members, next, err := h.node.Members(ctx, channel, after, limit)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Channel string   `json:"channel"`
-		Count   int      `json:"count"`
-		Members []string `json:"members"`
-		Next    string   `json:"next,omitempty"`
-	}{channel, count, members, next})
 }
 
 // pageQuery reads ?limit= and ?after= of a page of members: limit 1 to

@@ -105,6 +105,14 @@ type Config struct {
 	// Authorize, if set, says whether uid may join channel, on top of what
 	// its token's channels claim allows; a refused join gets an error frame.
 	Authorize func(uid, channel string) bool
+	// UserInfo, if set, says what the application vouches for about uid,
+	// shown to the clients that see it (a JSON object of at most
+	// protocol.MaxInfo bytes; nil: none), for a connection whose token
+	// carries no info claim. It is asked once per connection, before the
+	// upgrade; an error refuses the connection with 401. Demo mode never
+	// asks.
+	UserInfo func(ctx context.Context, uid string) (json.RawMessage, error)
+
 	// AuthorizeWatch, if set, says whether uid may watch target, in demo
 	// mode too. nil: the session's watch claim decides (Session.MayWatch),
 	// so a user whose token has none may watch nobody; in demo mode
@@ -184,6 +192,7 @@ type Hub struct {
 
 	authorize      func(uid, channel string) bool
 	authorizeWatch func(uid, target string) bool
+	userInfo       func(ctx context.Context, uid string) (json.RawMessage, error)
 	onMessage      func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
 	origins        *originPolicy
 	upgrader       websocket.Upgrader
@@ -251,6 +260,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		apiKey:         cfg.APIKey,
 		authorize:      cfg.Authorize,
 		authorizeWatch: cfg.AuthorizeWatch,
+		userInfo:       cfg.UserInfo,
 		onMessage:      cfg.OnMessage,
 		origins:        newOriginPolicy(cfg.Origins),
 		log:            log,

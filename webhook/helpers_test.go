@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -214,7 +215,7 @@ func requireSame(t *testing.T, want, got []webhook.Event) {
 		g := got[i]
 		require.NotEmpty(t, g.ID, "event %d has no id", i)
 		g.ID = want[i].ID
-		if want[i] != g {
+		if !reflect.DeepEqual(want[i], g) {
 			require.Failf(t, "events differ", "at %d of %d: want %+v, got %+v", i, len(want), want[i], got[i])
 		}
 	}

@@ -37,6 +37,7 @@ package webhook
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // Defaults used when a Config field is zero.
@@ -95,10 +98,14 @@ type Event struct {
 	// the batch. The Sender sets it when it makes the batch; what Add is
 	// given in it is ignored.
 	ID      string `json:"id"`
-	Type    string `json:"type"`              // online, offline, join, leave, away, active
+	Type    string `json:"type"`              // online, offline, join, leave, away, active, update
 	Channel string `json:"channel,omitempty"` // join and leave only
 	UID     string `json:"uid"`
-	At      int64  `json:"at"` // Unix milliseconds
+	// An update's whole new record, each part omitted when empty.
+	Info json.RawMessage `json:"info,omitempty"`
+	Mode string          `json:"mode,omitempty"`
+	Note *protocol.Note  `json:"note,omitempty"`
+	At   int64           `json:"at"` // Unix milliseconds
 }
 
 // Config configures a Sender. Only URL is required.
