@@ -26,6 +26,47 @@ export interface UserState {
   last_seen: number | null;
 }
 
+/** A user's mode as `set` takes it: `online` is the default, and a record never carries it. */
+export type Mode = 'online' | 'dnd' | 'invisible';
+
+/** A status note; the server clears it at `until`. */
+export interface Note {
+  /** At most 128 code points. */
+  text?: string;
+  /** At most 16 code points. */
+  emoji?: string;
+  /** When the note clears, in Unix ms: in the future, at most 7 days ahead. */
+  until?: number;
+}
+
+/** What the application vouches for about a user (the token's `info` claim): a JSON object of its own choosing. */
+export interface Info {
+  [field: string]: unknown;
+}
+
+/** Who a user is and what it wants; each part is omitted when empty, so `{}` is a user with none. */
+export interface Record {
+  info?: Info;
+  /** Absent: online. `invisible` is seen only by the user itself: to others an invisible user is offline. */
+  mode?: Exclude<Mode, 'online'>;
+  note?: Note;
+}
+/** The same as `Record`, under a name that does not hide TypeScript's own `Record` where it is imported. */
+export type UserRecord = Record;
+
+/** A note as `set` takes it: text or emoji, or both. */
+export type NoteInput = Note & ({ text: string } | { emoji: string });
+
+/** What `set` changes; what is left out stays as it is. `note: null` clears the note. */
+export type SetOptions =
+  | { mode: Mode; note?: NoteInput | null }
+  | { mode?: Mode; note: NoteInput | null };
+
+/** Records by user ID, as events carry them. */
+export interface Records {
+  [uid: string]: Record;
+}
+
 /** How the last connection ended. */
 export interface CloseInfo {
   code: number;
@@ -84,10 +125,16 @@ export interface PresencedEventMap {
   state: { state: State; code?: number };
   joined: { channel: string };
   left: { channel: string };
-  presence: { channel: string; count: number; joins: string[]; leaves: string[]; away: string[]; active: string[] };
+  /** `users`: the records of those in `joins`; `updated`: the whole new records of members whose record changed (`{}` when it became empty). */
+  presence: { channel: string; count: number; joins: string[]; leaves: string[]; away: string[]; active: string[]; users: Records; updated: Records };
   typing: { channel: string; users: string[] };
-  watching: { online: string[]; away: string[] };
-  status: { online: string[]; offline: string[]; away: string[]; active: string[]; last_seen: Record<string, number> };
+  /** `users`: the records of those `online`; `last_seen`: Unix ms, of watched users offline where the server knows it. */
+  watching: { online: string[]; away: string[]; users: Records; last_seen: { [uid: string]: number } };
+  /** `users`: the records of those `online`; `updated`: the new records of watched users online whose record changed. */
+  status: {
+    online: string[]; offline: string[]; away: string[]; active: string[]; last_seen: { [uid: string]: number };
+    users: Records; updated: Records;
+  };
   chat: { channel: string; from: string; text: string };
   publish: { channel: string; data: unknown };
   message: { data: unknown };
@@ -138,6 +185,15 @@ export class Presenced extends EventTarget {
   channel(name: string): ChannelState;
   /** What the last watching or status frame said of a watched user. */
   user(uid: string): UserState;
+  /** A copy of the record of a user present to this client (a member of a joined channel, a watched user online) or of its own user; else undefined. */
+  record(uid: string): Record | undefined;
+  /**
+   * Changes the user's own mode and note, on all its connections. Sent now, or once live; resolves to the own
+   * record once the server has taken it. Rejects at once (TypeError) on what the server would refuse, at the
+   * server's error frame (its text names the field), when the connection ends before the server answered (the
+   * change may or may not have been made: set again), and when the client closes.
+   */
+  set(change: SetOptions): Promise<Record>;
   /** Joins a channel (now, or once live); resolves at its snapshot, rejects at an error frame for it. */
   join(channel: string): Promise<void>;
   /** Leaves a channel; resolves when the server says so, or at once when no connection holds it. */
@@ -168,6 +224,10 @@ export class Presenced extends EventTarget {
 
 /** Close codes never retried: 4401 (token expired, unless `refreshToken` gives a new one) and 4403 (disconnected by the server side). */
 export const FINAL_CLOSES: readonly number[];
+/** The most code points of a note's text. */
+export const MAX_NOTE_TEXT: number;
+/** The most code points of a note's emoji. */
+export const MAX_NOTE_EMOJI: number;
 /** The default of `maxMessageBytes`. */
 export const MAX_MESSAGE_BYTES: number;
 /** The default of `connectTimeoutMs`. */

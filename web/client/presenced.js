@@ -112,6 +112,119 @@ function badPage(f, after, limit) {
   return '';
 }
 
+// ---- records: who a user is (info) and what it wants (mode, note) ----
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const own = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
+const codePoints = (s) => { let n = 0; for (const _ of s) n++; return n; };
+
+// The server's bounds of a note, in code points; a set past them is refused.
+export const MAX_NOTE_TEXT = 128;
+export const MAX_NOTE_EMOJI = 16;
+const SET_MODES = ['online', 'dnd', 'invisible'];
+
+// badRecords checks an optional map of records (users, updated): an object
+// or nothing. A bad entry in a good map is skipped where it is read.
+const badRecords = (name, v) => (v == null || isObject(v) ? '' : `${name} is not an object`);
+
+// readNote keeps what is well formed of a note the server sent: null when
+// it has neither text nor emoji, which the server never sends.
+function readNote(v) {
+  if (!isObject(v)) return null;
+  const n = {};
+  if (typeof v.text === 'string' && v.text) n.text = v.text;
+  if (typeof v.emoji === 'string' && v.emoji) n.emoji = v.emoji;
+  if (!n.text && !n.emoji) return null;
+  if (whole(v.until) && v.until > 0) n.until = v.until;
+  return n;
+}
+
+// readRecord keeps what is well formed of a record the server sent, as a
+// copy the app cannot reach into: null when it is not an object at all.
+// "online" is the absence of a mode.
+function readRecord(v) {
+  if (!isObject(v)) return null;
+  const r = {};
+  if (isObject(v.info)) {
+    try {
+      r.info = JSON.parse(JSON.stringify(v.info));
+    } catch { /* a cycle cannot come from JSON; skip it anyway */ }
+  }
+  if (v.mode === 'dnd' || v.mode === 'invisible') r.mode = v.mode;
+  const n = readNote(v.note);
+  if (n) r.note = n;
+  return r;
+}
+
+// recordIn is the record a frame's map gives a listed user: its entry, or
+// empty when it has none (the server leaves out empty records). undefined
+// when the entry is there but not a record.
+function recordIn(map, uid) {
+  if (!isObject(map) || !own(map, uid)) return {};
+  return readRecord(map[uid]) ?? undefined;
+}
+
+const copyRecord = (r) => {
+  const c = {};
+  if (r.info) c.info = JSON.parse(JSON.stringify(r.info));
+  if (r.mode) c.mode = r.mode;
+  if (r.note) c.note = { ...r.note };
+  return c;
+};
+
+// setFrame checks a set() call against the server's rules of shape, so a
+// mistake in the app fails at once and names the field as the server would;
+// whether an until is in time is the server's to say, on its clock.
+function setFrame(change) {
+  if (!isObject(change)) throw new TypeError('presenced: set takes {mode, note}');
+  const frame = { type: 'set' };
+  if (change.mode !== undefined) {
+    if (!SET_MODES.includes(change.mode)) throw new TypeError(`presenced: set: "mode" must be "online", "dnd" or "invisible", not ${JSON.stringify(change.mode)}`);
+    frame.mode = change.mode;
+  }
+  if (change.note === null) frame.note = null;
+  else if (change.note !== undefined) {
+    const n = change.note;
+    if (!isObject(n)) throw new TypeError('presenced: set: "note" must be an object with "text", "emoji" or "until", or null to clear it');
+    const note = {};
+    if (n.text !== undefined) {
+      if (typeof n.text !== 'string') throw new TypeError('presenced: set: "note.text" must be a string');
+      if (codePoints(n.text) > MAX_NOTE_TEXT) throw new TypeError(`presenced: set: "note.text" is too long: at most ${MAX_NOTE_TEXT} characters`);
+      note.text = n.text;
+    }
+    if (n.emoji !== undefined) {
+      if (typeof n.emoji !== 'string') throw new TypeError('presenced: set: "note.emoji" must be a string');
+      if (codePoints(n.emoji) > MAX_NOTE_EMOJI) throw new TypeError(`presenced: set: "note.emoji" is too long: at most ${MAX_NOTE_EMOJI} characters`);
+      note.emoji = n.emoji;
+    }
+    if (n.until !== undefined && n.until !== null && n.until !== 0) {
+      if (!Number.isSafeInteger(n.until) || n.until <= 0) throw new TypeError('presenced: set: "note.until" must be in the future and at most 7 days ahead, in Unix milliseconds');
+      note.until = n.until;
+    }
+    if (!note.text && !note.emoji) throw new TypeError('presenced: set: "note.text" or "note.emoji" must be set; "note": null clears the note');
+    frame.note = note;
+  }
+  if (!('mode' in frame) && !('note' in frame)) throw new TypeError('presenced: set needs "mode" or "note"');
+  return frame;
+}
+
+// The error frames that refuse a set: they name its fields. A server that
+// predates sets does not know the type.
+const SET_ERROR = /^(set needs |"mode"|"note[".]|unknown type "set")/;
+// The rate limiter's refusal names no frame: any set in flight may be the one.
+const DROPPED = /^too many messages/;
+
+// A set() call waiting: sent on the connection whose ping number `ping`
+// follows it (0: not sent yet).
+class SetWait {
+  constructor(frame, resolve, reject) {
+    this.frame = frame;
+    this.resolve = resolve;
+    this.reject = reject;
+    this.ping = 0;
+  }
+}
+
 // byteSize is the size of a message as it came, in UTF-8 bytes for text; it
 // counts a long string's bytes only when its length leaves a doubt.
 function byteSize(data, limit) {
@@ -240,11 +353,13 @@ class Room {
  * Presenced is one connection to presenced, reconnected as needed. Events
  * (an EventTarget; CustomEvent detail in brackets): 'state' {state, code?},
  * 'joined' {channel}, 'left' {channel}, 'presence' {channel, count, joins,
- * leaves, away, active} after the state changed, 'typing' {channel, users},
- * 'watching' {online, away}, 'status' {online, offline, away, active,
- * last_seen}, 'chat' {channel, from, text}, 'publish' {channel, data},
- * 'message' {data}, 'error' {error, channel?}; and 'frame', each server
- * frame as it came, before it is applied.
+ * leaves, away, active, users, updated} after the state changed, 'typing'
+ * {channel, users}, 'watching' {online, away, users, last_seen}, 'status'
+ * {online, offline, away, active, last_seen, users, updated}, 'chat'
+ * {channel, from, text}, 'publish' {channel, data}, 'message' {data},
+ * 'error' {error, channel?}; and 'frame', each server frame as it came,
+ * before it is applied. users and updated map user IDs to records
+ * ({info, mode, note}, each part omitted when empty).
  */
 export class Presenced extends EventTarget {
   #ws = null;
@@ -262,6 +377,10 @@ export class Presenced extends EventTarget {
   #welcomeTimer = 0; // from opening a connection to its welcome
   #welcomes = 0; // welcomes on the current connection: one is the protocol
   #silenced = false;
+  #records = new Map(); // uid -> record of every user present to this client, and of its own user
+  #sets = []; // SetWait: set() calls not yet confirmed, in the order sent
+  #pings = 0; // pings sent on the current connection
+  #pongs = 0; // and pongs received: the server answers each in turn
 
   /**
    * @param {object} o
@@ -324,6 +443,42 @@ export class Presenced extends EventTarget {
     return u ? { ...u } : { state: 'unknown', last_seen: null };
   }
 
+  /**
+   * record returns what the client knows of who uid is and what it wants:
+   * {info, mode, note}, each part omitted when empty, for a user present to
+   * this client (a member of a joined channel, a watched user online) or its
+   * own user; undefined for any other. A copy: changing it changes nothing.
+   */
+  record(uid) {
+    const r = this.#records.get(uid);
+    return r ? copyRecord(r) : undefined;
+  }
+
+  /**
+   * set changes the user's own record on every connection of it: mode
+   * ('online', 'dnd' or 'invisible') and note ({text, emoji, until}, or null
+   * to clear it); what is left out stays as it is. It sends now, or once
+   * live, and resolves when the server has taken it (the answer to a ping
+   * sent right after it); it rejects at once on a call the server would
+   * refuse, at the server's error frame (which names the field), when the
+   * connection ends before the server answered (the change may or may not
+   * have been made), and when the client closes.
+   */
+  set(change) {
+    if (this.state === 'closed') return Promise.reject(new Error('presenced: the client is closed'));
+    let frame;
+    try {
+      frame = setFrame(change);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return new Promise((resolve, reject) => {
+      const w = new SetWait(frame, resolve, reject);
+      this.#sets.push(w);
+      if (this.state !== 'live' || !this.#sendSet(w)) this.#outbox.push(w);
+    });
+  }
+
   /** join joins a channel (now, or once live) and resolves at its snapshot; an error frame for it rejects. */
   join(channel) {
     if (this.state === 'closed') return Promise.reject(new Error('presenced: the client is closed'));
@@ -354,7 +509,9 @@ export class Presenced extends EventTarget {
   watch(uids) {
     this.#watch = [...new Set(strings(uids))].sort(order);
     const keep = new Set(this.#watch);
-    for (const u of [...this.#users.keys()]) if (!keep.has(u)) this.#users.delete(u);
+    const dropped = [...this.#users.keys()].filter((u) => !keep.has(u));
+    for (const u of dropped) this.#users.delete(u);
+    this.#forget(dropped);
     for (const u of this.#watch) if (!this.#users.has(u)) this.#users.set(u, { state: 'unknown', last_seen: null });
     if (this.state === 'live') this.#send({ type: 'watch', uids: this.#watch });
   }
@@ -456,6 +613,8 @@ export class Presenced extends EventTarget {
     }
     this.#ws = ws;
     this.#welcomes = 0;
+    this.#pings = 0;
+    this.#pongs = 0;
     this.#welcomeTimer = setTimeout(() => this.#abort(ws, NO_WELCOME, `no welcome within ${this.connectTimeoutMs} ms`), this.connectTimeoutMs);
     let refused = 0; // the HTTP status of a refused handshake, where the implementation says it (ws does)
     ws.onmessage = (ev) => {
@@ -499,9 +658,10 @@ export class Presenced extends EventTarget {
     if (!ws || ws.readyState !== 1) return false;
     ws.send(JSON.stringify(frame));
     this.lastSent = Date.now();
-    // Any text frame ends a silence; chat and typing make the server count the connection active.
+    // Any text frame ends a silence; chat, typing and set make the server count the connection active.
     if (frame.type !== 'silence') this.#silenced = false;
-    if (frame.type === 'chat' || frame.type === 'typing') this.away = false;
+    if (frame.type === 'chat' || frame.type === 'typing' || frame.type === 'set') this.away = false;
+    if (frame.type === 'ping') this.#pings++;
     if (frame.type === 'activity') this.away = frame.state === 'away';
     this.#schedulePing();
     return true;
@@ -561,6 +721,15 @@ export class Presenced extends EventTarget {
     this.liveSince = 0;
     // Pages belong to the connection that asked: the next snapshot starts over.
     for (const r of this.#rooms.values()) { r.asked = null; r.snap = false; }
+    // A set sent and not answered may or may not have been made; one not sent goes on the next connection.
+    const lostErr = new Error(`presenced: set: the connection ended (${code}) before the server answered; the change may not have been made`);
+    for (const w of this.#sets.splice(0)) {
+      if (w.ping) w.reject(lostErr);
+      else {
+        this.#sets.push(w);
+        if (!this.#outbox.includes(w)) this.#outbox.push(w);
+      }
+    }
     let final = !this.reconnect || FINAL_CLOSES.includes(code);
     if (code === 4401 && this.reconnect && this.refreshToken) {
       const marker = {}; // an attempt under way: connect() and close() see it
@@ -597,6 +766,7 @@ export class Presenced extends EventTarget {
     }
     this.#outbox = [];
     const err = new Error(`presenced: closed (${code}${reason ? ` ${reason}` : ''})`);
+    for (const w of this.#sets.splice(0)) w.reject(err);
     for (const m of [this.#joins, this.#leaves]) {
       for (const ws of m.values()) for (const w of ws) w.reject(err);
       m.clear();
@@ -632,9 +802,19 @@ export class Presenced extends EventTarget {
     switch (f.type) {
       case 'joined': {
         if (!r) return; // left since it was asked
-        const bad = badSnapshot(f);
+        const bad = badSnapshot(f) || badRecords('users', f.users);
         if (bad) return this.#violation(ch, `joined: ${bad}`);
+        const before = r.members;
         r.snapshot(f);
+        this.#listed(`joined ${ch}`, ch, r.members, f.users);
+        // The own user's invisibility is said apart from the list, which may not reach it.
+        const me = this.#records.get(this.uid) ?? {};
+        if (f.mode === 'invisible') this.#records.set(this.uid, { ...me, mode: 'invisible' });
+        else if (me.mode === 'invisible') {
+          const { mode, ...rest } = me;
+          this.#records.set(this.uid, rest);
+        }
+        this.#forget(before);
         settle(this.#joins, ch, (w) => w.resolve());
         this.#emit('joined', { channel: ch });
         this.#pump(ch, r);
@@ -653,12 +833,17 @@ export class Presenced extends EventTarget {
       }
       case 'presence': {
         if (!r || !r.snap) return;
-        const bad = badDiff(f);
+        const bad = badDiff(f) || badRecords('users', f.users) || badRecords('updated', f.updated);
         if (bad) return this.#violation(ch, `presence: ${bad}`);
         r.diff(f);
+        const joins = strings(f.joins);
+        const listed = Array.isArray(f.joins) || Array.isArray(f.leaves); // a count-only diff carries no records
+        const users = listed ? this.#listed(`presence ${ch}`, ch, joins.filter((u) => r.members.has(u)), f.users) : {};
+        const updated = listed ? this.#updated(`presence ${ch}`, ch, f.updated, (u) => r.members.has(u)) : {};
+        this.#forget(strings(f.leaves).concat(joins));
         this.#emit('presence', {
-          channel: ch, count: r.count, joins: strings(f.joins), leaves: strings(f.leaves),
-          away: strings(f.away), active: strings(f.active),
+          channel: ch, count: r.count, joins, leaves: strings(f.leaves),
+          away: strings(f.away), active: strings(f.active), users, updated,
         });
         return;
       }
@@ -666,9 +851,12 @@ export class Presenced extends EventTarget {
         if (!r || r.asked === null) return;
         const after = r.asked;
         r.asked = null;
-        const bad = badPage(f, after, r.askedLimit);
+        const bad = badPage(f, after, r.askedLimit) || badRecords('users', f.users);
         if (bad) return this.#pageFailed(ch, r, bad);
+        const before = [...r.members];
         r.page(f, after);
+        this.#listed(`members ${ch}`, ch, strings(f.members).filter((u) => r.members.has(u)), f.users);
+        this.#forget(before);
         for (const w of r.pageWaiters.splice(0)) w.resolve(r.complete);
         if (r.through === null) for (const w of r.allWaiters.splice(0)) w.resolve(r.complete);
         this.#pump(ch, r);
@@ -682,31 +870,46 @@ export class Presenced extends EventTarget {
       case 'watching': {
         const on = new Set(strings(f.online));
         const away = new Set(strings(f.away));
+        const seen = this.#lastSeen('watching', f.last_seen);
         for (const [u, s] of this.#users) {
-          // The watching answer says who is online, not since when the others are gone.
           const state = on.has(u) ? (away.has(u) ? 'away' : 'active') : 'offline';
-          if (state !== s.state) this.#users.set(u, { state, last_seen: null });
+          // An offline user's last seen: the answer's, else what was known of this same absence.
+          let last = null;
+          if (state === 'offline') last = own(seen, u) ? seen[u] : s.state === 'offline' ? s.last_seen : null;
+          if (state !== s.state || last !== s.last_seen) this.#users.set(u, { state, last_seen: last });
         }
-        this.#emit('watching', { online: [...on], away: [...away] });
+        const users = this.#watchedRecords('watching', f.users, [...on]);
+        this.#forget(this.#users.keys());
+        this.#emit('watching', { online: [...on], away: [...away], users, last_seen: seen });
         return;
       }
       case 'status': {
-        const seen = f.last_seen && typeof f.last_seen === 'object' ? f.last_seen : {};
+        const seen = this.#lastSeen('status', f.last_seen);
         const set = (u, state, last_seen = null) => { if (this.#users.has(u)) this.#users.set(u, { state, last_seen }); };
-        for (const u of strings(f.offline)) set(u, 'offline', Number.isFinite(seen[u]) ? seen[u] : null);
+        for (const u of strings(f.offline)) set(u, 'offline', own(seen, u) ? seen[u] : null);
         for (const u of strings(f.online)) set(u, 'active');
         for (const u of strings(f.active)) set(u, 'active');
         for (const u of strings(f.away)) set(u, 'away');
+        const users = this.#watchedRecords('status', f.users, strings(f.online));
+        const updated = badRecords('updated', f.updated) ? (this.#badFrame(`status: ${badRecords('updated', f.updated)}`), {})
+          : this.#updated('status', '', f.updated, (u) => this.#watchedOnline(u));
+        this.#forget(strings(f.offline));
         this.#emit('status', {
-          online: strings(f.online), offline: strings(f.offline), away: strings(f.away), active: strings(f.active), last_seen: { ...seen },
+          online: strings(f.online), offline: strings(f.offline), away: strings(f.away), active: strings(f.active), last_seen: seen,
+          users, updated,
         });
         return;
       }
+      case 'pong':
+        this.#pongs++;
+        this.#confirmSets();
+        return;
       case 'chat': return this.#emit('chat', { channel: ch, from: f.from, text: f.text });
       case 'publish': return this.#emit('publish', { channel: ch, data: f.data });
       case 'message': return this.#emit('message', { data: f.data });
       case 'error': {
         const error = String(f.error);
+        if (!ch && (SET_ERROR.test(error) || DROPPED.test(error))) this.#refuseSets(error);
         if (ch && this.#joins.has(ch)) {
           // A join refused: the channel is not joined, now or after a reconnect.
           this.#wanted.delete(ch);
@@ -748,6 +951,11 @@ export class Presenced extends EventTarget {
     }
     clearTimeout(this.#welcomeTimer);
     if (typeof f.uid === 'string' && f.uid) this.uid = f.uid;
+    // The welcome says the own mode and note, set or not; info comes with the lists.
+    const me = this.#records.get(this.uid);
+    const mine = readRecord({ mode: f.mode, note: f.note });
+    if (me && me.info) mine.info = me.info;
+    this.#records.set(this.uid, mine);
     const t = Number(f.timeout_ms);
     this.timeoutMs = Number.isFinite(t) && t > 0 ? t : 0;
     this.liveSince = Date.now();
@@ -759,7 +967,10 @@ export class Presenced extends EventTarget {
     for (const ch of this.#wanted) this.#send({ type: 'join', channel: ch });
     if (this.#watch) this.#send({ type: 'watch', uids: this.#watch });
     if (this.away) this.#send({ type: 'activity', state: 'away' });
-    for (const frame of this.#outbox.splice(0)) this.#send(frame);
+    for (const item of this.#outbox.splice(0)) {
+      if (item instanceof SetWait) this.#sendSet(item);
+      else this.#send(item);
+    }
     this.#schedulePing();
     this.#scheduleRefresh();
     this.#setState('live');
@@ -778,6 +989,130 @@ export class Presenced extends EventTarget {
     this.#rooms.delete(ch);
     const err = new Error(`presenced: ${ch}: ${why}`);
     for (const w of r.pageWaiters.concat(r.allWaiters)) w.reject(err);
+    this.#forget(r.members);
+  }
+
+  // ---- records ----
+
+  // listed takes the records of users a frame lists (members of a snapshot
+  // or a page, joins, watched users online) from its map: a user without an
+  // entry has an empty record. It returns them for the event.
+  #listed(what, ch, uids, map) {
+    const out = [];
+    const bad = [];
+    for (const u of uids) {
+      const rec = recordIn(map, u);
+      if (rec === undefined) {
+        bad.push(u);
+        if (!this.#records.has(u)) this.#records.set(u, {});
+        continue;
+      }
+      this.#records.set(u, rec);
+      out.push([u, copyRecord(rec)]);
+    }
+    if (bad.length) this.#badFrame(`${what}: the users entry of ${JSON.stringify(bad[0])} is not a record${bad.length > 1 ? ` (and ${bad.length - 1} more)` : ''}`, ch);
+    return Object.fromEntries(out);
+  }
+
+  // updated takes the new records of an updated map, for the users ok says
+  // are present ({} when a record became empty). It returns them for the event.
+  #updated(what, ch, map, ok) {
+    if (!isObject(map)) return {};
+    const out = [];
+    const bad = [];
+    for (const u of Object.keys(map)) {
+      if (!UID.test(u) || !(u === this.uid || ok(u))) continue;
+      const rec = readRecord(map[u]);
+      if (!rec) {
+        bad.push(u);
+        continue;
+      }
+      this.#records.set(u, rec);
+      out.push([u, copyRecord(rec)]);
+    }
+    if (bad.length) this.#badFrame(`${what}: the updated entry of ${JSON.stringify(bad[0])} is not a record${bad.length > 1 ? ` (and ${bad.length - 1} more)` : ''}`, ch);
+    return Object.fromEntries(out);
+  }
+
+  // watchedRecords takes the records of the watched users a watching or
+  // status frame says are online.
+  #watchedRecords(what, map, online) {
+    const bad = badRecords('users', map);
+    if (bad) {
+      this.#badFrame(`${what}: ${bad}`);
+      map = undefined;
+    }
+    return this.#listed(what, '', online.filter((u) => this.#users.has(u)), map);
+  }
+
+  // lastSeen reads a last_seen map: user ID -> Unix ms.
+  #lastSeen(what, v) {
+    if (v == null) return {};
+    if (!isObject(v)) {
+      this.#badFrame(`${what}: last_seen is not an object`);
+      return {};
+    }
+    return Object.fromEntries(Object.keys(v).filter((u) => whole(v[u]) && v[u] > 0).map((u) => [u, v[u]]));
+  }
+
+  #watchedOnline(u) {
+    const s = this.#users.get(u);
+    return !!s && (s.state === 'active' || s.state === 'away');
+  }
+
+  // forget lets go of the records of users no longer present to this
+  // client: in no joined channel's list and not a watched user online.
+  // The own user's is kept.
+  #forget(uids) {
+    for (const u of uids) {
+      if (u === this.uid || !this.#records.has(u) || this.#watchedOnline(u)) continue;
+      let held = false;
+      for (const r of this.#rooms.values()) if (r.members.has(u)) { held = true; break; }
+      if (!held) this.#records.delete(u);
+    }
+  }
+
+  // badFrame reports a part of a frame that breaks the protocol and was
+  // skipped; the rest of the frame holds, and so does the connection.
+  #badFrame(what, ch = '') {
+    this.#emit('error', ch ? { error: `bad frame from the server: ${what}`, channel: ch } : { error: `bad frame from the server: ${what}` });
+  }
+
+  // ---- sets ----
+
+  // sendSet sends a set and a ping after it: the server answers frames in
+  // turn, so the pong says the set was taken, unless an error came first.
+  #sendSet(w) {
+    if (!this.#send(w.frame)) return false;
+    this.#send({ type: 'ping' });
+    w.ping = this.#pings;
+    return true;
+  }
+
+  #confirmSets() {
+    for (const w of [...this.#sets]) {
+      if (!w.ping || w.ping > this.#pongs) continue;
+      this.#sets.splice(this.#sets.indexOf(w), 1);
+      const me = { ...this.#records.get(this.uid) };
+      if (w.frame.mode === 'online') delete me.mode;
+      else if (w.frame.mode) me.mode = w.frame.mode;
+      if (w.frame.note === null) delete me.note;
+      else if (w.frame.note) me.note = { ...w.frame.note };
+      this.#records.set(this.uid, me);
+      w.resolve(copyRecord(me));
+    }
+  }
+
+  // refuseSets rejects the set an error frame refuses: the oldest one sent.
+  // A frame dropped by the rate limit may be any of those in flight.
+  #refuseSets(error) {
+    const sent = this.#sets.filter((w) => w.ping);
+    const refused = DROPPED.test(error) ? sent : sent.slice(0, 1);
+    const err = new Error(DROPPED.test(error) ? `presenced: set: the server dropped a frame (${error}); the change may not have been made` : `presenced: set: ${error}`);
+    for (const w of refused) {
+      this.#sets.splice(this.#sets.indexOf(w), 1);
+      w.reject(err);
+    }
   }
 
   #load(ch, enqueue) {

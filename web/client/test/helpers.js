@@ -1,7 +1,8 @@
 // Helpers of the client's tests: the servers the Go test started, clients
 // that close when their test ends, and waits on conditions (never on time).
 import { createHmac } from 'node:crypto';
-import WebSocket from 'ws';
+import { once } from 'node:events';
+import WebSocket, { WebSocketServer } from 'ws';
 import { Presenced } from '../presenced.js';
 
 export const WAIT = 20000; // generous: a busy machine, a server under -race
@@ -109,4 +110,32 @@ export function sign(secret, sub, expIn, extra = {}) {
   const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
   const body = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub, exp: Math.floor(Date.now() / 1000) + expIn, ...extra })}`;
   return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
+}
+
+/**
+ * fakeServer starts a WebSocket server on loopback, a stand-in for presenced
+ * that a test scripts: each connection (with sendJSON, the frames it got in
+ * frames, and a 'frame' event per frame) goes to onConnection with its
+ * number. It resolves to the /ws address and closes when the test ends.
+ */
+export async function fakeServer(t, onConnection) {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  await once(wss, 'listening');
+  let n = 0;
+  wss.on('connection', (ws) => {
+    ws.on('error', () => {});
+    ws.frames = [];
+    ws.sendJSON = (f) => { if (ws.readyState === 1) ws.send(JSON.stringify(f)); };
+    ws.on('message', (d) => {
+      const f = JSON.parse(String(d));
+      ws.frames.push(f);
+      ws.emit('frame', f);
+    });
+    onConnection(ws, n++);
+  });
+  t.after(() => {
+    for (const c of wss.clients) c.terminate();
+    wss.close();
+  });
+  return `ws://127.0.0.1:${wss.address().port}/ws`;
 }
