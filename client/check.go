@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/presenced/presenced/protocol"
@@ -61,8 +62,20 @@ func listedErr(listed, count int) error {
 	return nil
 }
 
+// checkDiff checks a diff, and normalizes its records (record.go): a
+// record over the protocol's bounds, or of someone not among the joins,
+// makes the diff broken, as records in a count-only diff do.
 func checkDiff(f *protocol.Presence) error {
-	return broken("diff of "+f.Channel, countErr(f.Count))
+	var err error
+	if f.CountOnly && len(f.Users)+len(f.Updated) > 0 {
+		err = errors.New("records in a count-only diff")
+	}
+	return broken("diff of "+f.Channel, cmp.Or(
+		countErr(f.Count),
+		err,
+		normRecords(f.Users, setOf(f.Joins)),
+		normRecords(f.Updated, nil),
+	))
 }
 
 func checkJoined(f *protocol.Joined) error {
@@ -71,6 +84,7 @@ func checkJoined(f *protocol.Joined) error {
 		listedErr(len(f.Members), f.Count),
 		sortedErr(f.Members, ""),
 		amongErr(f.Away, f.Members),
+		normRecords(f.Users, setOf(f.Members)),
 	))
 }
 
@@ -93,6 +107,7 @@ func checkPage(f *protocol.MembersPage, after string, limit int) error {
 		listedErr(len(f.Members), f.Count),
 		sortedErr(f.Members, after),
 		amongErr(f.Away, f.Members),
+		normRecords(f.Users, setOf(f.Members)),
 	))
 }
 
@@ -104,10 +119,26 @@ func checkTyping(f *protocol.TypingUsers) error {
 	return broken("typing in "+f.Channel, cmp.Or(countErr(f.Count), err))
 }
 
+// checkWatching checks the records of an answer to a watch: only of users
+// it lists online, within the protocol's bounds.
+func checkWatching(f *protocol.Watching) error {
+	return broken("watch answer", normRecords(f.Users, setOf(f.Online)))
+}
+
+// checkStatus checks the records of a status frame as checkWatching does,
+// before it is cut to the watched users.
+func checkStatus(f *protocol.Status) error {
+	return broken("status", cmp.Or(
+		normRecords(f.Users, setOf(f.Online)),
+		normRecords(f.Updated, nil),
+	))
+}
+
 var errNotWatched = errors.New("about no watched user")
 
 // onlyWatched returns f cut to the users on the watch list, or nil if it
-// names none of them. A last seen before 1970 is left out.
+// names none of them. A last seen before 1970 is left out. Its records
+// are cut to the kept users too.
 func onlyWatched(users map[string]UserState, f *protocol.Status) *protocol.Status {
 	keep := func(ids []string) []string {
 		var out []string
@@ -119,7 +150,9 @@ func onlyWatched(users map[string]UserState, f *protocol.Status) *protocol.Statu
 		return out
 	}
 	w := &protocol.Status{Online: keep(f.Online), Offline: keep(f.Offline), Away: keep(f.Away), Active: keep(f.Active)}
-	if len(w.Online)+len(w.Offline)+len(w.Away)+len(w.Active) == 0 {
+	w.Users = keepRecords(f.Users, w.Online)
+	w.Updated = keepRecords(f.Updated, keep(slices.Sorted(maps.Keys(f.Updated))))
+	if len(w.Online)+len(w.Offline)+len(w.Away)+len(w.Active)+len(w.Updated) == 0 {
 		return nil
 	}
 	for _, id := range w.Offline {
@@ -131,4 +164,18 @@ func onlyWatched(users map[string]UserState, f *protocol.Status) *protocol.Statu
 		}
 	}
 	return w
+}
+
+// keepRecords returns the records of ids, nil if none has one.
+func keepRecords(records map[string]protocol.Record, ids []string) map[string]protocol.Record {
+	var out map[string]protocol.Record
+	for _, id := range ids {
+		if r, ok := records[id]; ok {
+			if out == nil {
+				out = map[string]protocol.Record{}
+			}
+			out[id] = r
+		}
+	}
+	return out
 }

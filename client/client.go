@@ -45,6 +45,8 @@ type Client struct {
 	watch    []string              // the watch list
 	users    map[string]UserState  // what it knows of the watched users
 	away     bool                  // the activity it set
+	self     string                // its user, from the last welcome
+	records  map[string]Record     // the records of the users it sees (record.go)
 	events   chan protocol.Frame
 	held     []protocol.Frame // data events waiting for room in events, in order (deliver.go)
 }
@@ -79,6 +81,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		channels: map[string]*chanState{},
 		loaded:   set{},
 		users:    map[string]UserState{},
+		records:  map[string]Record{},
 		events:   make(chan protocol.Frame, cmpOr(opts.EventBuffer, defaultEventBuffer)),
 	}
 	if c.log == nil {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,21 +33,26 @@ type conn struct {
 
 	pending []*request // answers awaited, in the order asked; c.mu guards it
 	ended   bool       // c.mu guards it
+	pings   uint64     // app pings written so far; c.mu guards it
+	pongs   uint64     // pongs read so far; c.mu guards it
 }
 
 type outMsg struct {
 	data []byte
 	errc chan error // the write's result; capacity 1
+	set  *request   // a set frame's request: the frame goes between two pings
 }
 
 // request is a frame whose answer a call awaits: an answer of type kind
 // about channel, or an error frame about channel.
 type request struct {
-	kind    string // the answer's type: joined, left, watching, members
+	kind    string // the answer's type: joined, left, watching, members, set
 	channel string
 	after   string   // members: the page's start
 	limit   int      // members: the most the page may hold
 	uids    []string // watching: the list asked for
+	ping    uint64   // set: the number of the ping written just before it; 0 until written
+	record  Record   // set: the mode and note set, for the Client's own record
 	res     chan result
 }
 
@@ -78,6 +84,7 @@ func (c *Client) start(ws *websocket.Conn, w *protocol.Welcome) *conn {
 		return nil
 	})
 	c.mu.Lock()
+	c.welcomedLocked(w)
 	c.emitLocked(w)
 	c.mu.Unlock()
 	go cn.read()
@@ -176,29 +183,60 @@ func (cn *conn) write() {
 	ping := time.NewTicker(cn.timeout / 3)
 	defer ping.Stop()
 	for {
-		var data []byte
-		var errc chan error
+		var m outMsg
 		select {
 		case <-cn.done:
 			return
-		case m := <-cn.out:
-			data, errc = m.data, m.errc
+		case m = <-cn.out:
 		case <-ping.C:
 			if cn.silenced.Load() {
 				continue
 			}
-			data = pingFrame
+			m.data = pingFrame
 		}
-		_ = cn.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
-		err := cn.ws.WriteMessage(websocket.TextMessage, data)
-		if errc != nil {
-			errc <- err
+		var err error
+		if m.set != nil {
+			err = cn.writeSet(m.set, m.data)
+		} else {
+			err = cn.writeFrame(m.data)
+		}
+		if m.errc != nil {
+			m.errc <- err
 		}
 		if err != nil {
 			cn.end(fmt.Errorf("client: write: %w", err))
 			return
 		}
 	}
+}
+
+// writeFrame writes one frame, counting the pings: the server answers
+// every ping with a pong, in order, so the count of pongs read tells which
+// frames the server has handled.
+func (cn *conn) writeFrame(data []byte) error {
+	if bytes.Equal(data, pingFrame) {
+		cn.c.mu.Lock()
+		cn.pings++
+		cn.c.mu.Unlock()
+	}
+	_ = cn.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return cn.ws.WriteMessage(websocket.TextMessage, data)
+}
+
+// writeSet writes a set frame between two pings, back to back. The server
+// answers a set with nothing when it takes it, and handles frames in the
+// order they came, so an error frame between the two pongs is the set's
+// refusal, and the second pong without one is its success (handle.go).
+func (cn *conn) writeSet(r *request, data []byte) error {
+	cn.c.mu.Lock()
+	r.ping = cn.pings + 1
+	cn.c.mu.Unlock()
+	for _, frame := range [][]byte{pingFrame, data, pingFrame} {
+		if err := cn.writeFrame(frame); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // send hands f to the writer and waits for the write.
@@ -211,7 +249,11 @@ func (cn *conn) send(ctx context.Context, f protocol.Frame) error {
 }
 
 func (cn *conn) sendRaw(ctx context.Context, data []byte) error {
-	m := outMsg{data: data, errc: make(chan error, 1)}
+	return cn.sendMsg(ctx, outMsg{data: data})
+}
+
+func (cn *conn) sendMsg(ctx context.Context, m outMsg) error {
+	m.errc = make(chan error, 1)
 	select {
 	case cn.out <- m:
 	case <-cn.done:
@@ -227,6 +269,15 @@ func (cn *conn) sendRaw(ctx context.Context, data []byte) error {
 
 // ask sends f and registers r for its answer, which await then waits for.
 func (cn *conn) ask(ctx context.Context, f protocol.Frame, r *request) error {
+	e, err := protocol.Encode(f)
+	if err != nil {
+		return err
+	}
+	return cn.askRaw(ctx, e.Data, r)
+}
+
+// askRaw is ask for a frame encoded already; a set goes between pings.
+func (cn *conn) askRaw(ctx context.Context, data []byte, r *request) error {
 	c := cn.c
 	r.res = make(chan result, 1)
 	c.mu.Lock()
@@ -236,19 +287,28 @@ func (cn *conn) ask(ctx context.Context, f protocol.Frame, r *request) error {
 	}
 	cn.pending = append(cn.pending, r)
 	c.mu.Unlock()
-	err := cn.send(ctx, f)
+	m := outMsg{data: data}
+	if r.kind == "set" {
+		m.set = r
+	}
+	err := cn.sendMsg(ctx, m)
 	if err != nil && !errors.Is(err, errConnLost) {
 		// Not sent: no answer will come.
 		c.mu.Lock()
-		for i, p := range cn.pending {
-			if p == r {
-				cn.pending = append(cn.pending[:i], cn.pending[i+1:]...)
-				break
-			}
-		}
+		cn.dropLocked(r)
 		c.mu.Unlock()
 	}
 	return err
+}
+
+// dropLocked removes r from the requests awaiting an answer.
+func (cn *conn) dropLocked(r *request) {
+	for i, p := range cn.pending {
+		if p == r {
+			cn.pending = append(cn.pending[:i], cn.pending[i+1:]...)
+			return
+		}
+	}
 }
 
 // await waits for r's answer. A request given up on stays in the queue, so
@@ -265,6 +325,14 @@ func (cn *conn) await(ctx context.Context, r *request) (protocol.Frame, error) {
 // call is ask then await.
 func (cn *conn) call(ctx context.Context, f protocol.Frame, r *request) (protocol.Frame, error) {
 	if err := cn.ask(ctx, f, r); err != nil {
+		return nil, err
+	}
+	return cn.await(ctx, r)
+}
+
+// callRaw is askRaw then await.
+func (cn *conn) callRaw(ctx context.Context, data []byte, r *request) (protocol.Frame, error) {
+	if err := cn.askRaw(ctx, data, r); err != nil {
 		return nil, err
 	}
 	return cn.await(ctx, r)

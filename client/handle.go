@@ -3,6 +3,8 @@ package client
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/presenced/presenced/protocol"
 )
@@ -18,6 +20,7 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 	var answered *request
 	switch f := f.(type) {
 	case *protocol.Pong:
+		c.pongLocked(cn)
 		return nil
 	case *protocol.Welcome:
 		// The first came before the connection started; another would
@@ -41,10 +44,18 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 			st = newChanState()
 			c.channels[f.Channel] = st
 		}
+		old := st.members
 		st.snapshot(f, cn.gen)
+		c.learnLocked(f.Members, f.Users)
+		if f.Mode == protocol.ModeInvisible {
+			own := c.records[c.self]
+			own.Mode = protocol.ModeInvisible
+			c.records[c.self] = own
+		}
+		c.forgetLocked(maps.Keys(old))
 	case *protocol.Left:
 		// Also unasked: a refreshed token that no longer allows the channel.
-		delete(c.channels, f.Channel)
+		c.dropChannelLocked(f.Channel)
 		delete(c.joined, f.Channel)
 		delete(c.loaded, f.Channel)
 		answered = cn.takeLocked("left", f.Channel)
@@ -55,6 +66,9 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 			return nil
 		}
 		st.diff(f)
+		c.learnLocked(f.Joins, f.Users)
+		c.updateLocked(f.Updated)
+		c.forgetLocked(slices.Values(f.Leaves))
 	case *protocol.TypingUsers:
 		st := c.followedLocked(cn, f.Channel)
 		if err := checkTyping(f); st == nil || err != nil {
@@ -73,29 +87,60 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 			return nil
 		}
 		if st := c.followedLocked(cn, f.Channel); st != nil {
-			st.page(f, answered.after)
+			removed := st.page(f, answered.after)
+			c.learnLocked(f.Members, f.Users)
+			c.forgetLocked(slices.Values(removed))
 		}
 	case *protocol.Watching:
 		if answered = cn.takeLocked("watching", ""); answered == nil {
 			c.ignoreLocked(f, errors.New("a watch list not asked for"))
 			return nil
 		}
-		c.users = watching(c.users, answered.uids, f)
+		if err := checkWatching(f); err != nil {
+			answered.res <- result{err: err}
+			c.ignoreLocked(f, err)
+			return nil
+		}
+		old := c.users
+		c.users = watching(old, answered.uids, f)
+		for _, uid := range f.Online {
+			if st := c.users[uid].State; st == Active || st == Away {
+				c.records[uid] = f.Users[uid]
+			}
+		}
+		c.forgetLocked(maps.Keys(old))
 	case *protocol.Status:
+		if err := checkStatus(f); err != nil {
+			c.ignoreLocked(f, err)
+			return nil
+		}
 		watched := onlyWatched(c.users, f)
 		if watched == nil {
 			c.ignoreLocked(f, errNotWatched)
 			return nil
 		}
 		status(c.users, watched)
+		c.learnLocked(watched.Online, watched.Users)
+		c.updateLocked(watched.Updated)
+		c.forgetLocked(slices.Values(watched.Offline))
 		c.emitLocked(watched)
 		return nil
 	case *protocol.Error:
 		// An error with a ref answers a chat, which awaits no answer.
-		if f.Ref == nil {
-			if r := cn.takeErrorLocked(f.Channel); r != nil {
-				r.res <- result{err: &ServerError{Message: f.Error, Channel: f.Channel}}
-			}
+		if f.Ref != nil {
+			break
+		}
+		var r *request
+		if f.Channel == "" {
+			// A set between its pings goes first: the server answered the
+			// watches sent before it already.
+			r = cn.takeSetErrorLocked()
+		}
+		if r == nil {
+			r = cn.takeErrorLocked(f.Channel)
+		}
+		if r != nil {
+			r.res <- result{err: &ServerError{Message: f.Error, Channel: f.Channel}}
 		}
 	}
 	if answered != nil {

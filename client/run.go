@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -295,8 +296,8 @@ func (c *Client) resync(cn *conn, first bool) error {
 		if isServerError(err) && !first {
 			c.log.Warn("client: channel refused on reconnect; dropped", "channel", channels[i], "err", err)
 			c.mu.Lock()
+			c.dropChannelLocked(channels[i])
 			delete(c.joined, channels[i])
-			delete(c.channels, channels[i])
 			delete(c.loaded, channels[i])
 			c.mu.Unlock()
 			continue
@@ -314,11 +315,22 @@ func (c *Client) resync(cn *conn, first bool) error {
 	defer c.mu.Unlock()
 	for ch := range c.channels { // left while the Client was away
 		if _, ok := c.joined[ch]; !ok {
-			delete(c.channels, ch)
+			c.dropChannelLocked(ch)
 		}
 	}
 	if len(c.watch) == 0 {
-		clear(c.users)
+		old := c.users
+		c.users = map[string]UserState{}
+		c.forgetLocked(maps.Keys(old))
 	}
 	return nil
+}
+
+// dropChannelLocked forgets channel ch's state, and the records of those
+// of its members the Client no longer sees.
+func (c *Client) dropChannelLocked(ch string) {
+	if st := c.channels[ch]; st != nil {
+		delete(c.channels, ch)
+		c.forgetLocked(maps.Keys(st.members))
+	}
 }

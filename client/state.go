@@ -43,8 +43,9 @@ const (
 type UserState struct {
 	// State is Active, Away or Offline; "" for a user not watched.
 	State string
-	// LastSeen is when the user went offline, if the Client saw it go
-	// (from a status frame); zero otherwise.
+	// LastSeen is when the user went offline, if the Client heard of it
+	// (from a status frame, or the server's answer to the watch); zero
+	// otherwise.
 	LastSeen time.Time
 }
 
@@ -110,12 +111,14 @@ func (s *chanState) diff(f *protocol.Presence) {
 
 // page applies a page of members asked for after after: it replaces what
 // is held after after, up to and including the page's Next (to the end on
-// the last page), with the page's members.
-func (s *chanState) page(f *protocol.MembersPage, after string) {
+// the last page), with the page's members. It returns those it held
+// there.
+func (s *chanState) page(f *protocol.MembersPage, after string) (was []string) {
 	s.count = f.Count
 	inRange := func(id string) bool { return id > after && (f.Next == "" || id <= f.Next) }
 	for id := range s.members {
 		if inRange(id) {
+			was = append(was, id)
 			delete(s.members, id)
 		}
 	}
@@ -130,6 +133,7 @@ func (s *chanState) page(f *protocol.MembersPage, after string) {
 	for _, id := range f.Away {
 		s.away[id] = struct{}{}
 	}
+	return was
 }
 
 // typingUsers replaces who is typing.
@@ -163,8 +167,8 @@ func (s *chanState) export() ChannelState {
 }
 
 // watching rebuilds the watched users' state from a watching frame: uids
-// is the watch list it answers. A user still offline keeps the last seen
-// the Client knew.
+// is the watch list it answers. A user offline has the last seen the frame
+// gives, else keeps the one the Client knew.
 func watching(users map[string]UserState, uids []string, f *protocol.Watching) map[string]UserState {
 	online, away := setOf(f.Online), setOf(f.Away)
 	out := make(map[string]UserState, len(uids))
@@ -173,7 +177,9 @@ func watching(users map[string]UserState, uids []string, f *protocol.Watching) m
 		switch _, on := online[uid]; {
 		case !on:
 			st = UserState{State: Offline}
-			if old := users[uid]; old.State == Offline {
+			if ms := f.LastSeen[uid]; ms > 0 {
+				st.LastSeen = time.UnixMilli(ms)
+			} else if old := users[uid]; old.State == Offline {
 				st.LastSeen = old.LastSeen
 			}
 		default:
