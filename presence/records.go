@@ -158,12 +158,16 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 			v.userLog = append(v.userLog, edge{uid: uid, kind: edgeRecord, was: was})
 		}
 	}
-	if rec.IsZero() {
+	switch {
+	case rec.IsZero():
 		delete(v.records, uid)
 		v.records = shrink.Map(v.records, &v.recordsPeak)
-		return
+	case !at.IsZero():
+		// A change of a user nobody here sees (a note that ran out while
+		// it was offline) is not kept; a record delivered as it stands, with
+		// no time, comes before the user's online edge or snapshot.
+		v.forgetRecordLocked(uid)
 	}
-	v.forgetRecordLocked(uid)
 }
 
 // turnLocked moves uid, a user who turned visible or invisible, between
