@@ -42,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 )
 
 var (
@@ -188,13 +189,14 @@ func (b *base) opTimeout() time.Duration { return b.cfg.Timeout / 2 }
 // discard is the Relay before Attach.
 type discard struct{}
 
-func (discard) UserChanged(string, bool, time.Time)   {}
-func (discard) ActivityChanged(string, bool)          {}
-func (discard) Produced(presence.Edge)                {}
-func (discard) MemberChanged(string, string, bool)    {}
-func (discard) MemberActivity(string, string, bool)   {}
-func (discard) SetMembers(string, []string, []string) {}
-func (discard) Deliver(presence.Message)              {}
+func (discard) UserChanged(string, bool, time.Time)              {}
+func (discard) ActivityChanged(string, bool)                     {}
+func (discard) Produced(presence.Edge)                           {}
+func (discard) MemberChanged(string, string, bool)               {}
+func (discard) MemberActivity(string, string, bool)              {}
+func (discard) SetMembers(string, []string, []string)            {}
+func (discard) RecordChanged(string, protocol.Record, time.Time) {}
+func (discard) Deliver(presence.Message)                         {}
 
 // New validates cfg and starts the goroutines that write this node's records
 // and publish its messages. It does not contact Redis: a node starts, and
@@ -287,6 +289,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	w := newWriter(b)
 	e := &Engine{base: b, w: w, r: newRouter(b, w), p: newPublisher(b)}
+	w.recordOf = e.r.knownRecord
 	w.start()
 	e.p.start()
 	return e, nil

@@ -24,6 +24,12 @@ type wireEvent struct {
 	At     int64                `json:"at"` // an offline edge's time, Unix ms on the Redis clock
 	// Act marks an activity edge: actAway or actActive.
 	Act int `json:"a"`
+	// R is a user's record (JSON), in a change of it or a join edge; RV its
+	// version where S is not (a channel's topic), H when the user turned
+	// invisible (ms). At is the change's time.
+	R  string `json:"r"`
+	RV int64  `json:"rv"`
+	H  int64  `json:"h"`
 }
 
 // The values of wireEvent.Act.
@@ -121,7 +127,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 	}
 	var userCmd *redis.Cmd
 	if len(users) > 0 {
-		args := append([]any{k.tag}, toAny(users)...)
+		args := append([]any{k.tag, r.cfg.LastSeenTTL.Milliseconds()}, toAny(users)...)
 		userCmd = usersScript.EvalSha(ctx, pipe, k.keys, args...)
 	}
 	_, err := pipe.Exec(ctx)
@@ -150,35 +156,53 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 		}
 		return false
 	}
+	var touched []int
 	r.mu.Lock()
 	for i, ch := range channels {
 		vals := chCmds[i].Val().([]any)
 		members, away := stringList(vals[1]), stringList(vals[2])
 		if ts := r.topics[k.channelTopic(ch)]; ts != nil && !early(ts, vals[3]) {
+			r.learnCopies(stringList(vals[4]))
 			members, away = r.w.addMembers(ch, members, away)
+			for _, uid := range members {
+				r.postKnown(uid, &touched)
+			}
 			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members, away) })
 			r.loaded(ts, vals[0].(int64))
 		}
 	}
 	if userCmd != nil {
 		vals := userCmd.Val().([]any)
+		seq, _ := vals[0].(int64)
 		for i, uid := range users {
-			if ts := r.topics[k.userTopic(uid)]; ts != nil && !early(ts, vals[len(users)+1]) {
-				state, _ := vals[i+1].(int64)
+			if ts := r.topics[k.userTopic(uid)]; ts != nil && !early(ts, vals[1]) {
+				state, _ := vals[2+4*i].(int64)
+				seen, _ := vals[3+4*i].(int64)
+				hid, _ := vals[4+4*i].(int64)
+				raw, _ := vals[5+4*i].(string)
+				if kr, news := r.learn(uid, seq, hid, 0, raw, true); news {
+					r.postRecord(uid, kr.rec, kr.hiddenAt(), &touched)
+				} else {
+					r.postKnown(uid, &touched)
+				}
 				on := state > 0 || r.w.holds("", uid)
 				away := state == 2 && !r.w.holdsActive("", uid)
+				var at time.Time
+				if !on && seen > 0 {
+					at = time.UnixMilli(seen) // for a watching frame's last_seen
+				}
 				r.post(shard, func(rl presence.Relay) {
-					rl.UserChanged(uid, on, time.Time{})
+					rl.UserChanged(uid, on, at)
 					if on {
 						rl.ActivityChanged(uid, away)
 					}
 				})
-				r.loaded(ts, vals[0].(int64))
+				r.loaded(ts, seq)
 			}
 		}
 	}
 	r.mu.Unlock()
-	r.deliver(shard)
+	r.deliverTouched(touched, shard)
 	return true, wait
 }
 
@@ -225,22 +249,24 @@ func (r *router) received(name, payload string) {
 		r.log.Warn("cluster: a message on a topic is not ours", "topic", name, "err", err)
 		return
 	}
+	var touched []int
 	r.mu.Lock()
 	ts := r.topics[name]
 	if ts == nil {
 		r.mu.Unlock()
 		return // unsubscribed meanwhile
 	}
-	if call := r.decide(ts, ev); call != nil {
+	if call := r.decide(ts, ev, &touched); call != nil {
 		r.post(ts.shard, call)
 	}
 	r.mu.Unlock()
-	r.deliver(ts.shard)
+	r.deliverTouched(touched, ts.shard)
 }
 
 // decide returns the Relay call for an event of ts, or nil if the Relay has
-// it already. Called with r.mu held.
-func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
+// it already; the calls of records go on their users' queues, added to
+// touched. Called with r.mu held.
+func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(presence.Relay) {
 	t := ts.t
 	if ev.S == 0 {
 		r.m.relayed.WithLabelValues("message").Inc()
@@ -264,12 +290,24 @@ func (r *router) decide(ts *topicState, ev wireEvent) func(presence.Relay) {
 	if ev.Act != 0 {
 		return r.decideActivity(t, ev)
 	}
+	if ev.R != "" && ev.Joined == 0 {
+		r.decideRecord(ts, ev, touched)
+		return nil
+	}
 	if t.Channel != "" {
 		if ev.Joined == 0 && r.w.holds(t.Channel, ev.UID) {
 			return nil // our own membership is on its way to Redis
 		}
 		r.m.relayed.WithLabelValues("member").Inc()
 		uid, joined := ev.UID, ev.Joined == 1
+		if joined {
+			// The Relay decides at the join whether the member is
+			// invisible: it has the record first.
+			if ev.R != "" {
+				r.learn(uid, ev.RV, ev.H, 0, ev.R, true)
+			}
+			r.postKnown(uid, touched)
+		}
 		return func(rl presence.Relay) { rl.MemberChanged(t.Channel, uid, joined) }
 	}
 	if ev.On == 0 && r.w.holds("", t.UID) {

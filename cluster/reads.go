@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 )
 
 // Status returns uid's connections summed over all nodes, whether it is
@@ -18,7 +20,7 @@ import (
 func (e *Engine) Status(ctx context.Context, uid string) (presence.UserStatus, error) {
 	k := e.keys[e.shard(uid)]
 	cmd := runScripts(ctx, e.rdb, []scriptRun{{statusScript, k.keys, []any{k.tag, uid, e.cfg.LastSeenTTL.Milliseconds()}}})[0]
-	vals, err := scriptResult(cmd, 3)
+	vals, err := scriptResult(cmd, 5)
 	if err != nil {
 		e.health.fail("lookup", err)
 		return presence.UserStatus{}, fmt.Errorf("cluster: look up the status of %q: %w", uid, err)
@@ -30,6 +32,14 @@ func (e *Engine) Status(ctx context.Context, uid string) (presence.UserStatus, e
 	st := presence.UserStatus{Conns: int(conns), Away: conns > 0 && away >= conns}
 	if conns <= 0 && seen > 0 {
 		st.LastSeen = time.UnixMilli(seen)
+	}
+	if raw, _ := vals[4].(string); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &st.Record); err != nil {
+			return presence.UserStatus{}, fmt.Errorf("cluster: the record of %q: %w", uid, err)
+		}
+	}
+	if hid, _ := vals[3].(int64); hid > 0 && st.Record.Mode == protocol.ModeInvisible {
+		st.HiddenAt = time.UnixMilli(hid)
 	}
 	return st, nil
 }

@@ -25,11 +25,13 @@ type recorder struct {
 	awayIn   map[string][]string // channel -> its away members now, as relayed
 	setAway  map[string][]string // channel -> the away list of its last SetMembers
 	online   map[string]bool
-	members  map[string][]string // channel -> its members now, as relayed
-	joins    []string            // "channel uid +" or "channel uid -", in order
-	sets     map[string]int      // channel -> SetMembers calls
-	chats    []string            // the frames delivered
-	types    []string            // their types
+	members  map[string][]string        // channel -> its members now, as relayed
+	joins    []string                   // "channel uid +" or "channel uid -", in order
+	sets     map[string]int             // channel -> SetMembers calls
+	chats    []string                   // the frames delivered
+	types    []string                   // their types
+	records  map[string]protocol.Record // uid -> its record, as relayed
+	recAt    map[string][]time.Time     // uid -> the at of each RecordChanged, in order
 	notify   chan struct{}
 }
 
@@ -41,7 +43,8 @@ type recorded struct {
 
 func newRecorder() *recorder {
 	return &recorder{notify: make(chan struct{}, 1), online: map[string]bool{}, members: map[string][]string{},
-		sets: map[string]int{}, away: map[string]bool{}, awayIn: map[string][]string{}, setAway: map[string][]string{}}
+		sets: map[string]int{}, away: map[string]bool{}, awayIn: map[string][]string{}, setAway: map[string][]string{},
+		records: map[string]protocol.Record{}, recAt: map[string][]time.Time{}}
 }
 
 // UserChanged records an edge when it changes the user's state, as a
@@ -128,6 +131,19 @@ func (r *recorder) MemberChanged(channel, uid string, joined bool) {
 		r.setAwayLocked(channel, uid, false) // a leave takes the member's activity with it
 	}
 	r.joins = append(r.joins, channel+" "+uid+" "+sign)
+	r.mu.Unlock()
+	r.poke()
+}
+
+// RecordChanged keeps the user's record.
+func (r *recorder) RecordChanged(uid string, rec protocol.Record, at time.Time) {
+	r.mu.Lock()
+	if rec.IsZero() {
+		delete(r.records, uid)
+	} else {
+		r.records[uid] = rec
+	}
+	r.recAt[uid] = append(r.recAt[uid], at)
 	r.mu.Unlock()
 	r.poke()
 }

@@ -47,6 +47,9 @@ type router struct {
 	// hangs.
 	subq []queue.Queue[subOp]
 	out  []queue.Queue[func(presence.Relay)] // by shard: Relay calls decided, not yet made
+	// known is the newest record relayed of each user this node hears of,
+	// with its version (see routerrecords.go).
+	known map[string]*knownRecord
 
 	running atomic.Bool
 }
@@ -74,7 +77,8 @@ type subOp struct {
 }
 
 func newRouter(b *base, w *writer) *router {
-	return &router{base: b, w: w, topics: make(map[string]*topicState), out: make([]queue.Queue[func(presence.Relay)], len(b.keys))}
+	return &router{base: b, w: w, topics: make(map[string]*topicState), out: make([]queue.Queue[func(presence.Relay)], len(b.keys)),
+		known: make(map[string]*knownRecord)}
 }
 
 // post queues a Relay call for shard, after those decided before it.
@@ -191,6 +195,7 @@ func (r *router) sweep() {
 	for s, names := range gone {
 		r.queueSubLocked(s, subOp{names: names, off: true})
 	}
+	r.sweepKnownLocked(time.Now())
 	r.mu.Unlock()
 	for s := range gone {
 		r.deliver(s)

@@ -42,6 +42,7 @@ import (
 //	T:c       ZSET  "channel uid", score 0: the channels' members
 //	T:ca      ZSET  "channel uid", score 0: the members who are away
 //	T:seq     STRING the shard's edge counter: orders edges against snapshots; starts at 10 x ms
+//	T:ri, T:rm, T:rn, T:rh, T:hid, T:mr  users' records, and members' copies of them: see luaRecordHelpers
 //
 // and, declared alone by the scripts that publish a message,
 //
@@ -95,9 +96,11 @@ local function publish(channel, msg)
   end
   msg.s = s
   redis.call('SPUBLISH', channel, cjson.encode(msg))
+  return s
 end
 
 local function num(v) return tonumber(v or '0') or 0 end
+` + luaRecordHelpers + `
 
 -- setUser sets node's connection count for uid, and how many of them are
 -- away, and emits the user's edges: online when its first node arrives,
@@ -131,6 +134,9 @@ local function setUser(node, uid, n, a)
   if old == 0 and n > 0 then
     if redis.call('HINCRBY', K('nodes'), uid, 1) == 1 then
       redis.call('ZADD', K('online'), 0, uid)
+      -- A record outlives its user by the last-seen TTL only: one older
+      -- that no trim reached yet is not the returning user's.
+      if not seenWithin(uid) then dropRecord(uid) end
       publish(P('pu:' .. uid), {on = 1})
       produce('online', uid, '')
     end
@@ -164,9 +170,10 @@ end
 -- edge when the first node arrives or the last goes, then the member's
 -- activity edge when it changes while a member: away when every node
 -- holding the membership says so.
-local function setMember(node, channel, uid, on, away)
+local function setMember(node, channel, uid, on, away, rv, rh, rj)
   if not on then away = false end
   local rec = channel .. ' ' .. uid
+  if on and rv and rv > 0 then keepMemberRecord(rec, rv, rh, rj) end
   local nrec = node .. ' ' .. rec
   local had = redis.call('ZSCORE', K('m'), nrec) ~= false
   local hadAway = redis.call('SISMEMBER', K('ma'), nrec) == 1
@@ -192,10 +199,11 @@ local function setMember(node, channel, uid, on, away)
   end
   if mn0 == 0 and mn1 > 0 then
     redis.call('ZADD', K('c'), 0, rec)
-    publish(P('pc:' .. channel), {u = uid, j = 1})
+    publish(P('pc:' .. channel), joinEvent(rec, uid))
     produce('join', uid, channel)
   elseif mn0 > 0 and mn1 <= 0 then
     redis.call('ZREM', K('c'), rec)
+    redis.call('HDEL', K('mr'), rec)
     publish(P('pc:' .. channel), {u = uid, j = 0})
     produce('leave', uid, channel)
   end
@@ -220,6 +228,9 @@ local function trimSeen()
   if offlines == 0 then return end
   local old = redis.call('ZRANGEBYSCORE', K('seen'), '-inf', '(' .. (now - seenTTL), 'LIMIT', 0, 2 * offlines + 16)
   if #old > 0 then redis.call('ZREM', K('seen'), unpack(old)) end
+  for _, uid in ipairs(old) do
+    if num(redis.call('HGET', K('conns'), uid)) <= 0 then dropRecord(uid) end
+  end
 end
 
 -- alive renews node's liveness in this shard; 1 means it had been taken
@@ -318,7 +329,9 @@ end
 // writes, this write's number, restore window ms, mode ("w" write, "r"
 // restore: what had landed before a loss), then a list of "u", uid, n,
 // away (n connections of which away are away; n 0 drops the record) and
-// "m", channel, uid, 1|0, away 1|0.
+// "m", channel, uid, 1|0, away 1|0, or "M" and those and the member's
+// record as this node knows it: version, hidden-at ms, record JSON (see
+// keepMemberRecord).
 // Returns {1 if the node had been taken for dead, state, ms left of the
 // restore window, then kind, uid, channel, ms per edge made}; state is 0
 // applied, 1 not applied (the restore window is open), 2 not applied
@@ -345,8 +358,10 @@ while i <= #ARGV do
     setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
     i = i + 4
   else
-    setMember(node, ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1', ARGV[i + 4] == '1')
-    i = i + 5
+    local rv, rh, rj
+    if ARGV[i] == 'M' then rv, rh, rj = tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7] end
+    setMember(node, ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1', ARGV[i + 4] == '1', rv, rh, rj)
+    if rv then i = i + 8 else i = i + 5 end
   end
 end
 quiet = false
@@ -429,72 +444,6 @@ for _, v in ipairs(produced) do out[#out + 1] = v end
 return out
 `)
 
-// channelScript reads a channel's members, and which of them are away, with
-// the shard's edge counter in one atomic step, so edges after the snapshot
-// are told from those in it.
-// ARGV: tag, channel. Returns {seq, {member, ...}, {away member, ...}, ms
-// left of the shard's restore window}.
-var channelScript = redis.NewScript(restoreLeft + `
-local seq = tonumber(redis.call('GET', K('seq')) or '0')
-local function of(key)
-  local r = redis.call('ZRANGEBYLEX', K(key), '[' .. ARGV[2] .. ' ', '(' .. ARGV[2] .. '!')
-  for i, rec in ipairs(r) do r[i] = string.sub(rec, #ARGV[2] + 2) end
-  return r
-end
-return {seq, of('c'), of('ca'), left}
-`)
-
-// restoreLeft sets left to the ms left of the shard's restore
-// window: a snapshot read inside it may miss what a node has not restored
-// yet.
-var restoreLeft = luaKeys + `
-local left = 0
-local till = redis.call('HGET', K('clock'), 'restore')
-if till then
-  local t = redis.call('TIME')
-  left = math.max(0, tonumber(till) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-end
-`
-
-// usersScript reads whether users are online and away, with the edge
-// counter. ARGV: tag, uid, ... Returns {seq, 0 (offline), 1 (online,
-// active) or 2 (online, away) per uid, ms left of the restore window}.
-var usersScript = redis.NewScript(restoreLeft + `
-local out = {tonumber(redis.call('GET', K('seq')) or '0')}
-for i = 2, #ARGV do
-  local conns = tonumber(redis.call('HGET', K('conns'), ARGV[i]) or '0')
-  if conns <= 0 then
-    out[i] = 0
-  elseif tonumber(redis.call('HGET', K('away'), ARGV[i]) or '0') >= conns then
-    out[i] = 2
-  else
-    out[i] = 1
-  end
-end
-out[#ARGV + 1] = left
-return out
-`)
-
-// statusScript reads a user's connections, away connections and, while it
-// is offline, when it went offline if that is within the last-seen TTL.
-// ARGV: tag, uid, last-seen TTL ms. Returns {conns, away, ms or 0}.
-var statusScript = redis.NewScript(luaKeys + `
-local uid = ARGV[2]
-local conns = tonumber(redis.call('HGET', K('conns'), uid) or '0')
-local away = tonumber(redis.call('HGET', K('away'), uid) or '0')
-local seen = 0
-if conns <= 0 then
-  local at = redis.call('ZSCORE', K('seen'), uid)
-  if at then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    at = tonumber(at)
-    if now - at <= tonumber(ARGV[3]) then seen = at end
-  end
-end
-return {conns, away, seen}
-`)
-
 // publishScript publishes a message once, and only until its last moment.
 // Its ID records the outcome: "1" once published, "0" once settled unpublished
 // (settleScript), so a call run again (go-redis retries on a broken
@@ -537,7 +486,7 @@ return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // shardKeyNames are the keys of a shard, T:<name>, in the order every
 // script of the shard is given them as KEYS; see the table above.
 var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
-	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca"}
+	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr"}
 
 // luaKeys makes K(name) the shard's key of that name, from KEYS: a name
 // not in KEYS is an error, so a script never touches a key it did not

@@ -15,7 +15,7 @@ func (w *writer) settle(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		w.mu.Lock()
-		idle := w.pending.n == 0 && w.inflight == 0
+		idle := w.pending.n == 0 && w.inflight == 0 && len(w.recOps) == 0 && w.recInflight == 0 && len(w.repub) == 0
 		w.mu.Unlock()
 		if idle || w.health.isDown() {
 			return

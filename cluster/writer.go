@@ -28,6 +28,14 @@ type writer struct {
 	localMembers map[string]map[string]bool // channel -> uid -> away
 	closed       bool
 	wake         chan struct{}
+	// Records: the changes not yet in Redis, in order, those taken by a
+	// write under way, and the changed records to copy to the channels
+	// this node holds of their users.
+	recOps      []recordOp
+	recInflight int
+	repub       []republish
+	// recordOf returns a user's record as the router knows it; set by New.
+	recordOf func(uid string) (knownRecord, bool)
 
 	// Owned by loop: what Redis holds for this node, i.e. the state whose
 	// edges were produced.
@@ -132,7 +140,7 @@ func (w *writer) setMember(channel, uid string, on, away bool) bool {
 }
 
 func (w *writer) countPendingLocked() {
-	w.m.pending.Set(float64(w.pending.n + w.inflight))
+	w.m.pending.Set(float64(w.pending.n + w.inflight + len(w.recOps) + w.recInflight))
 }
 
 // poke wakes the loop.
@@ -315,7 +323,9 @@ func (w *writer) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	// After the counts: a record change waits behind the SetUser and
+	// SetMember calls made before it.
+	return w.flushRecords(ctx)
 }
 
 // restoreLost writes again, through the restore mode, what had landed in the
@@ -344,6 +354,9 @@ func (w *writer) restoreLost(ctx context.Context) error {
 		calls = append(calls, w.batches(s, recs, modeRestore)...)
 	}
 	_, err := w.runSet(ctx, calls, modeRestore)
+	if err == nil {
+		w.putBackRecords(shards)
+	}
 	return err
 }
 
@@ -407,7 +420,7 @@ func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
 		w.landed[shard], w.writes, w.restoreWindow().Milliseconds(), m}
 	for _, r := range recs {
-		args = append(args, r.args()...)
+		args = append(args, w.recordArgs(r)...)
 	}
 	return scriptCall{shard: shard, args: args, recs: recs, write: w.writes}
 }
