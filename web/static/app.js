@@ -21,6 +21,8 @@ import { removeSim, renderSims } from './sims.js';
 import { dropRoom, renderRooms } from './members.js';
 import { STATUS_WORDS, askLastSeen, renderWatch } from './watched.js';
 import { addChat, showChat } from './chat.js';
+import { renderStatus } from './status.js';
+import { MODE_WORDS, noteWords } from './people.js';
 
 const MAX_EDGES_LOGGED = 10; // per diff; a big diff is summed up after these
 
@@ -53,7 +55,7 @@ function guestUid() {
 
 // me is the page's connection, made once the page knows it may connect;
 // until then a stand-in says "not yet".
-page.me = { state: 'new', uid, timeoutMs: 0, away: false, attempt: 0, retryAt: 0, liveSince: 0, lastSent: 0, lastRecv: 0, lastClose: null, channel: () => null };
+page.me = { state: 'new', uid, timeoutMs: 0, away: false, attempt: 0, retryAt: 0, liveSince: 0, lastSent: 0, lastRecv: 0, lastClose: null, channel: () => null, record: () => undefined };
 
 // ---- demo mode or tokens ----
 
@@ -135,6 +137,20 @@ function logEdges(kind, uids, text) {
   if (uids.length > MAX_EDGES_LOGGED) logEvent(kind, '', `and ${plural(uids.length - MAX_EDGES_LOGGED, 'more user')}: ${text}`);
 }
 
+// logUpdates logs the records that changed, once per user however many of
+// this page's rooms and watches told of it in the same moment.
+const lastLogged = new Map(); // uid -> what was logged of its record
+function logUpdates(updated) {
+  for (const [u, r] of Object.entries(updated || {}).slice(0, MAX_EDGES_LOGGED)) {
+    if (u === page.me.uid) continue; // the status card shows it, and the picker logged it
+    const words = [r.mode ? MODE_WORDS[r.mode] : 'online', r.note ? `note: ${noteWords(r.note)}` : 'no note'].join(' · ');
+    if (lastLogged.get(u) === words) continue;
+    lastLogged.set(u, words);
+    if (lastLogged.size > 1000) lastLogged.delete(lastLogged.keys().next().value);
+    logEvent('status', u, words);
+  }
+}
+
 function dataText(v) {
   const s = JSON.stringify(v === undefined ? null : v);
   return s.length > 300 ? `${s.slice(0, 300)}…` : s;
@@ -192,6 +208,7 @@ function listen() {
     logEdges('leave', d.leaves, `left ${d.channel}`);
     logEdges('away', d.away, `is away (${d.channel})`);
     logEdges('active', d.active, `is back (${d.channel})`);
+    logUpdates(d.updated);
     renderSoon();
   });
   page.me.addEventListener('typing', renderSoon);
@@ -219,6 +236,7 @@ function listen() {
   });
   page.me.addEventListener('status', (ev) => {
     for (const c of watch.status(ev.detail, Date.now())) logEvent(c.kind, c.uid, STATUS_WORDS[c.kind]);
+    logUpdates(ev.detail.updated);
     renderSoon();
   });
   page.me.addEventListener('error', (ev) => {
@@ -353,6 +371,7 @@ function render() {
   renderSims(now);
   renderRooms(now);
   renderWatch(now);
+  renderStatus(now);
 }
 
 function loop() {

@@ -2,6 +2,7 @@
 
 import { Throttle, fmtClock, typingText } from './format.js';
 import { $, LOBBY, live, logEvent, page, rooms, ui } from './state.js';
+import { nameOf } from './people.js';
 
 const MAX_CHAT = 200;
 const MAX_CHAT_BYTES = 4000; // under the server's default 4096-byte frame limit, with room for the JSON around it
@@ -22,7 +23,12 @@ export function addChat(ch, { from = '', text, system = '' }, at) {
   const head = document.createElement('div');
   head.className = 'head';
   const who = document.createElement(from ? 'code' : 'span');
-  who.textContent = from || system;
+  // The name as it was when the message came; the ID stays in the tooltip.
+  who.textContent = from ? nameOf(from) : system;
+  if (from && who.textContent !== from) {
+    who.className = 'named';
+    who.title = from;
+  }
   const time = document.createElement('time');
   time.textContent = fmtClock(at);
   head.append(who, time);
@@ -40,7 +46,9 @@ export function addChat(ch, { from = '', text, system = '' }, at) {
 
 // renderTyping says who types in the selected room, others than this user.
 export function renderTyping(r, c) {
-  const t = r && r.state === 'joined' && live(page.me) ? typingText(c.typing, Math.max(r.typingCount, c.typing.length), page.me.uid) : '';
+  const me = page.me.uid;
+  const names = c.typing.map((u) => (u === me ? u : nameOf(u)));
+  const t = r && r.state === 'joined' && live(page.me) ? typingText(names, Math.max(r.typingCount, c.typing.length), me) : '';
   if (ui.typing.textContent !== t) ui.typing.textContent = t;
 }
 

@@ -93,3 +93,43 @@ export function socketURL(query) {
   for (const [k, v] of Object.entries(query)) u.searchParams.set(k, v);
   return u.toString();
 }
+
+/**
+ * fmtLeft writes the time left before a note clears, as a countdown that
+ * visibly ticks: "0:45", "29:59", "3:59:59", and "2 d 4 h" past a day.
+ */
+export function fmtLeft(ms) {
+  const s = Math.max(0, Math.ceil(ms / 1000));
+  const p = (n) => String(n).padStart(2, '0');
+  if (s >= 86400) {
+    const d = Math.floor(s / 86400);
+    const h = Math.floor((s % 86400) / 3600);
+    return h ? `${d} d ${h} h` : `${d} d`;
+  }
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return h ? `${h}:${p(m)}:${p(s % 60)}` : `${m}:${p(s % 60)}`;
+}
+
+/**
+ * clearAt turns a "clear after" choice into a note's until (Unix ms): ''
+ * is never (0), 'today' the coming local midnight, a number that many ms
+ * from now.
+ */
+export function clearAt(choice, now = Date.now()) {
+  if (!choice) return 0;
+  if (choice === 'today') {
+    const d = new Date(now);
+    d.setHours(24, 0, 0, 0);
+    return d.getTime();
+  }
+  const ms = Number(choice);
+  return Number.isFinite(ms) && ms > 0 ? Math.round(now + ms) : 0;
+}
+
+/** codePoints counts the characters of s as the server does: Unicode code points. */
+export function codePoints(s) {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}

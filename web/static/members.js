@@ -4,6 +4,7 @@
 
 import { fmtDur, validChannel } from './format.js';
 import { showChat, renderTyping } from './chat.js';
+import { PERSON_PARTS, drawPerson } from './people.js';
 import { $, MAX_SIMS, heard, live, logEvent, newRoom, page, render, renderSoon, rooms, sims, syncChildren, tickMs, timeoutMs, ui, watch } from './state.js';
 
 const MAX_USERS_SHOWN = 1000;
@@ -84,7 +85,7 @@ export function renderRooms(now) {
     if (!li) {
       li = document.createElement('li');
       li.dataset.uid = u;
-      li.innerHTML = '<span class="dot"></span><code class="uid"></code><span class="tag"></span><span class="seen"></span>';
+      li.innerHTML = `<span class="dot"></span>${PERSON_PARTS}<span class="tag"></span><span class="seen"></span>`;
       li.querySelector('.uid').textContent = u;
     }
     rows.delete(u);
@@ -94,8 +95,11 @@ export function renderRooms(now) {
     const away = c.away.has(u);
     li.classList.toggle('known', known);
     li.classList.toggle('away', away);
+    drawPerson(li, u, now);
     li.querySelector('.dot').style.setProperty('--life', known ? (1 - age / t).toFixed(3) : '0');
-    const tag = u === page.me.uid ? 'you' : mine.has(u) ? 'simulated' : watch.has(u) ? 'watched' : '';
+    // An invisible user is listed only on its own pages: tell it that no one else sees it.
+    const you = li.dataset.mode === 'invisible' ? 'you · invisible' : 'you';
+    const tag = u === page.me.uid ? you : mine.has(u) ? 'simulated' : watch.has(u) ? 'watched' : '';
     li.querySelector('.tag').textContent = away ? (tag ? `${tag} · away` : 'away') : tag;
     li.querySelector('.seen').textContent = at > 0 ? `heard ${fmtDur(age)} ago` : '';
     li.title = known

@@ -3,6 +3,7 @@
 
 import { fmtAgo, fmtDur, validUid } from './format.js';
 import { $, live, logEvent, page, render, renderSoon, syncChildren, ui, watch } from './state.js';
+import { PERSON_PARTS, drawPerson } from './people.js';
 
 const MAX_WATCHED = 50;
 
@@ -24,7 +25,7 @@ export function renderWatch(now) {
     if (!li) {
       li = document.createElement('li');
       li.dataset.uid = u;
-      li.innerHTML = '<span class="dot"></span><code class="uid"></code><span class="seen"></span>' +
+      li.innerHTML = `<span class="dot"></span>${PERSON_PARTS}<span class="seen"></span>` +
         '<button type="button" class="small-btn icon" data-act="unwatch" aria-label="Stop watching" title="Stop watching">×</button>';
       li.querySelector('.uid').textContent = u;
     }
@@ -32,6 +33,7 @@ export function renderWatch(now) {
     const away = state === 'online' && w.away;
     li.dataset.online = state;
     li.dataset.away = String(away);
+    drawPerson(li, u, now);
     li.dataset.lastSeen = state === 'offline' && w.lastSeen ? String(w.lastSeen) : '';
     const since = w.since ? ` for ${fmtDur(now - w.since)}` : '';
     let seen;
