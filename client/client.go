@@ -173,9 +173,13 @@ func (c *Client) Close() error {
 // the last frame read, and calls awaiting an answer (Join, Leave, Watch,
 // LoadMembers) wait too, as far as their contexts let them.
 //
-// Every other event is a notice of state that Channel and User keep
-// exact: a notice that finds the buffer full, or a data event waiting for
-// room, is dropped (see Dropped).
+// Every other event is a notice of state that Channel, User and Record
+// keep exact: a notice that finds the buffer full, or a data event waiting
+// for room, is dropped (see Dropped). The snapshots, diffs and status
+// frames carry the records of the users they list (Users) and the changed
+// ones (Updated), normalized as Record gives them (mode "online" as "",
+// info compact); a status frame is cut to the watched users, its records
+// too.
 func (c *Client) Events() <-chan protocol.Frame { return c.events }
 
 // Dropped is how many notices were dropped because the Events buffer was

@@ -1,8 +1,8 @@
 // Package client is a Go client of presenced: it keeps one WebSocket to the
 // server, reconnects it when it drops, and keeps the presence state the
 // server reports (every joined channel's members, who of them is away and
-// who types, and the watched users' state and last seen) exact across
-// reconnects.
+// who types, the watched users' state and last seen, and the record of
+// each user it sees: info, mode and note) exact across reconnects.
 //
 // Dial connects and returns once the connection is live: the server's
 // welcome and the snapshot of every channel of Options.Channels have come;
@@ -17,11 +17,25 @@
 // snapshots, so nobody who left while it was away stays a member. Until a
 // new snapshot comes, the last state is kept.
 //
-// The state is read with Channel and User, whether or not the events are:
+// The state is read with Channel, User and Record, whether or not the
+// events are:
 // Events delivers every frame the server sent, as the typed values of
 // package protocol (*protocol.Joined, *protocol.Presence, *protocol.Chat,
 // ...), and the Client's own *StateChange, after the state was updated,
 // in the order they came.
+//
+// # Records
+//
+// Set sets the user's own mode (online, do-not-disturb or invisible) and
+// status note; Record reads the record of any user the Client sees: its
+// own user, the members it holds of its channels, and the watched users
+// who are online. The records come with the snapshots, pages, watch
+// answers and diffs that list the users (their Users), and changes with
+// the diffs and status frames of the members and watched users (their
+// Updated), which Events passes on like the rest. The Client forgets a
+// record when it stops seeing the user (a leave, an offline, a channel
+// left, a watch list without the user), so the records are bounded by the
+// state, and it keeps its own.
 //
 // # Data events and notices
 //
@@ -61,6 +75,13 @@
 //   - A snapshot that contradicts itself (a negative or absurd count, more
 //     members than its count, members out of order, away users it does
 //     not list) fails the Join, or the reconnect, with ErrProtocol.
+//   - A record that breaks the protocol's rules (an unknown mode, info
+//     that is not a JSON object or is over protocol.MaxInfo bytes, a note
+//     with neither text nor emoji, too long, or with a negative until), or
+//     a record of a user the frame does not list, makes its frame broken:
+//     a snapshot, page or watch answer fails its call with ErrProtocol, a
+//     diff or status frame is ignored. A welcome's broken mode or note is
+//     taken as none.
 //   - A members page that breaks the paging rules (a next that does not
 //     come after the request's after or is not the page's last member,
 //     members not after after, out of order, more than asked or counted)
@@ -69,8 +90,8 @@
 //     passed on to Events. These are diffs and typing frames with a
 //     negative or absurd count or about a channel not joined on this
 //     connection, snapshots, pages and watch answers nobody asked for, and
-//     status about users not watched (a status frame is cut to the watched
-//     users). They never end the connection: ignored, they do no harm,
+//     status about users not watched (a status frame, its records
+//     included, is cut to the watched users). They never end the connection: ignored, they do no harm,
 //     and the state the rest of the frames keep is still right.
 //   - The welcome's timeout is taken between 300 ms and 10 minutes.
 //
@@ -83,9 +104,9 @@
 // the order it came, and one writer goroutine, which sends every frame
 // (gorilla/websocket allows one of each); a third goroutine connects,
 // reconnects and refreshes the token. Calls that send a frame (Join, Leave,
-// Watch, Chat, Typing, SetActivity, LoadMembers) made while the Client is
-// reconnecting wait until it is live again or their context ends; Join,
-// Leave, Watch and LoadMembers also wait for the server's answer. Close
+// Watch, Chat, Typing, SetActivity, Set, LoadMembers) made while the Client
+// is reconnecting wait until it is live again or their context ends; Join,
+// Leave, Watch, Set and LoadMembers also wait for the server's answer. Close
 // stops everything and may be called more than once.
 //
 // # Keepalives

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http/httptest"
@@ -53,4 +54,57 @@ func Example() {
 	// lobby: [alice]
 	// joins: [bob] lobby: [alice bob]
 	// bob: hi alice
+}
+
+// ExampleClient_Set: alice sets do-not-disturb with a note, then clears
+// both; bob, in the same channel, hears of each change in a diff and reads
+// her record.
+func ExampleClient_Set() {
+	hub, err := transport.New(transport.Config{Slots: 501, Tick: 20 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	defer hub.Shutdown(context.Background())
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+
+	ctx := context.Background()
+	alice, err := client.Dial(ctx, url, client.Options{UID: "alice", Channels: []string{"lobby"}})
+	if err != nil {
+		panic(err)
+	}
+	defer alice.Close()
+	bob, err := client.Dial(ctx, url, client.Options{UID: "bob", Channels: []string{"lobby"}})
+	if err != nil {
+		panic(err)
+	}
+	defer bob.Close()
+
+	meeting := &client.Note{Text: "In a meeting", Emoji: "📅", Until: time.Now().Add(time.Hour).UnixMilli()}
+	if err := alice.Set(ctx, client.Record{Mode: protocol.ModeDND, Note: meeting}); err != nil {
+		panic(err)
+	}
+	for ev := range bob.Events() {
+		p, ok := ev.(*protocol.Presence)
+		if !ok {
+			continue
+		}
+		if _, changed := p.Updated["alice"]; !changed {
+			continue
+		}
+		r, _ := bob.Record("alice")
+		if r.Note == nil {
+			fmt.Println("alice:", cmp.Or(r.Mode, "online"), "without a note")
+			break
+		}
+		fmt.Println("alice:", r.Mode, r.Note.Emoji, r.Note.Text)
+		// The zero Record: online, and no note.
+		if err := alice.Set(ctx, client.Record{}); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// alice: dnd 📅 In a meeting
+	// alice: online without a note
 }
