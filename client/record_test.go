@@ -275,3 +275,38 @@ func TestRecordsAcrossReconnects(t *testing.T) {
 	assert.Equal(t, client.Record{Note: &client.Note{Text: "two"}}, record(t, bob, "alice"), "from the new snapshot")
 	assert.Equal(t, client.Record{Mode: protocol.ModeDND}, record(t, bob, "bob"), "its own, kept by the server")
 }
+
+// TestRecordsOfPagedMembers: a snapshot cut at the member list brings the
+// records of the members it lists only; LoadMembers brings the others',
+// and a diff's update reaches the members held.
+func TestRecordsOfPagedMembers(t *testing.T) {
+	cfg := realClock()
+	cfg.presence.MemberList = 2
+	s := startServer(t, cfg)
+	ctx := ctxLong(t)
+	var ms []*member
+	for _, uid := range []string{"m1", "m2", "m3", "m4"} {
+		m := s.connect(t, uid, "big")
+		ms = append(ms, m)
+		require.NoError(t, s.node.Set(m, protocol.Set{Mode: protocol.ModeDND, Note: &protocol.Note{Text: uid}, NoteSet: true}))
+	}
+	opts := fast("watcher", "big")
+	opts.PageLimit = 2
+	c := dial(t, s, opts)
+	want := func(uid string) client.Record {
+		return client.Record{Mode: protocol.ModeDND, Note: &client.Note{Text: uid}}
+	}
+	assert.Equal(t, want("m1"), record(t, c, "m1"))
+	assert.Equal(t, want("m2"), record(t, c, "m2"))
+	_, ok := c.Record("m4")
+	assert.False(t, ok, "not listed yet")
+
+	require.NoError(t, c.LoadMembers(ctx, "big"))
+	for _, uid := range []string{"m1", "m2", "m3", "m4"} {
+		assert.Equal(t, want(uid), record(t, c, uid), uid)
+	}
+	require.NoError(t, s.node.Set(ms[3], protocol.Set{NoteSet: true}))
+	eventually(t, func() bool { return hasRecord(c, "m4", client.Record{Mode: protocol.ModeDND}) }, "m4's note cleared")
+	s.disconnect(ms[2])
+	eventually(t, func() bool { _, ok := c.Record("m3"); return !ok }, "m3 forgotten when it left")
+}
