@@ -1,0 +1,426 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
+)
+
+// frameConn is a connection as a presence.Node sees it that keeps the
+// presence and status frames it is sent.
+type frameConn struct {
+	mu     sync.Mutex
+	frames []sentFrame
+}
+
+type sentFrame struct {
+	typ string
+	p   struct {
+		Joins    []string                   `json:"joins"`
+		Leaves   []string                   `json:"leaves"`
+		Online   []string                   `json:"online"`
+		Offline  []string                   `json:"offline"`
+		Users    map[string]protocol.Record `json:"users"`
+		Updated  map[string]protocol.Record `json:"updated"`
+		LastSeen map[string]int64           `json:"last_seen"`
+	}
+}
+
+func (c *frameConn) Send(f protocol.Encoded) {
+	sf := sentFrame{typ: f.Type}
+	_ = json.Unmarshal(f.Data, &sf.p)
+	c.mu.Lock()
+	c.frames = append(c.frames, sf)
+	c.mu.Unlock()
+}
+func (*frameConn) Probe()            {}
+func (*frameConn) Close(int, string) {}
+
+// updates returns the records of uid that presence and status frames
+// carried in updated, in order.
+func (c *frameConn) updates(uid string) []protocol.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []protocol.Record
+	for _, f := range c.frames {
+		if rec, ok := f.p.Updated[uid]; ok {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// lastRecord returns uid's record as the frames so far showed it: in the
+// users of a join or status, or in updated.
+func (c *frameConn) lastRecord(uid string) (protocol.Record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var rec protocol.Record
+	found := false
+	for _, f := range c.frames {
+		if r, ok := f.p.Users[uid]; ok {
+			rec, found = r, true
+		}
+		if r, ok := f.p.Updated[uid]; ok {
+			rec, found = r, true
+		}
+	}
+	return rec, found
+}
+
+// saw reports whether a frame of typ passes match.
+func (c *frameConn) saw(typ string, match func(sentFrame) bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.frames, func(f sentFrame) bool { return f.typ == typ && match(f) })
+}
+
+// edgeLog keeps the edges several Nodes hand to OnEdges.
+type edgeLog struct {
+	mu    sync.Mutex
+	edges map[string][]presence.Edge // node -> edges, in order
+}
+
+func (l *edgeLog) on(node string) func([]presence.Edge) {
+	return func(es []presence.Edge) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.edges[node] = append(l.edges[node], es...)
+	}
+}
+
+// updates returns, per node, the update edges of uid.
+func (l *edgeLog) updates(uid string) map[string][]protocol.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]protocol.Record{}
+	for n, es := range l.edges {
+		for _, e := range es {
+			if e.Kind == presence.EdgeUpdate && e.UID == uid {
+				out[n] = append(out[n], e.Record)
+			}
+		}
+	}
+	return out
+}
+
+// recNode is a presence.Node on a cluster engine whose clock the test
+// steps, with its connections, touched at each step so none times out.
+type recNode struct {
+	*presence.Node
+	e     *Engine
+	mu    sync.Mutex
+	conns []presence.Client
+}
+
+func startRecordNode(t *testing.T, srv *redisServer, name string, log *edgeLog) *recNode {
+	t.Helper()
+	e, err := New(testConfig(srv.client(t), name))
+	require.NoError(t, err)
+	n, err := presence.New(presence.Config{Engine: e, Slots: 61, Tick: time.Second, OnEdges: log.on(name)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		e.crash()
+		cancel()
+		<-done
+		n.Close()
+	})
+	return &recNode{Node: n, e: e}
+}
+
+func (n *recNode) connect(t *testing.T, uid string, channels ...string) *frameConn {
+	t.Helper()
+	c := &frameConn{}
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	require.NoError(t, n.Connect(ctx, c, uid, channels))
+	n.mu.Lock()
+	n.conns = append(n.conns, c)
+	n.mu.Unlock()
+	return c
+}
+
+func (n *recNode) disconnect(c presence.Client) {
+	n.mu.Lock()
+	n.conns = slices.DeleteFunc(n.conns, func(x presence.Client) bool { return x == c })
+	n.mu.Unlock()
+	n.Disconnect(c)
+}
+
+// step steps the clock once, its connections kept alive.
+func (n *recNode) step() {
+	n.mu.Lock()
+	cs := slices.Clone(n.conns)
+	n.mu.Unlock()
+	for _, c := range cs {
+		n.Touch(c)
+	}
+	n.Step()
+}
+
+// waitSteps steps the nodes' clocks until check holds.
+func waitSteps(t *testing.T, what string, check func(ct *assert.CollectT), nodes ...*recNode) {
+	t.Helper()
+	eventually(t, what, func(ct *assert.CollectT) {
+		for _, n := range nodes {
+			n.step()
+		}
+		check(ct)
+	})
+}
+
+func dnd() protocol.Set { return protocol.Set{Mode: protocol.ModeDND} }
+
+// A set on node a reaches the members of a channel on node b as updated,
+// once; an invisible user is, to b's clients, a member that left; the
+// HTTP reads of either node tell the truth with the key, and Hidden says
+// who is invisible.
+func TestRecordSetReachesOtherNodeAndInvisibleHides(t *testing.T) {
+	srv := startRedis(t)
+	log := &edgeLog{edges: map[string][]presence.Edge{}}
+	a := startRecordNode(t, srv, "a", log)
+	b := startRecordNode(t, srv, "b", log)
+	ctx := context.Background()
+
+	bob := b.connect(t, "bob", "lobby")
+	alice := a.connect(t, "alice", "lobby")
+	waitSteps(t, "alice joins on b", func(ct *assert.CollectT) {
+		assert.True(ct, bob.saw("presence", func(f sentFrame) bool { return slices.Contains(f.p.Joins, "alice") }))
+	}, a, b)
+
+	require.NoError(t, a.Set(alice, dnd()))
+	waitSteps(t, "alice's dnd on b", func(ct *assert.CollectT) {
+		assert.Equal(ct, []protocol.Record{{Mode: protocol.ModeDND}}, bob.updates("alice"))
+	}, a, b)
+	waitSteps(t, "one update edge, on a", func(ct *assert.CollectT) {
+		assert.Equal(ct, map[string][]protocol.Record{"a": {{Mode: protocol.ModeDND}}}, log.updates("alice"))
+	}, a, b)
+	st, err := b.Status(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, protocol.Record{Mode: protocol.ModeDND}, st.Record)
+	assert.True(t, st.HiddenAt.IsZero())
+
+	// The same set again changes nothing: no edge, no frame.
+	require.NoError(t, a.Set(alice, dnd()))
+	note := &protocol.Note{Text: "lunch"}
+	require.NoError(t, a.Set(alice, protocol.Set{Note: note, NoteSet: true}))
+	waitSteps(t, "alice's note on b", func(ct *assert.CollectT) {
+		assert.Len(ct, bob.updates("alice"), 2)
+	}, a, b)
+	assert.Equal(t, protocol.Record{Mode: protocol.ModeDND, Note: note}, bob.updates("alice")[1])
+	assert.Len(t, log.updates("alice")["a"], 2, "the repeated dnd made no edge")
+
+	before := time.Now()
+	require.NoError(t, a.Set(alice, protocol.Set{Mode: protocol.ModeInvisible}))
+	waitSteps(t, "alice leaves, as b's clients see it", func(ct *assert.CollectT) {
+		assert.True(ct, bob.saw("presence", func(f sentFrame) bool { return slices.Contains(f.p.Leaves, "alice") }))
+	}, a, b)
+	count, members, _, err := b.VisibleMembers(ctx, "lobby", "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+	assert.Equal(t, []string{"bob"}, members)
+	for _, n := range []*recNode{a, b} {
+		hidden, err := n.e.Hidden(ctx, "lobby")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"alice"}, hidden)
+		hidden, err = n.e.Hidden(ctx, "")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"alice"}, hidden)
+		hidden, err = n.e.Hidden(ctx, "elsewhere")
+		require.NoError(t, err)
+		assert.Empty(t, hidden)
+	}
+	st, err = b.Status(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Conns)
+	assert.Equal(t, protocol.ModeInvisible, st.Record.Mode)
+	assert.WithinRange(t, st.HiddenAt, before.Add(-time.Second), time.Now().Add(time.Second))
+	vs, err := b.VisibleStatus(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 0, vs.Conns)
+	assert.Equal(t, st.HiddenAt, vs.LastSeen)
+
+	// A client that joins on b now does not see alice either.
+	carol := b.connect(t, "carol", "lobby")
+	waitSteps(t, "b steps", func(ct *assert.CollectT) {}, a, b)
+	assert.False(t, carol.saw("presence", func(f sentFrame) bool { return slices.Contains(f.p.Joins, "alice") }))
+
+	require.NoError(t, a.Set(alice, protocol.Set{Mode: protocol.ModeOnline}))
+	waitSteps(t, "alice back on b, with her record", func(ct *assert.CollectT) {
+		assert.True(ct, carol.saw("presence", func(f sentFrame) bool {
+			return slices.Contains(f.p.Joins, "alice") && f.p.Users["alice"].Note != nil
+		}))
+	}, a, b)
+	hidden, err := b.e.Hidden(ctx, "lobby")
+	require.NoError(t, err)
+	assert.Empty(t, hidden)
+}
+
+// A member that is invisible before another node follows its channel is
+// left out of that node's snapshot: the channel's shard has its record.
+func TestRecordInvisibleMemberHiddenInSnapshot(t *testing.T) {
+	srv := startRedis(t)
+	log := &edgeLog{edges: map[string][]presence.Edge{}}
+	a := startRecordNode(t, srv, "a", log)
+	b := startRecordNode(t, srv, "b", log)
+	ctx := context.Background()
+
+	alice := a.connect(t, "alice", "lobby")
+	require.NoError(t, a.Set(alice, protocol.Set{Mode: protocol.ModeInvisible}))
+	waitSteps(t, "alice invisible in redis", func(ct *assert.CollectT) {
+		hidden, err := a.e.Hidden(ctx, "lobby")
+		assert.NoError(ct, err)
+		assert.Equal(ct, []string{"alice"}, hidden)
+	}, a)
+	// The channel's copy of her record comes from a, which heard of the
+	// change on her topic.
+	waitSteps(t, "the channel's copy", func(ct *assert.CollectT) {
+		k := a.e.keys[a.e.shard("lobby")]
+		copy, err := srv.client(t).HGet(ctx, k.tag+":mr", "lobby alice").Result()
+		assert.NoError(ct, err)
+		assert.Contains(ct, copy, `"mode":"invisible"`)
+	}, a)
+
+	bob := b.connect(t, "bob", "lobby")
+	dave := b.connect(t, "dave", "lobby")
+	waitSteps(t, "b steps", func(ct *assert.CollectT) {
+		assert.True(ct, bob.saw("presence", func(f sentFrame) bool { return slices.Contains(f.p.Joins, "dave") }))
+	}, a, b)
+	for _, c := range []*frameConn{bob, dave} {
+		assert.False(t, c.saw("presence", func(f sentFrame) bool { return slices.Contains(f.p.Joins, "alice") }))
+	}
+	count, members, _, err := b.VisibleMembers(ctx, "lobby", "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	assert.Equal(t, []string{"bob", "dave"}, members)
+}
+
+// A note that runs out is cleared once across the nodes whose clients see
+// it: both clocks ask, one clears it, and one update edge goes out.
+func TestRecordNoteExpiresOnceAcrossNodes(t *testing.T) {
+	srv := startRedis(t)
+	log := &edgeLog{edges: map[string][]presence.Edge{}}
+	a := startRecordNode(t, srv, "a", log)
+	b := startRecordNode(t, srv, "b", log)
+
+	bob := b.connect(t, "bob", "lobby")
+	alice := a.connect(t, "alice", "lobby")
+	// alice is on both nodes, so both views time her note.
+	alice2 := b.connect(t, "alice", "lobby")
+	until := time.Now().Add(1500 * time.Millisecond).UnixMilli()
+	note := &protocol.Note{Text: "brb", Until: until}
+	require.NoError(t, a.Set(alice, protocol.Set{Note: note, NoteSet: true}))
+	waitSteps(t, "the note on b", func(ct *assert.CollectT) {
+		assert.Equal(ct, []protocol.Record{{Note: note}}, bob.updates("alice"))
+	}, a, b)
+	// A client drops a note at its until by itself: the clear is no news
+	// to a view, which shows notes as of now; it is in Redis and an edge.
+	waitSteps(t, "the note cleared in redis", func(ct *assert.CollectT) {
+		st, err := b.Status(context.Background(), "alice")
+		assert.NoError(ct, err)
+		assert.Equal(ct, 2, st.Conns)
+		assert.Nil(ct, st.Record.Note)
+	}, a, b)
+	rec, _ := alice2.lastRecord("alice")
+	assert.Equal(t, protocol.Record{Note: note}, rec, "alice's own connection on b had the note")
+	// Both nodes asked by now; let any late second clear show.
+	for range 20 {
+		a.step()
+		b.step()
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := log.updates("alice")
+	assert.Len(t, append(all["a"], all["b"]...), 2, "the set and one expiry: %v", all)
+	assert.Equal(t, []protocol.Record{{Note: note}}, all["a"][:1])
+	recs, err := b.Records(context.Background(), []string{"alice"})
+	require.NoError(t, err)
+	assert.Empty(t, recs)
+}
+
+// A record outlives its user's connections by the last-seen TTL: a user
+// who reconnects, on another node, finds its mode and note; info comes from
+// its connections.
+func TestRecordSurvivesReconnect(t *testing.T) {
+	srv := startRedis(t)
+	log := &edgeLog{edges: map[string][]presence.Edge{}}
+	a := startRecordNode(t, srv, "a", log)
+	b := startRecordNode(t, srv, "b", log)
+	ctx := context.Background()
+
+	bob := b.connect(t, "bob", "lobby")
+	require.NoError(t, b.Watch(ctx, bob, []string{"alice"}))
+	alice := a.connect(t, "alice", "lobby")
+	note := &protocol.Note{Text: "away from desk", Emoji: "🏖"}
+	require.NoError(t, a.Set(alice, protocol.Set{Mode: protocol.ModeDND, Note: note, NoteSet: true}))
+	want := protocol.Record{Mode: protocol.ModeDND, Note: note}
+	waitSteps(t, "alice's record on b", func(ct *assert.CollectT) {
+		rec, _ := bob.lastRecord("alice")
+		assert.Equal(ct, want, rec)
+	}, a, b)
+	a.disconnect(alice)
+	waitSteps(t, "alice offline on b", func(ct *assert.CollectT) {
+		assert.True(ct, bob.saw("status", func(f sentFrame) bool { return slices.Contains(f.p.Offline, "alice") }))
+	}, a, b)
+	st, err := b.Status(ctx, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Conns)
+	assert.Equal(t, want, st.Record, "kept while offline")
+	assert.False(t, st.LastSeen.IsZero())
+
+	// A node that starts following her now hears when she went, though it
+	// never saw her go: its Relay has it with the snapshot.
+	seen := &seenRelay{at: map[string]time.Time{}}
+	startNodeRelay(t, testConfig(srv.client(t), "c"), func(_ *Engine, r *recorder) presence.Relay {
+		seen.recorder = r
+		return seen
+	}).follow(t, "alice")
+	assert.Equal(t, st.LastSeen, seen.get("alice"), "the snapshot of offline alice carries her last seen")
+
+	b.connect(t, "alice", "lobby")
+	waitSteps(t, "alice back on b's lobby, with her record", func(ct *assert.CollectT) {
+		assert.True(ct, bob.saw("presence", func(f sentFrame) bool {
+			return slices.Contains(f.p.Joins, "alice") && f.p.Users["alice"].Equal(want)
+		}))
+	}, a, b)
+	recs, err := a.Records(ctx, []string{"alice", "bob"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]protocol.Record{"alice": want}, recs)
+}
+
+// seenRelay is a recorder that keeps the time of every offline UserChanged,
+// snapshots' included.
+type seenRelay struct {
+	*recorder
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (r *seenRelay) UserChanged(uid string, on bool, at time.Time) {
+	if !on {
+		r.mu.Lock()
+		r.at[uid] = at
+		r.mu.Unlock()
+	}
+	r.recorder.UserChanged(uid, on, at)
+}
+
+func (r *seenRelay) get(uid string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at[uid]
+}
