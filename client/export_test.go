@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,3 +51,10 @@ var (
 	RefreshAt   = refreshAt
 	Backoff     = backoff
 )
+
+// RecordIDs returns the users whose records c keeps, sorted.
+func (c *Client) RecordIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.records))
+}
