@@ -73,8 +73,8 @@ func checkDiff(f *protocol.Presence) error {
 	return broken("diff of "+f.Channel, cmp.Or(
 		countErr(f.Count),
 		err,
-		normRecords(f.Users, setOf(f.Joins)),
-		normRecords(f.Updated, nil),
+		normRecords(f.Users, f.Joins, false),
+		normRecords(f.Updated, nil, true),
 	))
 }
 
@@ -84,7 +84,7 @@ func checkJoined(f *protocol.Joined) error {
 		listedErr(len(f.Members), f.Count),
 		sortedErr(f.Members, ""),
 		amongErr(f.Away, f.Members),
-		normRecords(f.Users, setOf(f.Members)),
+		normRecords(f.Users, f.Members, false),
 	))
 }
 
@@ -107,7 +107,7 @@ func checkPage(f *protocol.MembersPage, after string, limit int) error {
 		listedErr(len(f.Members), f.Count),
 		sortedErr(f.Members, after),
 		amongErr(f.Away, f.Members),
-		normRecords(f.Users, setOf(f.Members)),
+		normRecords(f.Users, f.Members, false),
 	))
 }
 
@@ -122,15 +122,15 @@ func checkTyping(f *protocol.TypingUsers) error {
 // checkWatching checks the records of an answer to a watch: only of users
 // it lists online, within the protocol's bounds.
 func checkWatching(f *protocol.Watching) error {
-	return broken("watch answer", normRecords(f.Users, setOf(f.Online)))
+	return broken("watch answer", normRecords(f.Users, f.Online, false))
 }
 
 // checkStatus checks the records of a status frame as checkWatching does,
 // before it is cut to the watched users.
 func checkStatus(f *protocol.Status) error {
 	return broken("status", cmp.Or(
-		normRecords(f.Users, setOf(f.Online)),
-		normRecords(f.Updated, nil),
+		normRecords(f.Users, f.Online, false),
+		normRecords(f.Updated, nil, true),
 	))
 }
 

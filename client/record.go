@@ -181,10 +181,17 @@ func normRecord(r Record) (Record, error) {
 }
 
 // normRecords checks and normalizes, in place, the records of a frame:
-// users lists records of those of listed (nil: anyone) only.
-func normRecords(users map[string]Record, listed map[string]struct{}) error {
+// users holds records of those of listed only, unless anyone.
+func normRecords(users map[string]Record, listed []string, anyone bool) error {
+	if len(users) == 0 {
+		return nil
+	}
+	var in set
+	if !anyone {
+		in = setOf(listed)
+	}
 	for uid, r := range users {
-		if _, ok := listed[uid]; listed != nil && !ok {
+		if _, ok := in[uid]; !anyone && !ok {
 			return fmt.Errorf("a record of %q, who is not listed", protocol.Truncate(uid))
 		}
 		n, err := normRecord(r)
