@@ -2,7 +2,6 @@ package presence
 
 import (
 	"slices"
-	"time"
 
 	"github.com/presenced/presenced/protocol"
 )
@@ -166,7 +165,6 @@ func (v *view) updatedLocked(log []edge, came []string, in func(uid string) bool
 		}
 	}
 	var out map[string]protocol.Record
-	now := time.Now()
 	for uid, was := range first {
 		if !in(uid) {
 			continue
@@ -179,7 +177,7 @@ func (v *view) updatedLocked(log []edge, came []string, in func(uid string) bool
 			before = *was
 		}
 		if uid != own {
-			before = before.Public(now)
+			before = before.Public()
 		}
 		if rec := v.recordLocked(uid, own); !rec.Equal(before) {
 			if out == nil {

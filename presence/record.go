@@ -140,7 +140,7 @@ func (n *Node) VisibleStatus(ctx context.Context, uid string) (UserStatus, error
 		}
 	}
 	st.HiddenAt = time.Time{}
-	st.Record = st.Record.Public(time.Now())
+	st.Record = st.Record.Public()
 	return st, nil
 }
 
@@ -187,3 +187,15 @@ func without(uids, drop []string) []string {
 	})
 }
 
+
+// RecordOf returns uid's whole record (invisible included) as this node's
+// view has it: for one of uid's own connections, such as its welcome once
+// Connect returned. The zero Record if the view has none.
+func (n *Node) RecordOf(uid string) protocol.Record {
+	n.v.mu.Lock()
+	defer n.v.mu.Unlock()
+	if r := n.v.records[uid]; r != nil {
+		return r.rec
+	}
+	return protocol.Record{}
+}

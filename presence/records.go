@@ -235,7 +235,7 @@ func (v *view) recordLocked(uid, own string) protocol.Record {
 	if uid == own {
 		return r.rec
 	}
-	return r.rec.Public(time.Now())
+	return r.rec.Public()
 }
 
 // usersLocked returns the records of those of uids that have one, as the

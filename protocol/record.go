@@ -53,14 +53,11 @@ func (r Record) Equal(o Record) bool {
 	return r.Note == nil || *r.Note == *o.Note
 }
 
-// Public is r as another client sees it: never invisible (an invisible user
-// is not shown at all) and without a note whose until passed.
-func (r Record) Public(now time.Time) Record {
+// Public is r as another client sees it: never invisible, since an
+// invisible user is not shown to others at all.
+func (r Record) Public() Record {
 	if r.Mode == ModeInvisible {
 		r.Mode = ""
-	}
-	if r.Note != nil && r.Note.Until != 0 && r.Note.Until <= now.UnixMilli() {
-		r.Note = nil
 	}
 	return r
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/presenced/presenced/protocol"
 )
@@ -151,7 +150,7 @@ func (h *Hub) records(ctx context.Context, uids []string) (map[string]protocol.R
 		return recs, err
 	}
 	for uid, r := range recs {
-		if r = r.Public(time.Now()); r.IsZero() {
+		if r = r.Public(); r.IsZero() {
 			delete(recs, uid)
 		} else {
 			recs[uid] = r
