@@ -52,7 +52,7 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 			own.Mode = protocol.ModeInvisible
 			c.records[c.self] = own
 		}
-		c.forgetLocked(maps.Keys(old))
+		c.forgetLocked(maps.Keys(old), st.members)
 	case *protocol.Left:
 		// Also unasked: a refreshed token that no longer allows the channel.
 		c.dropChannelLocked(f.Channel)
@@ -68,7 +68,7 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 		st.diff(f)
 		c.learnLocked(f.Joins, f.Users)
 		c.updateLocked(f.Updated)
-		c.forgetLocked(slices.Values(f.Leaves))
+		c.forgetLocked(slices.Values(f.Leaves), nil)
 	case *protocol.TypingUsers:
 		st := c.followedLocked(cn, f.Channel)
 		if err := checkTyping(f); st == nil || err != nil {
@@ -89,7 +89,7 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 		if st := c.followedLocked(cn, f.Channel); st != nil {
 			removed := st.page(f, answered.after)
 			c.learnLocked(f.Members, f.Users)
-			c.forgetLocked(slices.Values(removed))
+			c.forgetLocked(slices.Values(removed), st.members)
 		}
 	case *protocol.Watching:
 		if answered = cn.takeLocked("watching", ""); answered == nil {
@@ -108,7 +108,7 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 				c.records[uid] = f.Users[uid]
 			}
 		}
-		c.forgetLocked(maps.Keys(old))
+		c.forgetLocked(maps.Keys(old), nil)
 	case *protocol.Status:
 		if err := checkStatus(f); err != nil {
 			c.ignoreLocked(f, err)
@@ -122,7 +122,7 @@ func (c *Client) handle(cn *conn, f protocol.Frame) error {
 		status(c.users, watched)
 		c.learnLocked(watched.Online, watched.Users)
 		c.updateLocked(watched.Updated)
-		c.forgetLocked(slices.Values(watched.Offline))
+		c.forgetLocked(slices.Values(watched.Offline), nil)
 		c.emitLocked(watched)
 		return nil
 	case *protocol.Error:

@@ -229,9 +229,14 @@ func (c *Client) updateLocked(updated map[string]Record) {
 }
 
 // forgetLocked drops the records of those of uids the Client no longer
-// sees.
-func (c *Client) forgetLocked(uids iter.Seq[string]) {
+// sees. Those in still it sees: a snapshot that replaces a channel's
+// members names most of them again, and they need no look through every
+// channel.
+func (c *Client) forgetLocked(uids iter.Seq[string], still set) {
 	for uid := range uids {
+		if _, ok := still[uid]; ok {
+			continue
+		}
 		if _, ok := c.records[uid]; ok && !c.seesLocked(uid) {
 			delete(c.records, uid)
 		}
@@ -260,7 +265,7 @@ func (c *Client) welcomedLocked(w *protocol.Welcome) {
 	if c.self != w.UID {
 		old := c.self
 		c.self = w.UID
-		c.forgetLocked(slices.Values([]string{old}))
+		c.forgetLocked(slices.Values([]string{old}), nil)
 	}
 	own := c.records[w.UID]
 	r, err := normRecord(Record{Mode: w.Mode, Note: w.Note})

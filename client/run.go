@@ -321,7 +321,7 @@ func (c *Client) resync(cn *conn, first bool) error {
 	if len(c.watch) == 0 {
 		old := c.users
 		c.users = map[string]UserState{}
-		c.forgetLocked(maps.Keys(old))
+		c.forgetLocked(maps.Keys(old), nil)
 	}
 	return nil
 }
@@ -331,6 +331,6 @@ func (c *Client) resync(cn *conn, first bool) error {
 func (c *Client) dropChannelLocked(ch string) {
 	if st := c.channels[ch]; st != nil {
 		delete(c.channels, ch)
-		c.forgetLocked(maps.Keys(st.members))
+		c.forgetLocked(maps.Keys(st.members), nil)
 	}
 }
