@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/assert"
@@ -455,4 +456,33 @@ func TestOpenAPIRecords(t *testing.T) {
 	} {
 		assert.Error(t, check(schema, body), body)
 	}
+}
+
+// The errors protocol.md lists for a bad set are the server's, word for
+// word, and it lists each of them.
+func TestProtocolMDNamesTheErrorsOfSet(t *testing.T) {
+	rows := table(t, section(t, protocolMD(t), "### Records, modes and notes"), "| error |")
+	var listed []string
+	for _, row := range rows {
+		for _, m := range code.FindAllStringSubmatch(row[0], -1) {
+			listed = append(listed, m[1])
+		}
+	}
+	said := map[string]bool{protocol.CheckUntil(1, time.Now()).Error(): true}
+	for _, f := range []string{
+		`{"type":"set"}`,
+		`{"type":"set","mode":"away"}`,
+		`{"type":"set","note":"busy"}`,
+		`{"type":"set","note":{"text":5}}`,
+		`{"type":"set","note":{"emoji":5}}`,
+		`{"type":"set","note":{"text":"` + strings.Repeat("x", protocol.MaxNoteText+1) + `"}}`,
+		`{"type":"set","note":{"emoji":"` + strings.Repeat("x", protocol.MaxNoteEmoji+1) + `"}}`,
+		`{"type":"set","note":{}}`,
+		`{"type":"set","note":{"text":"a","until":-1}}`,
+	} {
+		_, err := protocol.ParseClient([]byte(f))
+		require.Error(t, err, f)
+		said[err.Error()] = true
+	}
+	assert.Equal(t, sorted(said), slices.Sorted(slices.Values(listed)))
 }
