@@ -97,6 +97,24 @@ func TestSetReachesTheChannel(t *testing.T) {
 	assert.False(t, ok)
 }
 
+// TestSetAnExpiringNote: a note whose until passed is gone from Record at
+// once, and the server's clear reaches the others as an update.
+func TestSetAnExpiringNote(t *testing.T) {
+	s := startServer(t, realClock())
+	alice := dial(t, s, fast("alice", "lobby"))
+	bob := dial(t, s, fast("bob", "lobby"))
+	ctx := ctxLong(t)
+	until := time.Now().Add(300 * time.Millisecond)
+	note := &client.Note{Text: "brb", Until: until.UnixMilli()}
+	require.NoError(t, alice.Set(ctx, client.Record{Note: note}))
+	waitFor(t, bob, func(p *protocol.Presence) bool { r, ok := p.Updated["alice"]; return ok && r.Note != nil })
+	p := waitFor(t, bob, func(p *protocol.Presence) bool { r, ok := p.Updated["alice"]; return ok && r.Note == nil })
+	assert.False(t, time.Now().Before(until), "cleared at until, not before")
+	assert.Equal(t, client.Record{}, p.Updated["alice"])
+	assert.Equal(t, client.Record{}, record(t, bob, "alice"))
+	assert.Equal(t, client.Record{}, record(t, alice, "alice"))
+}
+
 // TestSetRefusedHere: a record the server would refuse is refused without
 // sending, with an error that names the field.
 func TestSetRefusedHere(t *testing.T) {
