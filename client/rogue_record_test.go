@@ -224,3 +224,29 @@ func TestBadRecordsAreNotApplied(t *testing.T) {
 	assert.Equal(t, client.Record{Mode: protocol.ModeDND, Note: &client.Note{Text: "from the welcome"}}, record(t, c, "alice"))
 	assert.Equal(t, client.Live, c.State())
 }
+
+// TestRecordLeavesOutANoteRunOut: a note whose until passed, as a server
+// may still send until its clear goes out, is not in Record, while the
+// snapshot event carries it as sent.
+func TestRecordLeavesOutANoteRunOut(t *testing.T) {
+	past := time.Now().Add(-time.Minute).UnixMilli()
+	r := startRogue(t, func(_ int64, ws *websocket.Conn) {
+		if sendWelcome(ws) != nil {
+			return
+		}
+		for {
+			f, err := recv(ws)
+			if err != nil {
+				return
+			}
+			if j, ok := f.(protocol.Join); ok {
+				_ = send(ws, protocol.Joined{Channel: j.Channel, Count: 2, Members: []string{"alice", "bob"},
+					Users: map[string]protocol.Record{"bob": {Mode: protocol.ModeDND, Note: &protocol.Note{Text: "back at 3", Until: past}}}})
+			}
+		}
+	})
+	c := dialRogue(t, r, client.Options{UID: "alice", Channels: []string{"lobby"}})
+	assert.Equal(t, client.Record{Mode: protocol.ModeDND}, record(t, c, "bob"))
+	j := waitFor(t, c, func(*protocol.Joined) bool { return true })
+	assert.Equal(t, past, j.Users["bob"].Note.Until)
+}
