@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
 		edges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "edges_emitted_total",
 			Help: "Presence edges this node's scripts emitted, by edge (online, offline, join, leave, away, active)."}, []string{"edge"}),
 		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "relayed_total",
-			Help: "Events relayed to this node from the topics it follows, by kind (user, activity, member, member_activity, message)."}, []string{"kind"}),
+			Help: "Events relayed to this node from the topics it follows, by kind (user, activity, member, member_activity, record, message)."}, []string{"kind"}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "received_total",
 			Help: "Messages Redis delivered to this node on the topics it follows."}),
 		renew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "renew_seconds",

@@ -424,3 +424,107 @@ func (r *seenRelay) get(uid string) time.Time {
 	defer r.mu.Unlock()
 	return r.at[uid]
 }
+
+// infoConn is a frameConn that brings its user's info, as a token's claim
+// does.
+type infoConn struct {
+	frameConn
+	info json.RawMessage
+}
+
+func (c *infoConn) Info() json.RawMessage { return c.info }
+
+// The same scenario on the in-memory engine and on two cluster nodes
+// leaves the same records, invisible users and statuses.
+func TestRecordsAgreeWithTheMemoryEngine(t *testing.T) {
+	srv := startRedis(t)
+	log := &edgeLog{edges: map[string][]presence.Edge{}}
+	a := startRecordNode(t, srv, "a", log)
+	b := startRecordNode(t, srv, "b", log)
+	mem := presence.NewMemoryEngine()
+	m, err := presence.New(presence.Config{Engine: mem, Slots: 61, Tick: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+
+	type step struct {
+		uid  string
+		node int // where it connects: 0 a, 1 b
+		set  *protocol.Set
+		info string
+		bye  bool
+	}
+	note := &protocol.Note{Text: "on call", Emoji: "📟", Until: time.Now().Add(time.Hour).UnixMilli()}
+	steps := []step{
+		{uid: "alice", node: 0, info: `{"name":"Alice"}`},
+		{uid: "bob", node: 1},
+		{uid: "carol", node: 1, info: `{"name":"Carol"}`},
+		{uid: "alice", set: &protocol.Set{Mode: protocol.ModeDND, Note: note, NoteSet: true}},
+		{uid: "carol", set: &protocol.Set{Mode: protocol.ModeInvisible}},
+		{uid: "bob", set: &protocol.Set{Note: &protocol.Note{Text: "hi"}, NoteSet: true}},
+		{uid: "bob", set: &protocol.Set{Note: nil, NoteSet: true}},
+		{uid: "dave", node: 0},
+		{uid: "dave", set: &protocol.Set{Mode: protocol.ModeInvisible}},
+		{uid: "dave", bye: true},
+		{uid: "alice", set: &protocol.Set{Mode: protocol.ModeOnline}},
+	}
+	type held struct {
+		on              *recNode
+		cluster, memory presence.Client
+	}
+	conns := map[string]held{}
+	nodes := []*recNode{a, b}
+	for _, s := range steps {
+		h, ok := conns[s.uid]
+		switch {
+		case s.bye:
+			h.on.disconnect(h.cluster)
+			m.Disconnect(h.memory)
+			delete(conns, s.uid)
+		case !ok:
+			cc := &infoConn{info: json.RawMessage(s.info)}
+			mc := &infoConn{info: json.RawMessage(s.info)}
+			if s.info == "" {
+				cc.info, mc.info = nil, nil
+			}
+			ctxw, cancel := context.WithTimeout(ctx, testWait)
+			require.NoError(t, nodes[s.node].Connect(ctxw, cc, s.uid, []string{"lobby"}))
+			cancel()
+			nodes[s.node].mu.Lock()
+			nodes[s.node].conns = append(nodes[s.node].conns, cc)
+			nodes[s.node].mu.Unlock()
+			require.NoError(t, m.Connect(ctx, mc, s.uid, []string{"lobby"}))
+			conns[s.uid] = held{nodes[s.node], cc, mc}
+		default:
+			require.NoError(t, h.on.Set(h.cluster, *s.set))
+			require.NoError(t, m.Set(h.memory, *s.set))
+		}
+	}
+	uids := []string{"alice", "bob", "carol", "dave", "erin"}
+	waitSteps(t, "the cluster agrees with the memory engine", func(ct *assert.CollectT) {
+		for _, n := range nodes {
+			want, err := m.Records(ctx, uids)
+			require.NoError(ct, err)
+			got, err := n.Records(ctx, uids)
+			assert.NoError(ct, err)
+			assert.Equal(ct, want, got, "records")
+			for _, ch := range []string{"", "lobby"} {
+				want, err := mem.Hidden(ctx, ch)
+				require.NoError(ct, err)
+				got, err := n.e.Hidden(ctx, ch)
+				assert.NoError(ct, err)
+				assert.Equal(ct, want, got, "hidden in %q", ch)
+			}
+			for _, uid := range uids {
+				want, err := m.Status(ctx, uid)
+				require.NoError(ct, err)
+				got, err := n.Status(ctx, uid)
+				assert.NoError(ct, err)
+				assert.Equal(ct, want.Conns, got.Conns, uid)
+				assert.Equal(ct, want.Record, got.Record, uid)
+				assert.Equal(ct, want.HiddenAt.IsZero(), got.HiddenAt.IsZero(), uid)
+				assert.Equal(ct, want.LastSeen.IsZero(), got.LastSeen.IsZero(), uid)
+			}
+		}
+	}, a, b)
+}
