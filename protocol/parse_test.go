@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -153,6 +154,8 @@ func FuzzParseClient(f *testing.F) {
 		`{"type":"members","channel":"lobby","after":"","limit":0}`, `{"type":"members","channel":"a","limit":1.5e3}`,
 		`{"type":"members","channel":"a","after":"\u0000"}`,
 		`{`, `null`, `[]`, `"str"`, `{"type":"chat","channel":"a","text":"\ud800"}`, "\xff\xfe", `{"type":"chat","text":null}`,
+		`{"type":"set","mode":"dnd"}`, `{"type":"set","note":null}`, `{"type":"set","note":{"text":"x","emoji":"📅","until":1}}`,
+		`{"type":"set","mode":"invisible","note":{"emoji":""}}`, `{"type":"set","note":[]}`, `{"type":"set","note":{"until":-1,"text":"a"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -186,6 +189,15 @@ func FuzzParseClient(f *testing.F) {
 			require.LessOrEqual(t, len(f.UIDs), MaxWatch)
 			for _, uid := range f.UIDs {
 				require.True(t, ValidUID(uid))
+			}
+		case Set:
+			require.True(t, f.Mode != "" || f.NoteSet)
+			require.Contains(t, []string{"", ModeOnline, ModeDND, ModeInvisible}, f.Mode)
+			if f.Note != nil {
+				require.True(t, f.Note.Text != "" || f.Note.Emoji != "")
+				require.LessOrEqual(t, utf8.RuneCountInString(f.Note.Text), MaxNoteText)
+				require.LessOrEqual(t, utf8.RuneCountInString(f.Note.Emoji), MaxNoteEmoji)
+				require.GreaterOrEqual(t, f.Note.Until, int64(0))
 			}
 		case Custom: // the application's, handed over as it came
 			require.NotEmpty(t, f.Kind)

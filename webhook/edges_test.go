@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +51,31 @@ func TestTenThousandEdgesInATickArriveInTenBatches(t *testing.T) {
 	require.Equal(t, want, got, "in order, each once")
 	assert.Equal(t, 10, rc.count(), "POSTs")
 	t.Logf("10,000 edges in %d POSTs, delivered %v after the first edge", rc.count(), took)
+}
+
+// A set that changed a user's record reaches the backend as an update
+// event with the whole new record at the top level; an emptied record
+// carries none of its parts.
+func TestSetsArriveAsUpdateEvents(t *testing.T) {
+	rc := newReceiver(t, nil)
+	s := start(t, webhook.Config{URL: rc.URL})
+	n, err := presence.New(presence.Config{OnEdges: s.AddEdges})
+	require.NoError(t, err)
+	c := &silentClient{"bob"}
+	require.NoError(t, n.Connect(context.Background(), c, "bob", nil))
+	require.NoError(t, n.Set(c, protocol.Set{Mode: protocol.ModeDND, NoteSet: true, Note: &protocol.Note{Text: "out", Emoji: "🌴"}}))
+	require.NoError(t, n.Set(c, protocol.Set{Mode: protocol.ModeOnline, NoteSet: true}))
+	n.Step()
+	require.Eventually(t, func() bool { return len(rc.delivered(t, true)) >= 3 }, testWait, testPoll)
+	n.Close()
+	var got []string
+	for _, r := range rc.requests() {
+		got = append(got, string(r.body))
+	}
+	all := strings.Join(got, "")
+	assert.Contains(t, all, `"type":"update","uid":"bob","mode":"dnd","note":{"text":"out","emoji":"🌴"},"at":`)
+	assert.Contains(t, all, `"type":"update","uid":"bob","at":`)
+	evs := rc.delivered(t, true)
+	require.Len(t, evs, 3)
+	assert.Equal(t, []string{"online", "update", "update"}, []string{evs[0].Type, evs[1].Type, evs[2].Type})
 }
