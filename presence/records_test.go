@@ -93,9 +93,13 @@ func TestANoteClearsAtTheFirstStepPastUntil(t *testing.T) {
 }
 
 // The target: a channel of 5,000 members where 1,000 change their note
-// within one tick gets one presence frame per member for that tick.
+// within one tick gets one presence frame per member for that tick (a
+// fifth of it under the race detector, which would take a minute).
 func TestAThousandNotesInOneTickAreOneFramePerMember(t *testing.T) {
-	const members, changing = 5000, 1000
+	members, changing := 5000, 1000
+	if raceEnabled {
+		members, changing = 1000, 200
+	}
 	n := newNode(t, Config{PresenceLists: members})
 	clients := make([]*client, members)
 	for i := range clients {
@@ -196,4 +200,40 @@ func TestRecordsLastAsLongAsLastSeen(t *testing.T) {
 	assert.Empty(t, recs, "gone after it")
 	connect(t, n, "alice")
 	assert.True(t, n.RecordOf("alice").IsZero())
+}
+
+// BenchmarkAThousandNotesInOneTick is the step of a tick in which 1,000 of
+// a channel's 5,000 members change their note: one frame per member.
+func BenchmarkAThousandNotesInOneTick(b *testing.B) {
+	const members, changing = 5000, 1000
+	n, err := New(Config{PresenceLists: members})
+	require.NoError(b, err)
+	defer n.Close()
+	clients := make([]*client, members)
+	for i := range clients {
+		clients[i] = &client{name: fmt.Sprint(i)}
+		require.NoError(b, n.Connect(context.Background(), clients[i], fmt.Sprintf("u%05d", i), []string{"big"}))
+	}
+	n.Step()
+	var bytes int
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		for _, c := range clients {
+			c.takeRaw()
+		}
+		for j := range changing {
+			require.NoError(b, n.Set(clients[j*members/changing], noteSet(fmt.Sprintf("note %d.%d", i, j), 0)))
+		}
+		b.StartTimer()
+		n.Step()
+		b.StopTimer()
+		bytes = 0
+		for _, c := range clients {
+			for _, f := range c.takeRaw() {
+				bytes += len(f)
+			}
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(bytes)/members, "B/member")
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package presence
+
+const raceEnabled = true
