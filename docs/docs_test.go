@@ -2,6 +2,7 @@ package docs_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"maps"
@@ -21,6 +22,7 @@ import (
 	"github.com/presenced/presenced/docs"
 	"github.com/presenced/presenced/internal/apicheck"
 	"github.com/presenced/presenced/protocol"
+	"github.com/presenced/presenced/transport"
 )
 
 // protocolMD returns protocol.md up to the section on v1, whose frames are
@@ -485,4 +487,20 @@ func TestProtocolMDNamesTheErrorsOfSet(t *testing.T) {
 		said[err.Error()] = true
 	}
 	assert.Equal(t, sorted(said), slices.Sorted(slices.Values(listed)))
+}
+
+// The records parameter takes what the server takes: the description and a
+// real Hub agree on every value, as apicheck checks each exchange.
+func TestRecordsParameterIsTheServers(t *testing.T) {
+	hub, err := transport.New(transport.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hub.Shutdown(context.Background()) })
+	srv := httptest.NewServer(apicheck.Handler(t, hub))
+	t.Cleanup(srv.Close)
+	for value, status := range map[string]int{"1": 200, "0": 200, "": 200, "2": 400, "true": 400, "yes": 400} {
+		resp, err := http.Get(srv.URL + "/api/channels/lobby?records=" + value)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, status, resp.StatusCode, "records=%s", value)
+	}
 }
