@@ -326,7 +326,7 @@ func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
 // every node's. Called by presence.Node; an embedder does not call it.
 func (e *Engine) SetUser(uid string, n, away int) {
 	if e.w.setUser(uid, n, away) && n > 0 {
-		e.r.own(presence.Topic{UID: uid}, func(r presence.Relay) { r.UserChanged(uid, true, time.Now()) })
+		e.r.own(presence.Topic{UID: uid}, uid, func(r presence.Relay) { r.UserChanged(uid, true, time.Now()) })
 	}
 }
 
@@ -337,7 +337,7 @@ func (e *Engine) SetUser(uid string, n, away int) {
 // it.
 func (e *Engine) SetMember(channel, uid string, n int, away bool) {
 	if e.w.setMember(channel, uid, n > 0, away) && n > 0 {
-		e.r.own(presence.Topic{Channel: channel}, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
+		e.r.own(presence.Topic{Channel: channel}, uid, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
 	}
 }
 

@@ -315,6 +315,9 @@ func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(prese
 	}
 	r.m.relayed.WithLabelValues("user").Inc()
 	on, at := ev.On == 1, time.Time{}
+	if on {
+		r.postKnown(t.UID, touched) // the Relay forgot it when the user went
+	}
 	if ev.At > 0 {
 		at = time.UnixMilli(ev.At)
 	}

@@ -157,19 +157,21 @@ func (r *router) unfollow(topics []presence.Topic) {
 	}
 }
 
-// own tells the Relay at once of this node's own user or membership
-// arriving, if the topic's state is in it: the edge from Redis follows, a
-// duplicate the Relay ignores.
-func (r *router) own(t presence.Topic, call func(presence.Relay)) {
+// own tells the Relay at once of this node's own user uid or membership
+// arriving, if the topic's state is in it, after uid's record: the edge
+// from Redis follows, a duplicate the Relay ignores.
+func (r *router) own(t presence.Topic, uid string, call func(presence.Relay)) {
+	var touched []int
 	r.mu.Lock()
 	ts := r.topics[r.topicName(t)]
 	told := ts != nil && ts.loaded
 	if told {
+		r.postKnown(uid, &touched)
 		r.post(ts.shard, call)
 	}
 	r.mu.Unlock()
 	if told {
-		r.deliver(ts.shard)
+		r.deliverTouched(touched, ts.shard)
 	}
 }
 
