@@ -37,3 +37,32 @@ func ExampleNode() {
 	// bob <- {"type":"joined","channel":"lobby","count":2,"members":["alice","bob"]}
 	// alice <- {"type":"presence","channel":"lobby","count":2,"joins":["bob"],"leaves":[]}
 }
+
+// A set changes the user's record: its members hear of it in the next
+// tick's diff. An invisible user is gone for everyone else, while its own
+// connections still count it. (Each tick's frames go out in no set order.)
+func ExampleNode_Set() {
+	node, err := presence.New(presence.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+
+	alice := &printer{"alice"}
+	_ = node.Connect(ctx, alice, "alice", []string{"lobby"})
+	_ = node.Connect(ctx, &printer{"bob"}, "bob", []string{"lobby"})
+	node.Step()
+	_ = node.Set(alice, protocol.Set{Mode: protocol.ModeDND, NoteSet: true, Note: &protocol.Note{Text: "focus", Emoji: "🎧"}})
+	node.Step()
+	_ = node.Set(alice, protocol.Set{Mode: protocol.ModeInvisible})
+	node.Step()
+	// Unordered output:
+	// alice <- {"type":"joined","channel":"lobby","count":1,"members":["alice"]}
+	// bob <- {"type":"joined","channel":"lobby","count":2,"members":["alice","bob"]}
+	// alice <- {"type":"presence","channel":"lobby","count":2,"joins":["bob"],"leaves":[]}
+	// alice <- {"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"updated":{"alice":{"mode":"dnd","note":{"text":"focus","emoji":"🎧"}}}}
+	// bob <- {"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"updated":{"alice":{"mode":"dnd","note":{"text":"focus","emoji":"🎧"}}}}
+	// alice <- {"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"updated":{"alice":{"mode":"invisible","note":{"text":"focus","emoji":"🎧"}}}}
+	// bob <- {"type":"presence","channel":"lobby","count":1,"joins":[],"leaves":["alice"]}
+}
