@@ -124,12 +124,14 @@ func TestDemoStatusPicker(t *testing.T) {
 	assert.True(t, eval[bool](t, ben, has(member(benID))), "ben's own page still lists him")
 	assert.Equal(t, "you · invisible", eval[string](t, ben, text(member(benID)+" .tag")))
 	assert.Contains(t, eval[string](t, ben, text("#my-status")), "invisible")
+	waitJS(t, ben, "the pill says invisible", `(`+text("#me-pill .pill-text")+`) === `+q("invisible as "+benID), e2eWait)
 
 	// Online again: back on ann's page, the badge gone with the mode.
 	do(t, ben, "ben picks online", chromedp.Click(chromedp.CSS(modeButton("online"))))
 	waitJS(t, ann, "ben back in the lobby", has(member(benID)+`[data-mode="online"]`), e2eWait)
 	waitJS(t, ann, "ben online in the watch list", has(watchedRow(benID)+`[data-online="online"][data-mode="online"]`), e2eWait)
 	assert.False(t, eval[bool](t, ann, visible(member(benID)+" .dnd")))
+	waitJS(t, ben, "the pill says online", `(`+text("#me-pill .pill-text")+`) === `+q("online as "+benID), e2eWait)
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
 

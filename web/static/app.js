@@ -272,6 +272,7 @@ function renderMe(now) {
   const s = page.me.state;
   ui.me.dataset.state = s;
   ui.pill.dataset.state = s;
+  ui.pill.dataset.invisible = String(s === 'live' && page.me.record(page.me.uid)?.mode === 'invisible');
   ui.meUid.textContent = page.me.uid;
   let pill;
   let state;
@@ -296,7 +297,8 @@ function renderMe(now) {
       state = page.me.attempt ? `reconnecting (try ${page.me.attempt})…` : 'connecting…';
       break;
     case 'live':
-      pill = `online as ${page.me.uid}`;
+      // Invisible is still connected: the pill says what everyone else sees.
+      pill = ui.pill.dataset.invisible === 'true' ? `invisible as ${page.me.uid}` : `online as ${page.me.uid}`;
       state = `connected for ${fmtDur(now - page.me.liveSince)}`;
       break;
     case 'waiting': {
