@@ -112,7 +112,7 @@ func TestRecordsOutliveACrashedNode(t *testing.T) {
 func TestRecordsEndWithTheLastSeenTTL(t *testing.T) {
 	srv := startRedis(t)
 	cfg := testConfig(srv.client(t), "a")
-	cfg.LastSeenTTL = 300 * time.Millisecond
+	cfg.LastSeenTTL = 1500 * time.Millisecond
 	a := startNode(t, cfg)
 	a.follow(t, "alice")
 	a.SetUser("alice", 1, 0)
