@@ -248,5 +248,15 @@ func TestModules22InBrowser(t *testing.T) {
 	var n []int
 	run(t, `import('/format.js').then(m => ['', 'abc', '📅', '🙂'.repeat(16), 'é'].map(m.codePoints))`, &n)
 	assert.Equal(t, []int{0, 3, 1, 16, 1}, n)
+
+	// A watching answer's last_seen gives the watch list the last seen of those offline.
+	var seen map[string]float64
+	run(t, `import('/rooms.js').then(m => {
+		const w = new m.WatchList();
+		for (const u of ['on', 'gone', 'ghost', 'junk']) w.add(u);
+		w.watching({type: 'watching', online: ['on'], last_seen: {gone: 1764000000000, on: 1, junk: 'noon', mallory: 5}}, 1);
+		return Object.fromEntries([...w.users].map(([u, s]) => [u, s.lastSeen]));
+	})`, &seen)
+	assert.Equal(t, map[string]float64{"on": 0, "gone": 1764000000000, "ghost": 0, "junk": 0}, seen)
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }

@@ -65,18 +65,21 @@ export class WatchList {
 
   /**
    * watching applies a "watching" answer: the watched users it lists are
-   * online (and away when also in its "away"), the others offline. It
-   * returns the changes, [{uid, online, kind}] with kind online, offline,
-   * away or active.
+   * online (and away when also in its "away"), the others offline, with
+   * their last seen where its "last_seen" has it. It returns the changes,
+   * [{uid, online, kind}] with kind online, offline, away or active.
    */
   watching(f, now) {
     const on = new Set(strings(f.online));
     const away = new Set(strings(f.away));
+    // A server of protocol 2.2 says when the offline ones went; an older one leaves it to GET /api/presence/{uid}.
+    const seen = f.last_seen && typeof f.last_seen === 'object' ? f.last_seen : {};
     const changes = [];
     for (const uid of this.uids()) {
       const online = on.has(uid);
       if (this.set(uid, online, now)) changes.push({ uid, online, kind: online ? 'online' : 'offline' });
       if (online && this.setAway(uid, away.has(uid))) changes.push({ uid, online, kind: away.has(uid) ? 'away' : 'active' });
+      if (!online && Object.prototype.hasOwnProperty.call(seen, uid)) this.lastSeen(uid, seen[uid]);
     }
     return changes;
   }

@@ -81,9 +81,10 @@ ui.watched.addEventListener('click', (ev) => {
 });
 
 
-// askLastSeen asks the server when the watched users who are offline were
-// last seen: the watching answer says who is online, not since when the
-// others are gone. Only a server in demo mode answers without a key.
+// askLastSeen asks the server of the watched users who are offline with no
+// last seen known: the watching answer has it for those the server keeps one
+// of (an older server's has none), and the API tells the others apart as
+// never seen. Only a server in demo mode answers without a key.
 const askingLastSeen = new Set();
 export function askLastSeen() {
   if (page.mode !== 'demo') return;
