@@ -128,14 +128,17 @@ func (n *Node) step(took time.Duration) {
 		}
 	}
 	for _, nd := range n.v.dueNotes(time.Now()) {
-		n.queueOpLocked(engineOp{kind: opExpire, uid: nd.uid, until: nd.until})
+		n.queueOpLocked(engineOp{kind: opExpire, uid: nd.uid, rec: &recordOp{until: nd.until}})
 	}
 	n.mu.Unlock()
-	if dropped := n.seen.step(); len(dropped) > 0 {
-		// The in-memory engine keeps records as long as last seen.
-		if m, ok := n.engine.(*memoryEngine); ok {
-			m.forgetRecords(dropped)
+	if _, ok := n.engine.(*memoryEngine); ok {
+		// The in-memory engine keeps records as long as last seen; it drops
+		// them in order with the user's other changes.
+		for _, uid := range n.seen.step() {
+			n.queueOpLocked(engineOp{kind: opForget, uid: uid})
 		}
+	} else {
+		n.seen.step()
 	}
 	n.v.stepTyping()
 	n.sendOps()

@@ -179,9 +179,14 @@ type engineOp struct {
 	kind         opKind
 	channel, uid string
 	n, away      int
-	info         json.RawMessage // opInfo
-	set          protocol.Set    // opSet
-	until        int64           // opExpire
+	rec          *recordOp // opInfo, opSet, opExpire: apart, as most ops are counts
+}
+
+// recordOp is what a change of a record carries.
+type recordOp struct {
+	info  json.RawMessage // opInfo
+	set   protocol.Set    // opSet
+	until int64           // opExpire
 }
 
 // opKind says which Store call an engineOp is.
@@ -192,6 +197,7 @@ const (
 	opInfo                 // SetInfo
 	opSet                  // SetRecord
 	opExpire               // ExpireNote
+	opForget               // the in-memory engine's forgetRecord
 )
 
 // setUserLocked queues u's counts for the Engine. was is whether u was
@@ -229,13 +235,16 @@ func (n *Node) sendOps() {
 func (n *Node) sendOp(op engineOp) {
 	switch op.kind {
 	case opInfo:
-		n.engine.SetInfo(op.uid, op.info)
+		n.engine.SetInfo(op.uid, op.rec.info)
 		return
 	case opSet:
-		n.engine.SetRecord(op.uid, op.set)
+		n.engine.SetRecord(op.uid, op.rec.set)
 		return
 	case opExpire:
-		n.engine.ExpireNote(op.uid, op.until)
+		n.engine.ExpireNote(op.uid, op.rec.until)
+		return
+	case opForget:
+		n.engine.(*memoryEngine).forgetRecord(op.uid)
 		return
 	}
 	if op.channel == "" {

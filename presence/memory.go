@@ -277,18 +277,21 @@ func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 	}
 }
 
-// forgetRecords drops the records of those of uids that are offline: the
-// Node calls it once their last-seen record ran out.
-func (e *memoryEngine) forgetRecords(uids []string) {
+// forgetRecord drops uid's record if uid is offline: the Node calls it once
+// its last-seen record ran out. The Relay hears of it as an empty record,
+// with no edge: a view that kept an invisible user's record lets it go.
+func (e *memoryEngine) forgetRecord(uid string) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, uid := range uids {
-		if _, ok := e.records[uid]; ok && !e.online.Has(uid) {
-			delete(e.records, uid)
-			e.hidden.Remove(uid)
-		}
+	_, ok := e.records[uid]
+	if ok && !e.online.Has(uid) {
+		delete(e.records, uid)
+		e.records = shrink.Map(e.records, &e.recordsPeak)
+		e.hidden.Remove(uid)
 	}
-	e.records = shrink.Map(e.records, &e.recordsPeak)
+	e.mu.Unlock()
+	if ok {
+		e.relay.RecordChanged(uid, protocol.Record{}, time.Time{})
+	}
 }
 
 func (e *memoryEngine) Records(ctx context.Context, uids []string) (map[string]protocol.Record, error) {

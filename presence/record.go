@@ -37,7 +37,7 @@ type connInfo struct {
 func (n *Node) addInfoLocked(c Client, uid string, info json.RawMessage) {
 	list := slices.DeleteFunc(n.infos[uid], func(x connInfo) bool { return x.c == c })
 	n.infos[uid] = append(list, connInfo{c, info})
-	n.queueOpLocked(engineOp{kind: opInfo, uid: uid, info: info})
+	n.queueOpLocked(engineOp{kind: opInfo, uid: uid, rec: &recordOp{info: info}})
 }
 
 // dropInfoLocked forgets c's info. When c's was its user's info and another
@@ -58,7 +58,7 @@ func (n *Node) dropInfoLocked(c Client, uid string) {
 	}
 	n.infos[uid] = list
 	if newest {
-		n.queueOpLocked(engineOp{kind: opInfo, uid: uid, info: list[len(list)-1].info})
+		n.queueOpLocked(engineOp{kind: opInfo, uid: uid, rec: &recordOp{info: list[len(list)-1].info}})
 	}
 }
 
@@ -100,7 +100,7 @@ func (n *Node) Set(c Client, set protocol.Set) error {
 		return ErrUnknownClient
 	}
 	n.activeLocked(c, cs)
-	n.queueOpLocked(engineOp{kind: opSet, uid: cs.uid, set: set})
+	n.queueOpLocked(engineOp{kind: opSet, uid: cs.uid, rec: &recordOp{set: set}})
 	n.mu.Unlock()
 	n.sendOps()
 	return nil
@@ -186,7 +186,6 @@ func without(uids, drop []string) []string {
 		return found
 	})
 }
-
 
 // RecordOf returns uid's whole record (invisible included) as this node's
 // view has it: for one of uid's own connections, such as its welcome once

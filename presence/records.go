@@ -31,6 +31,10 @@ type userRecord struct {
 	rec      protocol.Record
 	hiddenAt int64
 	in       []string
+	// kept marks the record of an invisible user that went offline, kept
+	// for its last seen: if the Engine does not deliver it again before
+	// the user's next online edge, the record ran out meanwhile.
+	kept bool
 }
 
 // hiddenLocked reports whether uid is invisible.
@@ -104,11 +108,28 @@ func (v *view) channelsOfLocked(uid string) []string {
 // last seen as others know it, until the Engine drops it.
 func (v *view) forgetRecordLocked(uid string) {
 	r := v.records[uid]
-	if r == nil || len(r.in) > 0 || v.users[uid].online || r.rec.Mode == protocol.ModeInvisible {
+	if r == nil || len(r.in) > 0 || v.users[uid].online {
 		return
 	}
+	if r.rec.Mode == protocol.ModeInvisible {
+		r.kept = true
+		return
+	}
+	v.dropRecordLocked(uid)
+}
+
+func (v *view) dropRecordLocked(uid string) {
 	delete(v.records, uid)
 	v.records = shrink.Map(v.records, &v.recordsPeak)
+}
+
+// onlineLocked drops the record kept for an invisible user that comes
+// online without it: it ran out while the user was away.
+func (v *view) onlineLocked(uid string) {
+	if r := v.records[uid]; r != nil && r.kept && len(r.in) == 0 {
+		v.notes.setLocked(uid, nil)
+		v.dropRecordLocked(uid)
+	}
 }
 
 // RecordChanged records uid's new record: an edgeRecord where it is
@@ -130,7 +151,7 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 		v.records[uid] = r
 	}
 	old := r.rec
-	r.rec = rec
+	r.rec, r.kept = rec, false
 	wasHidden, isHidden := old.Mode == protocol.ModeInvisible, rec.Mode == protocol.ModeInvisible
 	switch {
 	case isHidden && (!wasHidden || r.hiddenAt == 0):

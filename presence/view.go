@@ -175,6 +175,7 @@ func (v *view) UserChanged(uid string, online bool, at time.Time) {
 	v.putUser(uid, u)
 	if online {
 		v.dropOffSeenLocked(uid)
+		v.onlineLocked(uid)
 	}
 	if !v.hiddenLocked(uid) {
 		v.logUserOnlineLocked(uid, online, wasAway, at)
