@@ -136,7 +136,8 @@ func TestDemoStatusPicker(t *testing.T) {
 }
 
 // TestDemoStatusAfterReload checks that the picker starts from what the
-// server keeps: a reload comes back in do not disturb, with its note.
+// server keeps: a reload comes back in do not disturb, with its note; and
+// that a simulated client can be put in do not disturb too.
 func TestDemoStatusAfterReload(t *testing.T) {
 	chromium := needChromium(t)
 	srv := startPresenced(t, "-slots", strconv.Itoa(e2eSlots), "-tick", e2eTick.String())
@@ -160,6 +161,19 @@ func TestDemoStatusAfterReload(t *testing.T) {
 	waitJS(t, a, "the note cleared", `!`+visible("#my-status .note-view"), e2eWait)
 	require.Eventually(t, func() bool { return srv.record(t, "e2e22-cat").Note == nil }, e2eWait, 10*time.Millisecond)
 	assert.Equal(t, "dnd", srv.record(t, "e2e22-cat").Mode, "clearing the note leaves the mode")
+
+	// A simulated client has a do-not-disturb switch of its own.
+	do(t, a, "spawn 1", chromedp.SetValue(chromedp.CSS("#spawn-n"), "1"), chromedp.Click(chromedp.CSS("#spawn")))
+	waitJS(t, a, "a live simulated client", has(`#sims .sim[data-state="live"]`), e2eWait)
+	sim := eval[string](t, a, `document.querySelector('#sims .sim').dataset.uid`)
+	row := `#sims .sim[data-uid=` + q(sim) + `]`
+	waitJS(t, a, "the simulated client listed", has(member(sim)), e2eWait)
+	do(t, a, "its DND", chromedp.Click(chromedp.CSS(row+` button[data-act="dnd"]`)))
+	waitJS(t, a, "its badge in the member list", visible(member(sim)+" .dnd"), e2eWait)
+	assert.Equal(t, "Online", eval[string](t, a, text(row+` button[data-act="dnd"]`)))
+	assert.Equal(t, "dnd", srv.record(t, sim).Mode)
+	do(t, a, "back online", chromedp.Click(chromedp.CSS(row+` button[data-act="dnd"]`)))
+	waitJS(t, a, "its badge gone", has(member(sim)+`[data-mode="online"]`)+` && !`+visible(member(sim)+" .dnd"), e2eWait)
 	assert.Empty(t, b.errors(), "console errors or exceptions")
 }
 

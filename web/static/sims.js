@@ -51,6 +51,18 @@ function setAway(sim) {
   logEvent(c.away ? 'away' : 'active', c.uid, c.away ? 'says it is away' : 'says it is back');
 }
 
+// toggleDnd puts a simulated client in do not disturb, or back online: the
+// member list shows its badge without a second window.
+function toggleDnd(sim) {
+  const c = sim.client;
+  if (!live(c)) return;
+  const mode = c.record(c.uid)?.mode === 'dnd' ? 'online' : 'dnd';
+  c.set({ mode }).then(
+    () => { logEvent('status', c.uid, mode === 'dnd' ? 'is now do not disturb' : 'is now online'); renderSoon(); },
+    (err) => logEvent('error', c.uid, `status not changed: ${err.message}`),
+  );
+}
+
 // bringBack sends a keepalive on a silenced socket that is still open, or reconnects.
 function bringBack(sim) {
   const c = sim.client;
@@ -113,6 +125,12 @@ export function renderSims(now) {
     const awayBtn = li.querySelector('[data-act="away"]');
     awayBtn.hidden = !canSilence;
     awayBtn.textContent = c.away ? 'Back' : 'Away';
+    const dnd = c.record(c.uid)?.mode === 'dnd';
+    li.dataset.mode = dnd ? 'dnd' : 'online';
+    const dndBtn = li.querySelector('[data-act="dnd"]');
+    dndBtn.hidden = !canSilence;
+    dndBtn.textContent = dnd ? 'Online' : 'DND';
+    dndBtn.title = dnd ? 'Back online' : 'Do not disturb';
     li.querySelector('[data-act="back"]').hidden = canSilence || v.state === 'connecting';
     order.push(li);
   }
@@ -128,6 +146,7 @@ function simRow(simUid) {
   li.innerHTML = '<span class="state-dot"></span><div class="main"><code class="uid"></code><span class="status"></span>' +
     '<span class="life"><span></span></span></div><div class="btns">' +
     '<button type="button" class="small-btn" data-act="away">Away</button>' +
+    '<button type="button" class="small-btn" data-act="dnd">DND</button>' +
     '<button type="button" class="small-btn" data-act="silence">Silence</button>' +
     '<button type="button" class="small-btn" data-act="back">Bring back</button>' +
     '<button type="button" class="small-btn icon" data-act="remove" aria-label="Remove" title="Remove">×</button></div>';
@@ -141,6 +160,7 @@ ui.sims.addEventListener('click', (ev) => {
   const sim = sims.find((s) => s.client.uid === btn.closest('li').dataset.uid);
   if (!sim) return;
   if (btn.dataset.act === 'away') setAway(sim);
+  else if (btn.dataset.act === 'dnd') toggleDnd(sim);
   else if (btn.dataset.act === 'silence') silence(sim);
   else if (btn.dataset.act === 'back') bringBack(sim);
   else removeSim(sim);
