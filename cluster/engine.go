@@ -14,6 +14,11 @@
 // renewing; the first live node to claim its shards reaps its records and
 // emits their edges, each exactly once.
 //
+// Users' records (info, mode, note) live in the users' shards for as long
+// as last seen does, changed by scripts that publish each change on the
+// user's topic; the nodes that hold the user's memberships copy it to the
+// channels' shards and topics (see recordscripts.go and routerrecords.go).
+//
 // Messages (chat, publish, send, disconnect) wait in a bounded queue per
 // node that one goroutine hands to Redis, so a stalled Redis delays them but
 // holds no caller past Config.PublishTimeout; one not taken in time is

@@ -182,6 +182,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 				raw, _ := vals[5+4*i].(string)
 				if kr, news := r.learn(uid, seq, hid, 0, raw, true); news {
 					r.postRecord(uid, kr.rec, kr.hiddenAt(), &touched)
+					r.w.queueRepublish(uid, kr) // a change missed while the subscription was down
 				} else {
 					r.postKnown(uid, &touched)
 				}
@@ -191,6 +192,7 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 				if !on && seen > 0 {
 					at = time.UnixMilli(seen) // for a watching frame's last_seen
 				}
+				r.wentOffline(uid, at.UnixMilli()*b2i64(!at.IsZero()))
 				r.post(shard, func(rl presence.Relay) {
 					rl.UserChanged(uid, on, at)
 					if on {
@@ -317,6 +319,9 @@ func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(prese
 	on, at := ev.On == 1, time.Time{}
 	if on {
 		r.postKnown(t.UID, touched) // the Relay forgot it when the user went
+		r.wentOffline(t.UID, 0)
+	} else if ev.At > 0 {
+		r.wentOffline(t.UID, ev.At)
 	}
 	if ev.At > 0 {
 		at = time.UnixMilli(ev.At)

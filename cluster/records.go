@@ -140,6 +140,7 @@ type recordOp struct {
 	set   protocol.Set
 	until int64
 	put   *knownRecord // opPut
+	after int64        // the writer's counted when it was handed over
 }
 
 func (o recordOp) args() []any {
@@ -173,6 +174,7 @@ func (w *writer) addRecordOp(op recordOp) bool {
 		w.mu.Unlock()
 		return false
 	}
+	op.after = w.counted
 	w.recOps = append(w.recOps, op)
 	w.countPendingLocked()
 	w.mu.Unlock()
@@ -204,8 +206,14 @@ type republish struct {
 // records that changed to the channels this node holds of their users.
 func (w *writer) flushRecords(ctx context.Context) error {
 	w.mu.Lock()
-	ops := w.recOps
-	w.recOps = nil
+	// Only those whose counts this flush or one before took: the others
+	// wait for the next flush, which the counts' arrival asked for.
+	n := 0
+	for n < len(w.recOps) && w.recOps[n].after <= w.taken {
+		n++
+	}
+	ops := w.recOps[:n:n]
+	w.recOps = w.recOps[n:]
 	w.recInflight = len(ops)
 	w.mu.Unlock()
 	defer func() {

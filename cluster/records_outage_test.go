@@ -114,6 +114,10 @@ func TestRecordsEndWithTheLastSeenTTL(t *testing.T) {
 	cfg := testConfig(srv.client(t), "a")
 	cfg.LastSeenTTL = 1500 * time.Millisecond
 	a := startNode(t, cfg)
+	cfgB := testConfig(srv.client(t), "b")
+	cfgB.LastSeenTTL = cfg.LastSeenTTL
+	b := startNode(t, cfgB)
+	b.follow(t, "alice") // throughout: b's router knows her record all along
 	a.follow(t, "alice")
 	a.SetUser("alice", 1, 0)
 	a.SetRecord("alice", protocol.Set{Mode: protocol.ModeDND})
@@ -133,7 +137,13 @@ func TestRecordsEndWithTheLastSeenTTL(t *testing.T) {
 	assert.Empty(t, recs)
 	a.SetUser("alice", 1, 0)
 	a.SetInfo("alice", []byte(`{"name":"A"}`))
-	eventually(t, "alice back with her info only", func(ct *assert.CollectT) {
-		assert.Equal(ct, protocol.Record{Info: []byte(`{"name":"A"}`)}, recordIn(ct, a.Engine, "alice"))
+	eventually(t, "alice back with her info only, on both nodes", func(ct *assert.CollectT) {
+		want := protocol.Record{Info: []byte(`{"name":"A"}`)}
+		assert.Equal(ct, want, recordIn(ct, a.Engine, "alice"))
+		for _, n := range []*node{a, b} {
+			n.rec.mu.Lock()
+			assert.Equal(ct, want, n.rec.records["alice"], "on %s", n.Node())
+			n.rec.mu.Unlock()
+		}
 	})
 }

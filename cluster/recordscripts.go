@@ -54,12 +54,12 @@ local function recordJSON(info, mode, note)
   return '{' .. table.concat(parts, ',') .. '}'
 end
 
+-- dropRecord drops uid's record and reports whether it had one.
 local function dropRecord(uid)
-  redis.call('HDEL', K('ri'), uid)
-  redis.call('HDEL', K('rm'), uid)
-  redis.call('HDEL', K('rn'), uid)
+  local had = redis.call('HDEL', K('ri'), uid) + redis.call('HDEL', K('rm'), uid) + redis.call('HDEL', K('rn'), uid)
   redis.call('HDEL', K('rh'), uid)
   redis.call('ZREM', K('hid'), uid)
+  return had > 0
 end
 
 local function hset(key, uid, v)

@@ -29,6 +29,9 @@ type knownRecord struct {
 	raw  string // the record's JSON, as Redis wrote it
 	rec  protocol.Record
 	seen time.Time // when it was last relayed or read, to sweep it
+	// off is when the user went offline (ms), while it is: the record
+	// runs out a last-seen TTL after.
+	off int64
 }
 
 // hiddenAt is the time to relay with a record that is not news of a
@@ -128,8 +131,21 @@ func (r *router) decideRecord(ts *topicState, ev wireEvent, touched *[]int) {
 // shows the user (a join, a snapshot): the Relay may have forgotten it.
 // Called with r.mu held.
 func (r *router) postKnown(uid string, touched *[]int) {
-	if kr := r.known[uid]; kr != nil && !kr.rec.IsZero() {
+	kr := r.known[uid]
+	if kr != nil && kr.off > 0 && time.Now().UnixMilli()-kr.off > r.cfg.LastSeenTTL.Milliseconds() {
+		delete(r.known, uid) // ran out in Redis too
+		return
+	}
+	if kr != nil && !kr.rec.IsZero() {
 		r.postRecord(uid, kr.rec, kr.hiddenAt(), touched)
+	}
+}
+
+// wentOffline notes when uid went offline (ms; 0: it is online), for its
+// known record's end. Called with r.mu held.
+func (r *router) wentOffline(uid string, at int64) {
+	if kr := r.known[uid]; kr != nil {
+		kr.off = at
 	}
 }
 
@@ -182,4 +198,11 @@ func parseCopy(s string) (v, hid int64, raw string, ok bool) {
 	v, err1 := strconv.ParseInt(a, 10, 64)
 	hid, err2 := strconv.ParseInt(b, 10, 64)
 	return v, hid, raw, err1 == nil && err2 == nil
+}
+
+func b2i64(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

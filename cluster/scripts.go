@@ -135,8 +135,11 @@ local function setUser(node, uid, n, a)
     if redis.call('HINCRBY', K('nodes'), uid, 1) == 1 then
       redis.call('ZADD', K('online'), 0, uid)
       -- A record outlives its user by the last-seen TTL only: one older
-      -- that no trim reached yet is not the returning user's.
-      if not seenWithin(uid) then dropRecord(uid) end
+      -- that no trim reached yet is not the returning user's, and the
+      -- nodes that still know it hear so before the online edge.
+      if not seenWithin(uid) and dropRecord(uid) then
+        publish(P('pu:' .. uid), {r = '{}', h = 0, at = now})
+      end
       publish(P('pu:' .. uid), {on = 1})
       produce('online', uid, '')
     end

@@ -34,6 +34,10 @@ type writer struct {
 	recOps      []recordOp
 	recInflight int
 	repub       []republish
+	// counted numbers the SetUser and SetMember changes handed over, taken
+	// the last of them a flush took: a record change waits for the counts
+	// handed over before it (recordOp.after) to be taken and written.
+	counted, taken int64
 	// recordOf returns a user's record as the router knows it; set by New.
 	recordOf func(uid string) (knownRecord, bool)
 
@@ -101,6 +105,7 @@ func (w *writer) setUser(uid string, n, away int) bool {
 	}
 	c := userCount{max(n, 0), min(max(away, 0), max(n, 0))}
 	w.pending.add(record{uid: uid, n: c.n, away: c.away})
+	w.counted++
 	if n > 0 {
 		w.localUsers[uid] = c
 	} else {
@@ -122,6 +127,7 @@ func (w *writer) setMember(channel, uid string, on, away bool) bool {
 	}
 	away = away && on
 	w.pending.add(record{uid: uid, channel: channel, n: b2i(on), away: b2i(away)})
+	w.counted++
 	if on {
 		if w.localMembers[channel] == nil {
 			w.localMembers[channel] = make(map[string]bool)
@@ -297,6 +303,7 @@ func (w *writer) flush(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	rounds := w.pending.take()
+	w.taken = w.counted
 	for _, rs := range rounds {
 		w.inflight += len(rs)
 	}
