@@ -189,10 +189,12 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 				on := state > 0 || r.w.holds("", uid)
 				away := state == 2 && !r.w.holdsActive("", uid)
 				var at time.Time
-				if !on && seen > 0 {
+				if on {
+					seen = 0
+				} else if seen > 0 {
 					at = time.UnixMilli(seen) // for a watching frame's last_seen
 				}
-				r.wentOffline(uid, at.UnixMilli()*b2i64(!at.IsZero()))
+				r.wentOffline(uid, seen)
 				r.post(shard, func(rl presence.Relay) {
 					rl.UserChanged(uid, on, at)
 					if on {

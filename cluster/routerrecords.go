@@ -199,10 +199,3 @@ func parseCopy(s string) (v, hid int64, raw string, ok bool) {
 	hid, err2 := strconv.ParseInt(b, 10, 64)
 	return v, hid, raw, err1 == nil && err2 == nil
 }
-
-func b2i64(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
-}
