@@ -183,10 +183,11 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 	case rec.IsZero():
 		delete(v.records, uid)
 		v.records = shrink.Map(v.records, &v.recordsPeak)
-	case !at.IsZero():
+	case !at.IsZero() && !isHidden:
 		// A change of a user nobody here sees (a note that ran out while
 		// it was offline) is not kept; a record delivered as it stands, with
-		// no time, comes before the user's online edge or snapshot.
+		// no time, comes before the user's online edge or snapshot. An
+		// invisible user's is kept, as delivered: fresh, not left over.
 		v.forgetRecordLocked(uid)
 	}
 }

@@ -247,3 +247,21 @@ func BenchmarkAThousandNotesInOneTick(b *testing.B) {
 	}
 	b.ReportMetric(float64(bytes)/members, "B/member")
 }
+
+// An invisible user that goes and comes back stays invisible: its own
+// snapshot says so, and the others hear nothing of either.
+func TestInvisibleStaysInvisibleAcrossAReconnect(t *testing.T) {
+	n := newNode(t, Config{})
+	alice := connect(t, n, "alice", "lobby")
+	bob := connect(t, n, "bob", "lobby")
+	set(t, n, alice, protocol.Set{Mode: protocol.ModeInvisible, NoteSet: true, Note: &protocol.Note{Text: "hiding"}})
+	n.Step()
+	bob.take()
+	n.Disconnect(alice)
+	n.Step()
+	again := connect(t, n, "alice", "lobby")
+	n.Step()
+	assert.Equal(t, []string{`{"type":"joined","channel":"lobby","count":2,"members":["alice","bob"],"users":{"alice":{"mode":"invisible","note":{"text":"hiding"}}},"mode":"invisible"}`}, again.take())
+	assert.Empty(t, bob.take())
+	assert.Equal(t, protocol.ModeInvisible, n.RecordOf("alice").Mode)
+}
