@@ -404,6 +404,13 @@ func TestRecordSurvivesReconnect(t *testing.T) {
 		return seen
 	}).follow(t, "alice")
 	assert.Equal(t, st.LastSeen, seen.get("alice"), "the snapshot of offline alice carries her last seen")
+	// And a node's first watcher of her gets it in its watching frame.
+	c := startRecordNode(t, srv, "c", log)
+	carol := c.connect(t, "carol")
+	require.NoError(t, c.Watch(ctx, carol, []string{"alice"}))
+	assert.True(t, carol.saw("watching", func(f sentFrame) bool {
+		return f.p.LastSeen["alice"] == st.LastSeen.UnixMilli()
+	}), "the watching frame on a node that never saw her go says when she went")
 
 	b.connect(t, "alice", "lobby")
 	waitSteps(t, "alice back on b's lobby, with her record", func(ct *assert.CollectT) {

@@ -164,7 +164,10 @@ func (v *view) UserChanged(uid string, online bool, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	u := v.users[uid]
-	if !online && !at.IsZero() && len(v.watchers[uid]) > 0 {
+	// A watched user's offline edge, or the state of a user the Engine
+	// reports offline as its node starts following it, for a watch about to
+	// be answered: a watching frame carries when it went.
+	if !online && !at.IsZero() && (len(v.watchers[uid]) > 0 || !u.online) {
 		v.noteOffSeenLocked(uid, at)
 	}
 	if u.online == online {
