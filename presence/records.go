@@ -181,8 +181,7 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 	}
 	switch {
 	case rec.IsZero():
-		delete(v.records, uid)
-		v.records = shrink.Map(v.records, &v.recordsPeak)
+		v.dropRecordLocked(uid)
 	case !at.IsZero() && !isHidden:
 		// A change of a user nobody here sees (a note that ran out while
 		// it was offline) is not kept; a record delivered as it stands, with
