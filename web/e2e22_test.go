@@ -244,7 +244,7 @@ func TestModules22InBrowser(t *testing.T) {
 
 	var at struct {
 		Never, Half, Today, Bad int64
-		Midnight            bool
+		Midnight                bool
 	}
 	run(t, `import('/format.js').then(m => {
 		const now = new Date(2026, 10, 26, 21, 30, 0).getTime();
