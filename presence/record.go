@@ -3,7 +3,6 @@ package presence
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"time"
 
@@ -82,16 +81,11 @@ func (n *Node) SetInfo(c Client, info json.RawMessage) error {
 }
 
 // Set applies a set frame of c's user to its record, on every node: its
-// mode and its note, whole or not at all. A note's until must be in the
-// future and at most protocol.MaxNoteAhead away. It makes c active.
+// mode and its note, whole or not at all, if protocol.Set.Check finds
+// nothing wrong with it. It makes c active.
 func (n *Node) Set(c Client, set protocol.Set) error {
-	if set.NoteSet && set.Note != nil {
-		if err := protocol.CheckUntil(set.Note.Until, time.Now()); err != nil {
-			return err
-		}
-	}
-	if set.Mode == "" && !set.NoteSet {
-		return errors.New(`set needs "mode" or "note"`)
+	if err := set.Check(time.Now()); err != nil {
+		return err
 	}
 	n.mu.Lock()
 	cs := n.conns[c]

@@ -265,3 +265,26 @@ func TestInvisibleStaysInvisibleAcrossAReconnect(t *testing.T) {
 	assert.Empty(t, bob.take())
 	assert.Equal(t, protocol.ModeInvisible, n.RecordOf("alice").Mode)
 }
+
+// An embedder's Set is checked as a client's set frame is: refused whole,
+// with an error that names the field.
+func TestSetIsCheckedForEmbeddersToo(t *testing.T) {
+	n := newNode(t, Config{})
+	alice := connect(t, n, "alice")
+	for _, tc := range []struct {
+		set   protocol.Set
+		field string
+	}{
+		{protocol.Set{}, `"mode"`},
+		{protocol.Set{Mode: "busy"}, `"mode"`},
+		{protocol.Set{Mode: protocol.ModeDND, NoteSet: true, Note: &protocol.Note{}}, `"note.text"`},
+		{protocol.Set{NoteSet: true, Note: &protocol.Note{Text: strings.Repeat("x", 129)}}, `"note.text"`},
+		{protocol.Set{NoteSet: true, Note: &protocol.Note{Emoji: strings.Repeat("🙂", 17)}}, `"note.emoji"`},
+		{protocol.Set{NoteSet: true, Note: &protocol.Note{Text: "x", Until: time.Now().Add(-time.Second).UnixMilli()}}, `"note.until"`},
+	} {
+		err := n.Set(alice, tc.set)
+		require.Error(t, err, "%+v", tc.set)
+		assert.Contains(t, err.Error(), tc.field)
+	}
+	assert.True(t, n.RecordOf("alice").IsZero(), "nothing changed")
+}

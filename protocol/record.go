@@ -72,6 +72,37 @@ type Set struct {
 
 func (Set) Type() string { return "set" }
 
+// Check reports what is wrong with s as a set frame's, the way the server
+// refuses it: an error that names the field, its until checked against now.
+func (s Set) Check(now time.Time) error {
+	if s.Mode == "" && !s.NoteSet {
+		return errors.New(`set needs "mode" or "note"`)
+	}
+	if s.Mode != "" && s.Mode != ModeOnline && s.Mode != ModeDND && s.Mode != ModeInvisible {
+		return errors.New(`"mode" must be "online", "dnd" or "invisible"`)
+	}
+	if s.Note == nil {
+		return nil
+	}
+	if err := checkNote(s.Note); err != nil {
+		return err
+	}
+	return CheckUntil(s.Note.Until, now)
+}
+
+// checkNote checks a note's lengths, and that it says something.
+func checkNote(n *Note) error {
+	switch {
+	case utf8.RuneCountInString(n.Text) > MaxNoteText:
+		return fmt.Errorf(`"note.text" is too long: at most %d characters`, MaxNoteText)
+	case utf8.RuneCountInString(n.Emoji) > MaxNoteEmoji:
+		return fmt.Errorf(`"note.emoji" is too long: at most %d characters`, MaxNoteEmoji)
+	case n.Text == "" && n.Emoji == "":
+		return errors.New(`"note.text" or "note.emoji" must be set; "note": null clears the note`)
+	}
+	return nil
+}
+
 // CheckInfo checks an application's info for a user, such as a token's
 // info claim: a JSON object of at most MaxInfo bytes once compact. It
 // returns the compact form.
@@ -146,16 +177,10 @@ func parseNote(raw json.RawMessage) (*Note, error) {
 		if err := json.Unmarshal(w.Text, &n.Text); err != nil {
 			return nil, errors.New(`"note.text" must be a string`)
 		}
-		if utf8.RuneCountInString(n.Text) > MaxNoteText {
-			return nil, fmt.Errorf(`"note.text" is too long: at most %d characters`, MaxNoteText)
-		}
 	}
 	if !absent(w.Emoji) {
 		if err := json.Unmarshal(w.Emoji, &n.Emoji); err != nil {
 			return nil, errors.New(`"note.emoji" must be a string`)
-		}
-		if utf8.RuneCountInString(n.Emoji) > MaxNoteEmoji {
-			return nil, fmt.Errorf(`"note.emoji" is too long: at most %d characters`, MaxNoteEmoji)
 		}
 	}
 	if !absent(w.Until) {
@@ -163,8 +188,8 @@ func parseNote(raw json.RawMessage) (*Note, error) {
 			return nil, errors.New(`"note.until" must be in the future and at most 7 days ahead, in Unix milliseconds`)
 		}
 	}
-	if n.Text == "" && n.Emoji == "" {
-		return nil, errors.New(`"note.text" or "note.emoji" must be set; "note": null clears the note`)
+	if err := checkNote(&n); err != nil {
+		return nil, err
 	}
 	return &n, nil
 }
