@@ -118,11 +118,17 @@ func TestAPIBodyWithTrailingDataIsRefused(t *testing.T) {
 type stallingEngine struct {
 	presence.Engine
 	gate chan struct{}
+	// held, if set, hears the sender of each chat or typing frame the
+	// engine holds, when it starts holding it.
+	held chan string
 }
 
 func (e *stallingEngine) Publish(ctx context.Context, m presence.Message) error {
 	if m.From == "" {
 		return e.Engine.Publish(ctx, m)
+	}
+	if e.held != nil {
+		e.held <- m.From
 	}
 	select {
 	case <-e.gate:
