@@ -10,38 +10,12 @@ import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import WebSocket, { WebSocketServer } from 'ws';
 import { Presenced } from '../presenced.js';
-import { client, next, record, until } from './helpers.js';
+import { client, fakeServer as serve, next, record, until } from './helpers.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const MiB = 1024 * 1024;
 const welcome = { type: 'welcome', uid: 'me', timeout_ms: 30000 };
 const ids = (n, from = 0) => Array.from({ length: n }, (_, i) => `m${String(from + i).padStart(3, '0')}`);
-
-/**
- * serve starts a WebSocket server on loopback that hands each connection
- * (with sendJSON, and the frames it sent in frames) to onConnection.
- */
-async function serve(t, onConnection, opts = {}) {
-  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, ...opts });
-  await once(wss, 'listening');
-  let n = 0;
-  wss.on('connection', (ws) => {
-    ws.on('error', () => {});
-    ws.frames = [];
-    ws.sendJSON = (f) => { if (ws.readyState === 1) ws.send(JSON.stringify(f)); };
-    ws.on('message', (d) => {
-      const f = JSON.parse(String(d));
-      ws.frames.push(f);
-      ws.emit('frame', f);
-    });
-    onConnection(ws, n++);
-  });
-  t.after(() => {
-    for (const c of wss.clients) c.terminate();
-    wss.close();
-  });
-  return `ws://127.0.0.1:${wss.address().port}/ws`;
-}
 
 // A WebSocket as a browser has it: no options, no terminate, every message
 // read whole before the page sees it; here the ws package behind it.
