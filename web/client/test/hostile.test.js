@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
-import WebSocket, { WebSocketServer } from 'ws';
+import WebSocket from 'ws';
 import { Presenced } from '../presenced.js';
 import { client, fakeServer as serve, next, record, until } from './helpers.js';
 
