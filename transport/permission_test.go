@@ -143,21 +143,33 @@ func (e *stallingEngine) Publish(ctx context.Context, m presence.Message) error 
 // takes what fits and refuses the rest with one error frame in its turn,
 // and the chats that waited go out in order when the engine comes back.
 func TestAStalledEngineHoldsTheInboxNotTheReader(t *testing.T) {
-	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{})}
+	const chats = 80
+	e := &stallingEngine{Engine: presence.NewMemoryEngine(), gate: make(chan struct{}), held: make(chan string, chats)}
 	cfg := testConfig()
 	cfg.Engine = e
 	s := startServerWith(t, cfg, serverOptions{handover: 10 * waitLong}) // no chat gives up, however slow the machine
 	ws, _ := s.dialIn(t, "alice", "lobby")
 	w := listen(ws)
-	const chats = 80
-	for i := range chats {
+	// The first chat reaches the engine before the others are sent, so
+	// that the inbox behind it takes exactly its limit.
+	send(t, ws, `{"type":"chat","channel":"lobby","text":"0"}`)
+	select {
+	case from := <-e.held:
+		require.Equal(t, "alice", from)
+	case <-time.After(waitLong):
+		require.FailNow(t, "the first chat never reached the engine")
+	}
+	for i := 1; i < chats; i++ {
 		send(t, ws, fmt.Sprintf(`{"type":"chat","channel":"lobby","text":"%d"}`, i))
 	}
 	s.waitMetric(t, "presenced_keepalives_total", map[string]string{"kind": "text"}, chats)
-	refused := metric(t, s.reg, "presenced_frames_refused_total", nil)
-	assert.GreaterOrEqual(t, refused, float64(chats-1-transport.InboxLimit), "one chat with the engine, the inbox full behind it")
+	// The reader counts a keepalive before it hands the frame to the
+	// inbox: wait for the refusals too, or the last frames could still be
+	// on their way and find room once the engine comes back.
+	refused := chats - 1 - transport.InboxLimit
+	s.waitMetric(t, "presenced_frames_refused_total", nil, float64(refused))
 	close(e.gate)
-	for i := range chats - int(refused) {
+	for i := range chats - refused {
 		assert.Equal(t, fmt.Sprintf(`{"type":"chat","channel":"lobby","from":"alice","text":"%d"}`, i), w.next(t), "in order")
 	}
 	assert.Equal(t, `{"type":"error","error":"too many frames waiting to be handled: slow down, this one was dropped"}`, w.next(t),
