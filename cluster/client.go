@@ -19,6 +19,9 @@ const DefaultShards = 16
 //
 // Other go-redis options can be set as query parameters (dial_timeout=3s ...).
 // Context deadlines are honoured, so a stalled Redis cannot hold up a caller.
+// An Engine on a Sentinel client made here hears Sentinel announce a new
+// master and moves its subscriptions at once; on one made otherwise they
+// move when Sentinel turns the old master into a replica, about 10 s later.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -42,7 +45,7 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("cluster: redis sentinel URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewFailoverClient(o), nil
+		return &failoverClient{Client: redis.NewFailoverClient(o), opt: o}, nil
 	default:
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
@@ -52,3 +55,14 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		return redis.NewClient(o), nil
 	}
 }
+
+// failoverClient is a Sentinel-backed client with the options it was made
+// from, so that an Engine can listen to the Sentinels itself: go-redis
+// moves its commands to a new master at once, but not its Pub/Sub
+// connections.
+type failoverClient struct {
+	*redis.Client
+	opt *redis.FailoverOptions
+}
+
+func (c *failoverClient) failoverOptions() *redis.FailoverOptions { return c.opt }

@@ -364,12 +364,16 @@ func (e *Engine) Unfollow(topics []presence.Topic) { e.r.unfollow(topics) }
 // Health pings Redis and waits for the answer a quarter of the timeout at
 // most, kept within 0.5 s and 2 s, however long ctx allows: a Redis that
 // does not answer by then is not ready, and a readiness probe during a
-// stall hears so in time instead of waiting for the stall's end.
+// stall hears so in time instead of waiting for the stall's end. It also
+// reports not ready while this node's last write failed (a Redis Cluster
+// whose master of some shard is gone answers pings) or a shard of the
+// topics it follows cannot be heard (its subscription was lost and is not
+// yet made again).
 // Called through presence.Node for readiness; an embedder does not call it.
 func (e *Engine) Health(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, min(max(e.cfg.Timeout/4, 500*time.Millisecond), 2*time.Second))
 	defer cancel()
-	return e.health.ping(ctx)
+	return e.health.ready(ctx)
 }
 
 // Withdraw lets the changes already handed to it land, then drops every

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,7 +16,9 @@ import (
 )
 
 // health follows whether Redis answers, from the outcome of every
-// operation: the engine is ready while the last one succeeded. The writer
+// operation, whether this node's own writes land, and whether each shard it
+// follows can be heard. The engine is ready while the last operation
+// succeeded, the last write landed and no followed shard is deaf. The writer
 // counts recoveries, to renew at once after an outage and to hold claims
 // back until it has.
 type health struct {
@@ -24,13 +29,98 @@ type health struct {
 	mu         lockorder.Mutex[lockorder.Health]
 	down       bool
 	recoveries uint64 // outages ended
+	// unwritten is why this node's last write failed; nil once one lands.
+	// A Redis Cluster answers a ping on one master while the master of
+	// another shard is gone, so a ping alone does not tell readiness.
+	unwritten error
+	// deaf holds the shards whose subscription was lost and not yet
+	// confirmed again, with why and since when: their edges do not reach
+	// this node meanwhile.
+	deaf map[int]deafness
 
 	reading     chan struct{} // closed once Run runs: what was followed before, or is from now on, gets subscribed
 	readingOnce sync.Once
 }
 
+// deafness is why and since when a shard's subscription is lost.
+type deafness struct {
+	err   error
+	since time.Time
+}
+
 func newHealth(rdb redis.UniversalClient, log *slog.Logger, m *metrics) *health {
-	return &health{rdb: rdb, log: log, m: m, reading: make(chan struct{})}
+	return &health{rdb: rdb, log: log, m: m, reading: make(chan struct{}), deaf: map[int]deafness{}}
+}
+
+// ready reports why the engine is not ready: Redis does not answer a ping,
+// this node's last write failed, or a followed shard cannot be heard.
+func (h *health) ready(ctx context.Context) error {
+	if err := h.ping(ctx); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unwritten != nil {
+		return fmt.Errorf("cluster: redis does not take this node's writes: %w", h.unwritten)
+	}
+	if len(h.deaf) == 0 {
+		return nil
+	}
+	shard := slices.Min(slices.Collect(maps.Keys(h.deaf)))
+	d := h.deaf[shard]
+	return fmt.Errorf("cluster: cannot hear %d shard(s) of the followed topics, shard %d since %s: %w",
+		len(h.deaf), shard, d.since.Format(time.RFC3339), d.err)
+}
+
+// wrote records the outcome of one of this node's writes.
+func (h *health) wrote(err error) {
+	h.mu.Lock()
+	h.unwritten = err
+	h.mu.Unlock()
+	h.gauge()
+}
+
+// lost records that shard's subscription was lost; it reports whether the
+// shard was heard until now, so the caller logs a loss once.
+func (h *health) lost(shard int, err error) bool {
+	h.mu.Lock()
+	_, was := h.deaf[shard]
+	if !was {
+		h.deaf[shard] = deafness{err: err, since: time.Now()}
+	}
+	h.mu.Unlock()
+	if !was {
+		h.m.subscriptionsLost.Inc()
+		h.gauge()
+	}
+	return !was
+}
+
+// heard records that Redis confirmed shard's subscription; it returns how
+// long the shard was deaf, 0 if it was not.
+func (h *health) heard(shard int) time.Duration {
+	h.mu.Lock()
+	d, was := h.deaf[shard]
+	delete(h.deaf, shard)
+	h.mu.Unlock()
+	if !was {
+		return 0
+	}
+	h.gauge()
+	return max(time.Since(d.since), time.Nanosecond)
+}
+
+// gauge sets redis_up from the state: 1 only while Redis answers, takes
+// this node's writes and every followed shard is heard.
+func (h *health) gauge() {
+	h.mu.Lock()
+	up := !h.down && h.unwritten == nil && len(h.deaf) == 0
+	h.mu.Unlock()
+	if up {
+		h.m.redisUp.Set(1)
+	} else {
+		h.m.redisUp.Set(0)
+	}
 }
 
 // ping asks Redis whether it answers.
@@ -55,7 +145,7 @@ func (h *health) fail(op string, err error) {
 	h.down = true
 	h.mu.Unlock()
 	if !was {
-		h.m.redisUp.Set(0)
+		h.gauge()
 		h.log.Warn("cluster: redis unreachable; serving local clients, will reconcile when it returns", "op", op, "err", err)
 	}
 }
@@ -71,7 +161,7 @@ func (h *health) ok() {
 	}
 	h.mu.Unlock()
 	if was {
-		h.m.redisUp.Set(1)
+		h.gauge()
 		h.log.Info("cluster: redis reachable again")
 	}
 }

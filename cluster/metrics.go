@@ -20,6 +20,8 @@ type metrics struct {
 	received    prometheus.Counter
 	renew       prometheus.Histogram
 
+	subscriptionsLost prometheus.Counter
+
 	publishQueue  prometheus.Gauge
 	publishFailed *prometheus.CounterVec
 	publishedLate prometheus.Counter
@@ -37,7 +39,7 @@ func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
 	}
 	m := &metrics{
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "redis_up",
-			Help: "1 while the last Redis operation of this node succeeded, 0 while Redis is unreachable."}),
+			Help: "1 while Redis answers this node, takes its writes and delivers every shard it follows; 0 otherwise."}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
 			Help: "Failed Redis operations by operation."}, []string{"op"}),
 		usersHeld: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "users_held",
@@ -56,6 +58,8 @@ func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
 			Help: "Messages Redis delivered to this node on the topics it follows."}),
 		renew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "renew_seconds",
 			Help: "Time to renew this node's liveness in every shard.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}),
+		subscriptionsLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "subscriptions_lost_total",
+			Help: "Times a shard's subscription was lost (the connection failed, or Redis ended it at a failover or a slot migration) and made again."}),
 		publishQueue: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "publish_queue",
 			Help: "Messages (chat, publish, send, disconnect) waiting to be handed to Redis."}),
 		publishFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "publish_failed_total",
@@ -68,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.redisUp, m.redisErrors, m.usersHeld, m.pending, m.rewritten,
-		m.reaped, m.edges, m.relayed, m.received, m.renew, m.publishQueue, m.publishFailed, m.publishedLate}
+		m.reaped, m.edges, m.relayed, m.received, m.renew, m.subscriptionsLost, m.publishQueue, m.publishFailed, m.publishedLate}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,10 +39,14 @@ const (
 	actActive = 2
 )
 
-// readShard reads one shard's subscription. Snapshots are read on this
-// goroutine, so the events that follow one wait behind it, in order.
+// readShard reads one shard's subscription until ps is closed or lost.
+// Snapshots are read on this goroutine, so the events that follow one wait
+// behind it, in order.
 func (r *router) readShard(ctx context.Context, shard int, ps *redis.PubSub) {
-	in := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(min(r.cfg.RenewEvery, 3*time.Second)))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan any, 1024)
+	go receive(ctx, ps, in, min(r.cfg.RenewEvery, 3*time.Second), r.cfg.Timeout)
 	var again <-chan time.Time // snapshots of stale topics are due
 	for {
 		select {
@@ -59,23 +64,44 @@ func (r *router) readShard(ctx context.Context, shard int, ps *redis.PubSub) {
 				return
 			}
 			switch m := msg.(type) {
+			case error:
+				r.lose(shard, ps, m)
+				return
+			case silence:
+				r.silent(shard, ps, m.err)
+			case resumed:
+				r.confirmed(shard, ps)
 			case *redis.Subscription:
-				if m.Kind != "ssubscribe" {
-					continue
-				}
-				r.health.ok()
-				if r.subscribed(m.Channel) {
-					// A lost connection came back: wait until every live
-					// node has written again what Redis may have lost.
-					again = time.After(r.cfg.RenewEvery + 2*r.retry)
-				} else if ok, _ := r.snapshot(ctx, shard, func(ts *topicState) bool { return ts.live && !ts.loaded }); !ok && again == nil {
-					again = time.After(r.retry)
+				switch m.Kind {
+				case "ssubscribe":
+					r.confirmed(shard, ps)
+					if r.subscribed(m.Channel) {
+						// A lost subscription is back: wait until every
+						// live node has written again what Redis may have
+						// lost.
+						again = time.After(r.cfg.RenewEvery + 2*r.retry)
+					} else if ok, _ := r.snapshot(ctx, shard, func(ts *topicState) bool { return ts.live && !ts.loaded }); !ok && again == nil {
+						again = time.After(r.retry)
+					}
+				case "sunsubscribe":
+					if r.following(m.Channel) {
+						r.lose(shard, ps, fmt.Errorf("redis ended the subscription to %s: its slot changed owner (a failover or a slot migration)", m.Channel))
+						return
+					}
 				}
 			case *redis.Message:
 				r.received(m.Channel, m.Payload)
 			}
 		}
 	}
+}
+
+// following reports whether the topic of a Pub/Sub channel is this node's:
+// one that is not was unsubscribed by this node.
+func (r *router) following(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.topics[name] != nil
 }
 
 // subscribed marks a topic whose subscription was confirmed; it reports

@@ -27,6 +27,7 @@ type recorder struct {
 	online   map[string]bool
 	members  map[string][]string        // channel -> its members now, as relayed
 	joins    []string                   // "channel uid +" or "channel uid -", in order
+	joinedAt map[string][]time.Time     // uid -> when each of its member edges was relayed, any channel
 	sets     map[string]int             // channel -> SetMembers calls
 	chats    []string                   // the frames delivered
 	types    []string                   // their types
@@ -44,7 +45,7 @@ type recorded struct {
 func newRecorder() *recorder {
 	return &recorder{notify: make(chan struct{}, 1), online: map[string]bool{}, members: map[string][]string{},
 		sets: map[string]int{}, away: map[string]bool{}, awayIn: map[string][]string{}, setAway: map[string][]string{},
-		records: map[string]protocol.Record{}, recAt: map[string][]time.Time{}}
+		records: map[string]protocol.Record{}, recAt: map[string][]time.Time{}, joinedAt: map[string][]time.Time{}}
 }
 
 // UserChanged records an edge when it changes the user's state, as a
@@ -131,6 +132,7 @@ func (r *recorder) MemberChanged(channel, uid string, joined bool) {
 		r.setAwayLocked(channel, uid, false) // a leave takes the member's activity with it
 	}
 	r.joins = append(r.joins, channel+" "+uid+" "+sign)
+	r.joinedAt[uid] = append(r.joinedAt[uid], time.Now())
 	r.mu.Unlock()
 	r.poke()
 }
@@ -320,4 +322,25 @@ func (r *recorder) awayOf(channel string) (now, snapshot []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.awayIn[channel]), slices.Clone(r.setAway[channel])
+}
+
+// longestGap returns the longest time between from and to in which no
+// member edge of any of uids was relayed.
+func (r *recorder) longestGap(uids []string, from, to time.Time) time.Duration {
+	r.mu.Lock()
+	times := []time.Time{from, to}
+	for _, uid := range uids {
+		for _, at := range r.joinedAt[uid] {
+			if at.After(from) && at.Before(to) {
+				times = append(times, at)
+			}
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(times, time.Time.Compare)
+	var gap time.Duration
+	for i := 1; i < len(times); i++ {
+		gap = max(gap, times[i].Sub(times[i-1]))
+	}
+	return gap
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,23 +19,32 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-// redisCluster is a real Redis Cluster of three masters, no replicas, on
-// loopback.
+// redisCluster is a real Redis Cluster of three masters on loopback, with
+// or without a replica each.
 type redisCluster struct {
 	t     *testing.T
-	nodes []*redisServer
+	nodes []*redisServer // as created
+
+	mu     sync.Mutex
+	plains map[*redisServer]*redis.Client
 }
 
-// startRedisCluster starts the cluster and waits until every master serves
-// its slots; it skips when redis-server or redis-cli is missing, unless CI
-// is set.
+// startRedisCluster starts the cluster of three masters, no replicas, and
+// waits until every master serves its slots; it skips when redis-server or
+// redis-cli is missing, unless CI is set.
 func startRedisCluster(t *testing.T) *redisCluster {
+	return startRedisClusterReplicas(t, 0)
+}
+
+// startRedisClusterReplicas is startRedisCluster with replicas replicas of
+// each master.
+func startRedisClusterReplicas(t *testing.T, replicas int) *redisCluster {
 	t.Helper()
 	server, cli := lookRedisBin(t, "redis-server"), lookRedisBin(t, "redis-cli")
 	began := time.Now()
 	r := &redisCluster{t: t}
 	create := []string{"--cluster", "create"}
-	for _, port := range clusterPorts(t, 3) {
+	for _, port := range clusterPorts(t, 3*(1+replicas)) {
 		s := &redisServer{t: t, bin: server, port: port, dir: t.TempDir(), extra: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}
 		t.Cleanup(s.kill) // before start, which may fail the test
@@ -43,6 +53,7 @@ func startRedisCluster(t *testing.T) *redisCluster {
 		create = append(create, s.addr())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	create = append(create, "--cluster-replicas", strconv.Itoa(replicas))
 	out, err := exec.CommandContext(ctx, cli, append(create, "--cluster-yes")...).CombinedOutput()
 	cancel()
 	require.NoError(t, err, "redis-cli --cluster create:\n%s", out)
@@ -167,7 +178,7 @@ func (r *redisCluster) readyCheckState(ctx context.Context, plain []*redis.Clien
 		return nil, err
 	}
 	keys := map[string]string{} // master address to a key it owns
-	for i := 0; len(keys) < len(r.nodes) && i < 1000; i++ {
+	for i := 0; len(keys) < countMasters(shards) && i < 1000; i++ {
 		key := fmt.Sprintf("{harness:%d}:ready", i)
 		slot, err := plain[0].ClusterKeySlot(ctx, key).Result()
 		if err != nil {
@@ -175,23 +186,36 @@ func (r *redisCluster) readyCheckState(ctx context.Context, plain []*redis.Clien
 		}
 		for _, sh := range shards {
 			for _, r := range sh.Slots {
-				if r.Start <= slot && slot <= r.End && len(sh.Nodes) > 0 {
-					addr := sh.Nodes[0].IP + ":" + strconv.FormatInt(sh.Nodes[0].Port, 10)
-					if keys[addr] == "" {
-						keys[addr] = key
+				if r.Start <= slot && slot <= r.End {
+					for _, n := range sh.Nodes {
+						addr := n.IP + ":" + strconv.FormatInt(n.Port, 10)
+						if n.Role == "master" && keys[addr] == "" {
+							keys[addr] = key
+						}
 					}
 				}
 			}
 		}
 	}
-	if len(keys) < len(r.nodes) {
-		return nil, fmt.Errorf("slots spread over %d masters, want %d", len(keys), len(r.nodes))
+	if masters := countMasters(shards); len(keys) < masters || masters < 3 {
+		return nil, fmt.Errorf("slots spread over %d of %d masters, want 3", len(keys), masters)
 	}
 	var out []string
 	for _, k := range keys {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// countMasters counts the shards that serve slots.
+func countMasters(shards []redis.ClusterShard) int {
+	n := 0
+	for _, sh := range shards {
+		if len(sh.Slots) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func readyCheckKeys(ctx context.Context, cc *redis.ClusterClient, keys []string) error {

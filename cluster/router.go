@@ -46,6 +46,9 @@ type router struct {
 	// takes a dial and a handshake, each up to its timeout, while Redis
 	// hangs.
 	subq []queue.Queue[subOp]
+	// losses counts, by shard, the subscriptions lost in a row, none of
+	// them confirmed by Redis since: the pause before the next one grows.
+	losses []int
 	out  []queue.Queue[func(presence.Relay)] // by shard: Relay calls decided, not yet made
 	// known is the newest record relayed of each user this node hears of,
 	// with its version (see routerrecords.go).
@@ -70,10 +73,12 @@ type topicState struct {
 }
 
 // A subOp subscribes the shard's Pub/Sub to names, or with off set
-// unsubscribes it.
+// unsubscribes it; with lost set, it replaces that lost Pub/Sub with a new
+// one subscribed to every topic of the shard (see remake).
 type subOp struct {
 	names []string
 	off   bool
+	lost  *redis.PubSub
 }
 
 func newRouter(b *base, w *writer) *router {
@@ -234,6 +239,10 @@ func (r *router) queueSubLocked(shard int, op subOp) {
 // that a Redis Cluster client connects the Pub/Sub to the master of the
 // shard's slot.
 func (r *router) makeSub(run *runState, shard int, op subOp) {
+	if op.lost != nil {
+		r.remake(run, shard, op.lost)
+		return
+	}
 	r.mu.Lock()
 	if r.run != run {
 		r.mu.Unlock()
@@ -254,8 +263,8 @@ func (r *router) makeSub(run *runState, shard int, op subOp) {
 		_ = ps.SUnsubscribe(run.ctx, op.names...)
 		return
 	}
-	if err := ps.SSubscribe(run.ctx, op.names...); err != nil {
-		r.health.fail("subscribe", err) // the Pub/Sub subscribes again when it reconnects
+	if err := ps.SSubscribe(run.ctx, op.names...); err != nil && !errors.Is(err, redis.ErrClosed) {
+		r.health.fail("subscribe", err) // the reader hears the loss and makes the subscription again
 	}
 	if first {
 		run.wg.Add(1)
@@ -286,6 +295,7 @@ func (r *router) runLoop(ctx context.Context) error {
 	r.run = run
 	r.subs = make([]*redis.PubSub, len(r.keys))
 	r.subq = make([]queue.Queue[subOp], len(r.keys))
+	r.losses = make([]int, len(r.keys))
 	for s, ns := range names {
 		r.queueSubLocked(s, subOp{names: ns})
 	}
@@ -293,7 +303,7 @@ func (r *router) runLoop(ctx context.Context) error {
 	defer func() {
 		r.mu.Lock()
 		subs := r.subs
-		r.run, r.subs, r.subq = nil, nil, nil
+		r.run, r.subs, r.subq, r.losses = nil, nil, nil, nil
 		r.mu.Unlock()
 		cancel()
 		for _, ps := range subs {
@@ -304,6 +314,13 @@ func (r *router) runLoop(ctx context.Context) error {
 		run.wg.Wait()
 	}()
 	r.health.startedReading()
+	if fc, ok := r.rdb.(interface{ failoverOptions() *redis.FailoverOptions }); ok {
+		run.wg.Add(1)
+		go func() {
+			defer run.wg.Done()
+			r.watchSentinels(ctx, fc.failoverOptions())
+		}()
+	}
 
 	sweep := time.NewTicker(r.cfg.RenewEvery)
 	defer sweep.Stop()

@@ -526,6 +526,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 	}
 	w.produced(made)
 	w.m.usersHeld.Set(float64(len(w.heldUsers)))
+	w.health.wrote(firstErr)
 	if firstErr != nil {
 		w.health.fail("write", firstErr)
 		return failed, firstErr
