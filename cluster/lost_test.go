@@ -89,6 +89,9 @@ type churnResult struct {
 	made                   []presence.Edge
 	dups, missing, unequal int
 	exact                  time.Duration // from the time lose returned to exact member sets on both nodes
+	// gap is the longest time, from when lose was called to when the churn
+	// stopped, in which b relayed no member edge of a user only a holds.
+	gap time.Duration
 }
 
 // testChurn makes two nodes hold stable users and churn others while lose
@@ -152,11 +155,19 @@ func testChurn(t *testing.T, setup churnSetup, lose func() time.Time) churnResul
 		wg.Go(func() { c.run(stop, uint64(i+1)) })
 	}
 	time.Sleep(testTimeout)
+	began := time.Now()
 	back := lose()
 	time.Sleep(testTimeout) // churn on while nodes restore
 	close(stop)
 	wg.Wait()
 	stopped := time.Now()
+	var onlyA []string
+	for i, uid := range churned[:2*third] {
+		if i%2 == 0 {
+			onlyA = append(onlyA, uid)
+		}
+	}
+	gap := b.rec.longestGap(onlyA, began, stopped)
 
 	online := map[string]bool{}
 	for _, uid := range stable {
@@ -180,6 +191,9 @@ func testChurn(t *testing.T, setup churnSetup, lose func() time.Time) churnResul
 			if t.Failed() {
 				_, members, _ := n.Members(ctx, "room", "", 1000)
 				slices.Sort(members)
+				for _, uid := range minus(n.rec.membersOf("room"), wantOnline) {
+					t.Logf("%s: %s shown a member; held there: %v", n.Node(), uid, n.w.holds("room", uid))
+				}
 				t.Logf("%s: view %d, redis %d, want %d: view-want %v, want-view %v, redis-want %v, want-redis %v", n.Node(),
 					len(n.rec.membersOf("room")), len(members), len(wantOnline),
 					minus(n.rec.membersOf("room"), wantOnline), minus(wantOnline, n.rec.membersOf("room")),
@@ -261,7 +275,7 @@ func testChurn(t *testing.T, setup churnSetup, lose func() time.Time) churnResul
 	assert.True(t, st.Away, "away survives")
 	t.Logf("%d stable, %d churned users (%d online at the end): %d edges of churned users, %d repeated and %d missing edges of stable users, %d churned users with unequal online/offline; member sets exact on both nodes %v after Redis was back (%v after the churn stopped)",
 		stableN, churnN, len(wantOnline)-stableN, flips, dups, missing, unequal, exact.Round(time.Millisecond), settled.Round(time.Millisecond))
-	return churnResult{made: made, dups: dups, missing: missing, unequal: unequal, exact: exact}
+	return churnResult{made: made, dups: dups, missing: missing, unequal: unequal, exact: exact, gap: gap}
 }
 
 // uidsOf returns n user IDs: prefix0, prefix1, ...
