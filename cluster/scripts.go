@@ -88,6 +88,13 @@ local offlines = 0
 -- it the counter still goes on from above what nodes hold (unless a shard
 -- averaged ten edges per ms), and their filters let the new edges pass;
 -- it stays within the 14 digits cjson writes exactly.
+--
+-- hushed drops stale records without a word: Redis kept an older state
+-- than the node's (a replica that missed writes took over), and the node
+-- puts back what it holds right after. Publishing the drop would show the
+-- other nodes an offline and an online for a user who never left; they
+-- read the topics again instead, as a failover ended their subscriptions.
+local hushed = false
 local function publish(channel, msg)
   local s = redis.call('INCR', K('seq'))
   if s == 1 then
@@ -95,7 +102,7 @@ local function publish(channel, msg)
     redis.call('SET', K('seq'), string.format('%.0f', s))
   end
   msg.s = s
-  redis.call('SPUBLISH', channel, cjson.encode(msg))
+  if not hushed then redis.call('SPUBLISH', channel, cjson.encode(msg)) end
   return s
 end
 
@@ -307,7 +314,8 @@ end
 -- the same user would make an offline edge for a user still online.
 -- A loss found within late ms after the window is a node that missed it:
 -- it writes again with edges, as one taken for dead does. On a loss the
--- node's stale records are dropped, quietly, and it must restore.
+-- node's stale records are dropped, quietly and hushed, and it must
+-- restore.
 -- Returns lost, and the end of the window (ms).
 local function check(node, landed, v, window, late)
   local stored = tonumber(redis.call('HGET', K('ver'), node) or '0')
@@ -319,10 +327,10 @@ local function check(node, landed, v, window, late)
     till = now + window
     redis.call('HSET', K('clock'), 'restore', till)
   end
-  quiet = true
+  quiet, hushed = true, true
   for _, uid in ipairs(recordsOf('ui', node)) do setUser(node, uid, 0, 0) end
   for _, rec in ipairs(recordsOf('m', node)) do dropMember(node, rec) end
-  quiet = false
+  quiet, hushed = false, false
   return true, till
 end
 `

@@ -24,10 +24,10 @@ import (
 
 // Pauses between attempts at a lost subscription: the first is made at once,
 // then they double up to the longest, so a shard waiting for its new master
-// is heard within a second of the promotion.
+// is heard within half a second of the promotion.
 const (
 	remakeFirst   = 50 * time.Millisecond
-	remakeLongest = time.Second
+	remakeLongest = 500 * time.Millisecond
 )
 
 // receive hands what ps receives to out, and closes out when ps is closed,
