@@ -49,7 +49,7 @@ type router struct {
 	// losses counts, by shard, the subscriptions lost in a row, none of
 	// them confirmed by Redis since: the pause before the next one grows.
 	losses []int
-	out  []queue.Queue[func(presence.Relay)] // by shard: Relay calls decided, not yet made
+	out    []queue.Queue[func(presence.Relay)] // by shard: Relay calls decided, not yet made
 	// known is the newest record relayed of each user this node hears of,
 	// with its version (see routerrecords.go).
 	known map[string]*knownRecord
