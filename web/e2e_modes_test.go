@@ -99,9 +99,12 @@ func TestE2ETokenRequired(t *testing.T) {
 
 	t.Run("token expires while connected", func(t *testing.T) {
 		tab := b.tab("expiring")
-		// exp is in whole seconds: 2 to 3 s from now.
+		// The page must load and connect before exp, which is in whole
+		// seconds: 9 to 10 s from now. A few seconds were too few on a busy
+		// machine: the token had expired by the upgrade, or the page was
+		// live only between two looks.
 		do(t, tab, "open the page", chromedp.EmulateViewport(1280, 800),
-			chromedp.Navigate(srv.URL+"/?token="+sign("e2e-brief", time.Now().Add(3*time.Second))),
+			chromedp.Navigate(srv.URL+"/?token="+sign("e2e-brief", time.Now().Add(e2eWait/2))),
 			chromedp.WaitVisible(chromedp.CSS(`#me[data-state="live"]`)))
 		waitJS(t, tab, "the notice", `document.getElementById('notice').checkVisibility()`, e2eWait)
 		assert.Contains(t, eval[string](t, tab, text("#notice")), "4401 token expired")
