@@ -183,10 +183,10 @@ func (r *router) remake(run *runState, shard int, lost *redis.PubSub) {
 	r.subs[shard] = nil
 	r.mu.Unlock()
 	_ = lost.Close()
-	r.reloadTopology(run.ctx)
 	if len(names) == 0 {
 		return // the next topic followed makes a new Pub/Sub
 	}
+	r.reloadTopology(run.ctx, names[0])
 	ps := r.rdb.SSubscribe(run.ctx)
 	r.mu.Lock()
 	if r.run != run {
@@ -206,12 +206,30 @@ func (r *router) remake(run *runState, shard int, lost *redis.PubSub) {
 }
 
 // reloadTopology has a Redis Cluster client read the cluster's map of slots
-// before a lost subscription is made again, so it dials the slot's new
-// owner. go-redis reloads it in the background: a subscription that still
-// reaches the old owner is refused (MOVED) and made again after a pause.
-func (r *router) reloadTopology(ctx context.Context) {
-	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+// before a lost subscription is made again, and waits (a few seconds at
+// most) until the map names a master of name's slot that says it is one:
+// an old master that became a replica may still accept the subscription
+// and then never deliver the new master's messages. go-redis reloads the
+// map in the background, so it is asked again while it names a replica.
+func (r *router) reloadTopology(ctx context.Context, name string) {
+	cc, ok := r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
 		cc.ReloadState(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(remakeFirst):
+		}
+		if m, err := cc.MasterForKey(ctx, name); err == nil {
+			if role, err := m.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				return
+			}
+		}
 	}
 }
 
