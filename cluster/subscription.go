@@ -36,8 +36,8 @@ const (
 // answer in another every is reported silent (a silence), as a frozen Redis
 // or a stalled link does, and heard again (a resumed) with the next thing
 // it delivers. It is kept meanwhile, since what it delivers late is not
-// lost; past giveUp without a word it is lost: a link that drops every
-// byte fails no read.
+// lost; past giveUp without a word it is lost (see silenceLimit): a link
+// that drops every byte fails no read.
 func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveUp time.Duration) {
 	defer close(out)
 	var pinged time.Time // when the ping not answered yet was sent
@@ -97,6 +97,13 @@ type (
 	silence struct{ err error }
 	resumed struct{}
 )
+
+// silenceLimit is how long a subscription may stay silent before it is
+// made again: long, as making it again loses every message published
+// until the new one is confirmed, while a frozen Redis or a stalled link
+// delivers them late on the connection kept. Two node leases, a minute at
+// least: by then the node was taken for dead and writes everything again.
+func silenceLimit(lease time.Duration) time.Duration { return max(2*lease, time.Minute) }
 
 func isTimeout(err error) bool {
 	var ne net.Error
