@@ -226,7 +226,7 @@ func (r *router) reloadTopology(ctx context.Context, name string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
-		cc.ReloadState(ctx)
+		r.reloadMap()
 		select {
 		case <-ctx.Done():
 			return
@@ -237,6 +237,15 @@ func (r *router) reloadTopology(ctx context.Context, name string) {
 				return
 			}
 		}
+	}
+}
+
+// reloadMap has a Redis Cluster client read the cluster's map of slots
+// again, in the background: go-redis does by itself only on some errors,
+// and otherwise every minute.
+func (b *base) reloadMap() {
+	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
 	}
 }
 

@@ -528,6 +528,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 	w.m.usersHeld.Set(float64(len(w.heldUsers)))
 	w.health.wrote(firstErr)
 	if firstErr != nil {
+		w.reloadMap() // a shard's master may be gone: the retry should find its successor
 		w.health.fail("write", firstErr)
 		return failed, firstErr
 	}
