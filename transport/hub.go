@@ -413,15 +413,16 @@ func (h *Hub) Members(ctx context.Context, channel string, limit int) (count int
 // gone or ctx is done; then it closes the remaining sockets and, if the Hub
 // made its Node, has it withdraw (Node.Withdraw: an engine shared with
 // other nodes drops this node's records, and the edges that makes reach
-// OnPresence and OnEdges) and stops it. It returns an error wrapping
-// ctx.Err() if ctx ended first, or the engine's. Calls after the first wait
-// for the first to finish.
+// OnPresence and OnEdges) and stops it. When ctx ends first it cancels
+// every connection's context (an OnMessage waiting on it returns), closes
+// the remaining sockets and returns an error wrapping ctx.Err() at once,
+// even while a hook that ignores its context still runs: the rest of the
+// shutdown follows when that hook returns. Otherwise it returns the
+// engine's error. Calls after the first wait until the shutdown is over,
+// or their ctx is done.
 func (h *Hub) Shutdown(ctx context.Context) error {
 	err := errShuttingDown
-	h.shutOnce.Do(func() {
-		err = h.shutdown(ctx)
-		close(h.shutDone)
-	})
+	h.shutOnce.Do(func() { err = h.shutdown(ctx) })
 	if err == errShuttingDown {
 		select {
 		case <-h.shutDone:
@@ -456,16 +457,46 @@ func (h *Hub) shutdown(ctx context.Context) error {
 		h.readers.Wait()
 		close(drained)
 	}()
-	var err error
 	select {
 	case <-drained:
+		return h.finishShutdown(ctx, nil)
 	case <-ctx.Done():
-		err = fmt.Errorf("transport: shutdown: %w", ctx.Err())
-		for _, c := range live {
-			c.closeSocket() // its reader finishes
-		}
-		<-drained
 	}
+	err := fmt.Errorf("transport: shutdown: %w", ctx.Err())
+	for _, c := range live {
+		if c.life != nil {
+			c.life.cancel() // an OnMessage waiting on its context returns
+		}
+		c.closeSocket() // its reader finishes
+	}
+	// Readers finish at once when no hook holds them; give them a moment.
+	select {
+	case <-drained:
+		return h.finishShutdown(ctx, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// A hook that ignores its context still holds a connection: Shutdown
+	// returns by its deadline all the same, and the rest of the shutdown
+	// (the node's last edges, the callbacks' end) follows when the hook
+	// returns, its wait for Redis bounded by lateWithdraw.
+	h.log.Warn("transport: shutdown: a hook still runs past the deadline; finishing when it returns")
+	go func() {
+		<-drained
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateWithdraw)
+		defer cancel()
+		_ = h.finishShutdown(wctx, nil)
+	}()
+	return err
+}
+
+// lateWithdraw bounds the withdrawal of a shutdown that outlived its
+// context because a hook did.
+const lateWithdraw = 5 * time.Second
+
+// finishShutdown ends the Hub once every connection's reader has finished:
+// the poller and the background goroutines stop, then an own Node withdraws
+// this node's presence (its last edges reach the callbacks) and closes.
+func (h *Hub) finishShutdown(ctx context.Context, err error) error {
 	if h.poller != nil {
 		h.poller.close()
 	}
@@ -480,5 +511,6 @@ func (h *Hub) shutdown(ctx context.Context) error {
 		}
 		h.node.Close()
 	}
+	close(h.shutDone)
 	return err
 }
