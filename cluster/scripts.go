@@ -275,18 +275,19 @@ local function dropMember(node, rec)
   setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
 end
 
--- reap drops up to budget of node's records and returns what is left of
--- budget; the node leaves the dead set once it has none.
-local function reap(node, budget)
-  if budget > 0 then
-    for _, uid in ipairs(recordsOf('ui', node, budget)) do
-      setUser(node, uid, 0, 0)
-      budget = budget - 1
-    end
-  end
+-- reap drops up to budget of node's records, its memberships first, and
+-- returns what is left of budget; with membersOnly it drops memberships
+-- alone. The node leaves the dead set once it has none.
+local function reap(node, budget, membersOnly)
   if budget > 0 then
     for _, rec in ipairs(recordsOf('m', node, budget)) do
       dropMember(node, rec)
+      budget = budget - 1
+    end
+  end
+  if budget > 0 and not membersOnly then
+    for _, uid in ipairs(recordsOf('ui', node, budget)) do
+      setUser(node, uid, 0, 0)
       budget = budget - 1
     end
   end
@@ -394,11 +395,16 @@ return out
 // covers a claim sent before a stall and run by Redis only after it.
 // Claims also pause while a restore window is open (see check): a node
 // not restored yet is not dead.
+// A user's memberships and its record live in different shards, so a
+// claim goes in two phases over every shard: "m" reaps memberships alone
+// until no dead node has one left, then "a" reaps the rest; a user's
+// leaves are then made before its offline, as when it really leaves.
 // ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
-// ms, the claimer's landed writes, this write's number, restore window ms.
-// Returns {1 if the claimer had been taken for dead, 1 if paused (2 if
-// paused as Redis lost the claimer's writes: it must restore), 1 if more is
-// left to reap, then kind, uid, channel, ms per edge made}.
+// ms, the claimer's landed writes, this write's number, restore window ms,
+// phase ("m" or "a"). Returns {1 if the claimer had been taken for dead, 1
+// if paused (2 if paused as Redis lost the claimer's writes: it must
+// restore), 1 if more is left to reap in this phase, then kind, uid,
+// channel, ms per edge made}.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
@@ -420,13 +426,19 @@ for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
   redis.call('SADD', K('dead'), node)
 end
 local budget = tonumber(ARGV[4])
+local membersOnly = ARGV[11] == 'm'
 for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
-  budget = reap(node, budget)
+  budget = reap(node, budget, membersOnly)
   if budget <= 0 then break end
 end
 trimSeen()
 local more = 0
-if redis.call('SCARD', K('dead')) > 0 then more = 1 end
+for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
+  if not membersOnly or #recordsOf('m', node, 1) > 0 then
+    more = 1
+    break
+  end
+end
 local out = {back, 0, more}
 for _, v in ipairs(produced) do out[#out + 1] = v end
 return out
@@ -434,14 +446,21 @@ return out
 
 // leaveScript drops up to ARGV[3] of the node's own records, for a node that
 // shuts down; once none is left it drops the node's liveness too.
-// ARGV: tag, node, limit, last-seen TTL ms. Returns {1 if more is left, then
-// kind, uid, channel, ms per edge made}.
+// It goes in the two phases of claimScript, memberships first.
+// ARGV: tag, node, limit, last-seen TTL ms, phase ("m" or "a"). Returns {1
+// if more is left in this phase, then kind, uid, channel, ms per edge made}.
 var leaveScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 seenTTL = tonumber(ARGV[4])
 redis.call('SADD', K('dead'), node)
+local membersOnly = ARGV[5] == 'm'
 local more = 0
-if reap(node, tonumber(ARGV[3])) <= 0 then more = 1 end
+reap(node, tonumber(ARGV[3]), membersOnly)
+if membersOnly then
+  if #recordsOf('m', node, 1) > 0 then more = 1 end
+elseif holdsAny(node) then
+  more = 1
+end
 if not holdsAny(node) then
   redis.call('ZREM', K('alive'), node)
   redis.call('SREM', K('dead'), node)
