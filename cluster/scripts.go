@@ -27,6 +27,7 @@ import (
 //	                restore = end of the restore window after Redis lost records
 //	T:ver     HASH  node -> the newest write of the node this shard has seen
 //	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
+//	T:owe     SET   nodes taken for dead that have not written their records again yet
 //	T:u       HASH  "node uid" -> connections the node holds, for users of this shard
 //	T:ua      HASH  "node uid" -> how many of those are away (absent: none)
 //	T:ui      ZSET  "node uid", score 0: T:u's records by node
@@ -245,11 +246,15 @@ end
 
 -- alive renews node's liveness in this shard; 1 means it had been taken
 -- for dead (or Redis lost it), so the node must write its records again.
+-- That is state, T:owe, not only this reply: a write that finds the node
+-- taken for dead may run after its sender gave up on it, its reply lost,
+-- so every write says so until the node's records are written again
+-- (setScript in mode "a" or "r").
 local function alive(node, ttl)
   local added = redis.call('ZADD', K('alive'), now + ttl, node)
   local reaped = redis.call('SREM', K('dead'), node)
-  if added == 1 or reaped == 1 then return 1 end
-  return 0
+  if added == 1 or reaped == 1 then redis.call('SADD', K('owe'), node) end
+  return redis.call('SISMEMBER', K('owe'), node)
 end
 
 -- recordsOf returns up to limit (all if nil) of node's records in key (T:ui
@@ -293,6 +298,7 @@ local function reap(node, budget, membersOnly)
   end
   if not holdsAny(node) and redis.call('SREM', K('dead'), node) == 1 then
     redis.call('HDEL', K('ver'), node)
+    redis.call('SREM', K('owe'), node)
     redis.call('ZADD', K('reaped'), now, node)
   end
   return budget
@@ -338,7 +344,8 @@ end
 
 // setScript renews the node's liveness in the shard, then applies its
 // records. ARGV: tag, node, ttl ms, last-seen TTL ms, the node's landed
-// writes, this write's number, restore window ms, mode ("w" write, "r"
+// writes, this write's number, restore window ms, mode ("w" write, "a"
+// this node's records written again after it was taken for dead, "r"
 // restore: what had landed before a loss), then a list of "u", uid, n,
 // away (n connections of which away are away; n 0 drops the record) and
 // "m", channel, uid, 1|0, away 1|0, or "M" and those and the member's
@@ -377,6 +384,10 @@ while i <= #ARGV do
   end
 end
 quiet = false
+if (ARGV[8] == 'a' or ARGV[8] == 'r') and state ~= 1 and state ~= 2 then
+  redis.call('SREM', K('owe'), node)
+  back = 0
+end
 trimSeen()
 local out = {back, state, math.max(0, till - now)}
 for _, v in ipairs(produced) do out[#out + 1] = v end
@@ -464,6 +475,7 @@ end
 if not holdsAny(node) then
   redis.call('ZREM', K('alive'), node)
   redis.call('SREM', K('dead'), node)
+  redis.call('SREM', K('owe'), node)
   redis.call('HDEL', K('ver'), node)
   redis.call('ZREM', K('reaped'), node)
   more = 0
@@ -516,7 +528,7 @@ return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // shardKeyNames are the keys of a shard, T:<name>, in the order every
 // script of the shard is given them as KEYS; see the table above.
 var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
-	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr"}
+	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "owe"}
 
 // luaKeys makes K(name) the shard's key of that name, from KEYS: a name
 // not in KEYS is an error, so a script never touches a key it did not

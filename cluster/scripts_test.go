@@ -195,8 +195,9 @@ func TestSetScriptEdgesAndCounts(t *testing.T) {
 	assert.IsIncreasing(t, seqs, "edges carry the shard's counter")
 }
 
-// A node's first write to a shard, and its first after the shard took it for
-// dead or Redis lost it, says so: the engine then writes its records again.
+// A node's first write to a shard, and every one after the shard took it
+// for dead or Redis lost it, says so until the node has written its records
+// again (mode "a"): a reply that says it may be lost.
 func TestSetScriptSaysWhenTheNodeWasLost(t *testing.T) {
 	srv := startRedis(t)
 	c := srv.client(t)
@@ -204,10 +205,28 @@ func TestSetScriptSaysWhenTheNodeWasLost(t *testing.T) {
 	back, _ := set(t, c, k, "a", time.Minute, "u", "x", 1)
 	assert.True(t, back, "first write")
 	back, _ = set(t, c, k, "a", time.Minute)
+	assert.True(t, back, "a renewal before the node wrote its records again")
+	writtenAgain(t, c, k, "a")
+	back, _ = set(t, c, k, "a", time.Minute)
 	assert.False(t, back, "a renewal")
 	require.NoError(t, c.FlushAll(context.Background()).Err())
 	back, _ = set(t, c, k, "a", time.Minute)
 	assert.True(t, back, "after Redis lost everything")
+	back, _ = set(t, c, k, "a", time.Minute)
+	assert.True(t, back, "and again, as the reply may have been lost")
+	writtenAgain(t, c, k, "a")
+	back, _ = set(t, c, k, "a", time.Minute)
+	assert.False(t, back, "once written again")
+}
+
+// writtenAgain runs setScript in mode "a" with no records, as a node whose
+// shard has none of its records tells Redis it has written them again.
+func writtenAgain(t *testing.T, c redis.UniversalClient, k shardKeys, node string) {
+	t.Helper()
+	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, k.tag, node, time.Minute.Milliseconds(),
+		int64(time.Hour/time.Millisecond), 0, 0, 0, "a"), 3)
+	require.NoError(t, err)
+	assert.False(t, flag(res[0]), "written again: no longer taken for dead")
 }
 
 // Many goroutines, each a node, change records at random: afterwards the

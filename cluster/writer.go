@@ -400,12 +400,22 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 			recs = append(recs, record{uid: k.uid, channel: k.channel, n: 1, away: b2i(away)})
 		}
 	}
-	if len(recs) == 0 {
-		return nil
-	}
 	w.m.rewritten.Add(float64(len(recs)))
-	w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
-	failed, err := w.write(ctx, recs, modeReassert)
+	if len(recs) > 0 {
+		w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
+	}
+	// Every shard gets a call, one without records too: it tells Redis
+	// that this node is written again there, which ends its "taken for
+	// dead" (see alive in scripts.go).
+	var calls []scriptCall
+	for s := range shards {
+		if cs := w.batches(s, recs, modeReassert); len(cs) > 0 {
+			calls = append(calls, cs...)
+		} else {
+			calls = append(calls, w.setCall(s, nil, modeReassert))
+		}
+	}
+	failed, err := w.runSet(ctx, calls, modeReassert)
 	w.requeueHeld(failed)
 	return err
 }
@@ -421,7 +431,10 @@ const (
 func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 	w.writes++
 	m := "w"
-	if mode == modeRestore {
+	switch mode {
+	case modeReassert:
+		m = "a"
+	case modeRestore:
 		m = "r"
 	}
 	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
