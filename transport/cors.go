@@ -24,11 +24,12 @@ const corsAllowHeaders = "Authorization, Content-Type"
 // itself.
 func (p *originPolicy) crossOrigin(h http.Header, r *http.Request) bool {
 	h.Add("Vary", "Origin")
-	if !p.allow(r) {
+	origin, ok := p.match(r)
+	if !ok {
 		return false
 	}
-	if origin := r.Header.Get("Origin"); origin != "" {
-		h.Set("Access-Control-Allow-Origin", origin)
+	if origin != "" {
+		h.Set("Access-Control-Allow-Origin", origin) // the allowed origin, never the header as sent
 	}
 	return true
 }

@@ -67,6 +67,9 @@ func (h *Hub) routes() {
 // other refusal. Pages on the allowed origins may call the API (CORS, with
 // preflights); see CORS for /presenced.js.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !h.hostAllowed(w, r) {
+		return // the health checks tell nothing of anyone: probes may use any name
+	}
 	var cors *originPolicy
 	if strings.HasPrefix(r.URL.Path, "/api/") {
 		cors = h.origins
@@ -79,7 +82,11 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // /api/channels/{channel}, POST /api/publish, /api/send), with OPTIONS on
 // each for CORS preflights from the allowed origins. Mount it for "/api/".
 func (h *Hub) APIHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveJSONMux(h.api, h.origins, w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.hostAllowed(w, r) {
+			serveJSONMux(h.api, h.origins, w, r)
+		}
+	})
 }
 
 // HealthHandler serves the health checks alone: GET /healthz (liveness) and
@@ -256,6 +263,9 @@ func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (Session, []strin
 // serves it until it closes. Use it to mount the socket at a path of your
 // own; ServeHTTP mounts it at /ws.
 func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
+	if !h.hostAllowed(w, r) {
+		return
+	}
 	sess, channels, ok := h.identify(w, r)
 	if !ok {
 		return

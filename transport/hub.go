@@ -92,7 +92,8 @@ type Config struct {
 	TypingTTL     time.Duration
 
 	// Auth identifies clients of /ws and /api/heartbeat. nil means DemoAuth,
-	// which trusts ?uid=; New logs a warning then. With a
+	// which trusts ?uid=; New logs a warning then, through slog.Default()
+	// when Logger is nil, so an embed left open says so. With a
 	// SessionAuthenticator such as JWTAuth, a connection is closed with 4401
 	// when its token expires, unless the client refreshes it first.
 	Auth Authenticator
@@ -132,6 +133,13 @@ type Config struct {
 	// "*", full origins ("https://app.example.com") or hosts
 	// ("app.example.com:8443"). Other origins get HTTP 403.
 	Origins []string
+	// Hosts lists the host names the Hub answers to besides localhost names
+	// and IP addresses ("chat.example.com", with or without a port), and
+	// the hosts of Origins. In demo mode a request for any other Host is
+	// refused with 403 before anything else, which stops a web site whose
+	// name resolves to this machine from driving it (DNS rebinding); with
+	// Auth set the check is on only when Hosts is set.
+	Hosts []string
 
 	// MaxMessage is the largest inbound frame in bytes; a larger one closes
 	// the connection with 1009, but for a watch frame, which may be larger
@@ -188,6 +196,7 @@ type Hub struct {
 	ownNode bool // made by New: the Hub runs and closes it
 	auth    Authenticator
 	demo    bool
+	hosts   *hostPolicy
 	apiKey  string
 
 	authorize      func(uid, channel string) bool
@@ -255,6 +264,11 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 			return nil, fmt.Errorf("transport: Config.Origins: %q: %w", o, err)
 		}
 	}
+	for _, host := range cfg.Hosts {
+		if err := CheckHost(host); err != nil {
+			return nil, fmt.Errorf("transport: Config.Hosts: %q: %w", host, err)
+		}
+	}
 	h := &Hub{
 		auth:           cfg.Auth,
 		apiKey:         cfg.APIKey,
@@ -286,8 +300,13 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		h.auth = DemoAuth()
 	}
 	if _, h.demo = h.auth.(demoAuth); h.demo {
-		log.Warn("transport: demo mode: trusting ?uid=, anyone can claim any user ID")
+		warn := log
+		if cfg.Logger == nil {
+			warn = slog.Default() // an embed without Auth is an open server: say so somewhere
+		}
+		warn.Warn("transport: demo mode: trusting ?uid=, anyone can claim any user ID")
 	}
+	h.hosts = newHostPolicy(h.demo, cfg.Hosts, cfg.Origins)
 	ns := cfg.MetricsNamespace
 	if ns == "" {
 		ns = "presenced"

@@ -41,19 +41,46 @@ func newOriginPolicy(allowed []string) *originPolicy {
 
 // allow reports whether r comes from the same host or an allowed origin.
 func (p *originPolicy) allow(r *http.Request) bool {
+	_, ok := p.match(r)
+	return ok
+}
+
+// match reports whether r comes from the same host or an allowed origin,
+// and returns that origin as it may be echoed (lower case): an Origin that
+// is not exactly scheme://host[:port] is refused, whatever its host.
+func (p *originPolicy) match(r *http.Request) (string, bool) {
 	origin := r.Header.Get("Origin")
-	if origin == "" || p.any {
-		return true
+	if origin == "" {
+		return "", true
 	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
+	scheme, host, ok := parseOrigin(origin)
+	if !ok {
+		return "", false
 	}
-	host := strings.ToLower(u.Host)
-	if host == strings.ToLower(r.Host) {
-		return true
+	canon := scheme + "://" + host
+	if p.any || host == strings.ToLower(r.Host) || p.origins[canon] || p.hosts[host] {
+		return canon, true
 	}
-	return p.origins[strings.ToLower(u.Scheme)+"://"+host] || p.hosts[host]
+	return "", false
+}
+
+// parseOrigin splits an Origin header, lower-cased, if it is exactly
+// scheme://host[:port]: no path, query, fragment, user info or trailing dot.
+func parseOrigin(origin string) (scheme, host string, ok bool) {
+	scheme, host, ok = strings.Cut(strings.ToLower(origin), "://")
+	if !ok || !validScheme(scheme) || host == "" || strings.ContainsAny(host, "/?#@\\") {
+		return "", "", false
+	}
+	u, err := url.Parse("http://" + host)
+	if err != nil || u.Host != host || u.Hostname() == "" || strings.HasSuffix(u.Hostname(), ".") || strings.HasSuffix(host, ":") {
+		return "", "", false
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", "", false
+		}
+	}
+	return scheme, host, true
 }
 
 // CheckOrigin reports whether s is an entry Config.Origins understands: "*",

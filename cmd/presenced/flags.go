@@ -79,6 +79,16 @@ func (o *options) settings() []setting {
 				}
 				return nil
 			}},
+		{name: "hosts", value: (*listValue)(&h.Hosts),
+			usage: "comma-separated host names this server answers to besides localhost and IP addresses (and the hosts of -origins): in demo mode other Host headers get 403 (DNS rebinding); with a JWT secret, setting it turns the check on",
+			check: func() error {
+				for _, s := range h.Hosts {
+					if err := transport.CheckHost(s); err != nil {
+						return fmt.Errorf("-hosts: %q: %w", s, err)
+					}
+				}
+				return nil
+			}},
 		secret("jwt-secret", &o.jwtSecret, "HS256 secret for client tokens; empty: demo mode, ?uid= is trusted"),
 		secret("api-key", &h.APIKey, "key of the server API (/api/presence, /api/channels, /api/publish, /api/send): requests need \"Authorization: apikey <key>\""),
 		atLeast("grace", &h.Grace, 0, 0, "delay before a user whose last connection closed is reported offline"),
