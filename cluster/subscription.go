@@ -130,14 +130,13 @@ func (r *router) lose(shard int, ps *redis.PubSub, err error) {
 		return
 	}
 	pause := min(remakeFirst<<min(n-1, 10), remakeLongest)
-	t := time.AfterFunc(pause, func() {
+	time.AfterFunc(pause, func() { // after Run ended, it finds another run or none, and does nothing
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.run == run {
 			r.queueSubLocked(shard, subOp{lost: ps})
 		}
 	})
-	context.AfterFunc(run.ctx, func() { t.Stop() })
 }
 
 // silent records that shard's current Pub/Sub ps does not answer: the
