@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -199,9 +198,9 @@ func freezeCase(r *run) ([]row, error) {
 
 	time.Sleep(2 * time.Second)
 	progress("freeze: SIGSTOP for %v", r.freeze)
-	p.signal(syscall.SIGSTOP)
+	p.freeze()
 	time.Sleep(r.freeze)
-	p.signal(syscall.SIGCONT)
+	p.thaw()
 	resumed := time.Now()
 	progress("freeze: SIGCONT")
 	time.Sleep(10 * time.Second)
