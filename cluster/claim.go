@@ -29,50 +29,11 @@ func (w *writer) claim(ctx context.Context) error {
 	pause := w.cfg.RenewEvery + w.retry
 	back := map[int]bool{}
 	for _, phase := range reapPhases {
-		shards := w.allShards()
-		for len(shards) > 0 && ctx.Err() == nil {
-			calls := make([]scriptCall, len(shards))
-			for i, s := range shards {
-				w.writes++
-				calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
-					min(w.cfg.Batch, reapBudget), gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
-					w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase}}
+		for shards := w.allShards(); len(shards) > 0 && ctx.Err() == nil; {
+			var err error
+			if shards, err = w.claimRound(ctx, phase, shards, gap, pause, back); err != nil {
+				return err
 			}
-			var more []int
-			var made []any
-			start := time.Now()
-			cmds := w.runScripts(ctx, claimScript, calls)
-			tScripts := time.Since(start)
-			for i, cmd := range cmds {
-				res, err := scriptResult(cmd, 3)
-				if err != nil {
-					w.health.fail("claim", err)
-					return err
-				}
-				w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
-				if paused, _ := res[1].(int64); paused == 2 {
-					// Redis lost this node's writes: restore them, and write no
-					// change for a restore window.
-					w.restore[shards[i]] = true
-					if until := time.Now().Add(w.restoreWindow()); until.After(w.holdUntil) {
-						w.holdUntil = until
-					}
-				}
-				if flag(res[0]) {
-					back[shards[i]] = true
-				}
-				if edges := res[3:]; len(edges) > 0 {
-					w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/4)
-					made = append(made, edges...)
-				}
-				if flag(res[2]) {
-					more = append(more, shards[i])
-				}
-			}
-			t1 := time.Now()
-			w.m.reaped.Add(float64(w.produced(made)))
-			w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/4, "scripts", tScripts, "produced", time.Since(t1))
-			shards = more
 		}
 	}
 	w.health.ok()
@@ -85,34 +46,90 @@ func (w *writer) claim(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// claimRound runs one claim call in each of shards, in phase, and returns
+// the shards with more to reap; shards that had taken this node for dead
+// are added to back.
+func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap, pause time.Duration, back map[int]bool) ([]int, error) {
+	calls := make([]scriptCall, len(shards))
+	for i, s := range shards {
+		w.writes++
+		calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
+			min(w.cfg.Batch, reapBudget), gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
+			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase}}
+	}
+	var more []int
+	var made []any
+	start := time.Now()
+	cmds := w.runScripts(ctx, claimScript, calls)
+	tScripts := time.Since(start)
+	for i, cmd := range cmds {
+		res, err := scriptResult(cmd, 3)
+		if err != nil {
+			w.health.fail("claim", err)
+			return nil, err
+		}
+		w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
+		if paused, _ := res[1].(int64); paused == 2 {
+			// Redis lost this node's writes: restore them, and write no
+			// change for a restore window.
+			w.restore[shards[i]] = true
+			if until := time.Now().Add(w.restoreWindow()); until.After(w.holdUntil) {
+				w.holdUntil = until
+			}
+		}
+		if flag(res[0]) {
+			back[shards[i]] = true
+		}
+		if edges := res[3:]; len(edges) > 0 {
+			w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/4)
+			made = append(made, edges...)
+		}
+		if flag(res[2]) {
+			more = append(more, shards[i])
+		}
+	}
+	t1 := time.Now()
+	w.m.reaped.Add(float64(w.produced(made)))
+	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/4, "scripts", tScripts, "produced", time.Since(t1))
+	return more, nil
+}
+
 // leave reaps this node's own records in every shard, once the loop has
 // stopped.
 func (w *writer) leave(ctx context.Context) error {
 	for _, phase := range reapPhases {
-		shards := w.allShards()
-		for len(shards) > 0 {
-			calls := make([]scriptCall, len(shards))
-			for i, s := range shards {
-				calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, min(w.cfg.Batch, reapBudget), w.cfg.LastSeenTTL.Milliseconds(), phase}}
+		for shards := w.allShards(); len(shards) > 0; {
+			var err error
+			if shards, err = w.leaveRound(ctx, phase, shards); err != nil {
+				return err
 			}
-			var more []int
-			var made []any
-			for i, cmd := range w.runScripts(ctx, leaveScript, calls) {
-				res, err := scriptResult(cmd, 1)
-				if err != nil {
-					w.produced(made)
-					return fmt.Errorf("cluster: drop records of %s on close: %w", w.cfg.Node, err)
-				}
-				made = append(made, res[1:]...)
-				if flag(res[0]) {
-					more = append(more, shards[i])
-				}
-			}
-			w.produced(made)
-			shards = more
 		}
 	}
 	return nil
+}
+
+// leaveRound runs one leave call in each of shards, in phase, and returns
+// the shards with more to drop.
+func (w *writer) leaveRound(ctx context.Context, phase string, shards []int) ([]int, error) {
+	calls := make([]scriptCall, len(shards))
+	for i, s := range shards {
+		calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, min(w.cfg.Batch, reapBudget), w.cfg.LastSeenTTL.Milliseconds(), phase}}
+	}
+	var more []int
+	var made []any
+	for i, cmd := range w.runScripts(ctx, leaveScript, calls) {
+		res, err := scriptResult(cmd, 1)
+		if err != nil {
+			w.produced(made)
+			return nil, fmt.Errorf("cluster: drop records of %s on close: %w", w.cfg.Node, err)
+		}
+		made = append(made, res[1:]...)
+		if flag(res[0]) {
+			more = append(more, shards[i])
+		}
+	}
+	w.produced(made)
+	return more, nil
 }
 
 // reapPhases are the phases of a claim or a leave: memberships in every

@@ -81,11 +81,8 @@ func (h *Hub) hostAllowed(w http.ResponseWriter, r *http.Request) bool {
 // CheckHost reports whether s is an entry Config.Hosts understands: a host
 // name or address, with an optional port. New refuses a Config with another.
 func CheckHost(s string) error {
-	if strings.Contains(s, "://") || strings.ContainsAny(s, `/?#@\ `) {
+	if strings.Contains(s, "://") || checkHostPort(s) != nil {
 		return errors.New("want a host name, such as chat.example.com, with an optional :port")
-	}
-	if hostName(s) == "" {
-		return errors.New("no host")
 	}
 	return nil
 }

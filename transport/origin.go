@@ -68,17 +68,8 @@ func (p *originPolicy) match(r *http.Request) (string, bool) {
 // scheme://host[:port]: no path, query, fragment, user info or trailing dot.
 func parseOrigin(origin string) (scheme, host string, ok bool) {
 	scheme, host, ok = strings.Cut(strings.ToLower(origin), "://")
-	if !ok || !validScheme(scheme) || host == "" || strings.ContainsAny(host, "/?#@\\") {
+	if !ok || !validScheme(scheme) || checkHostPort(host) != nil || strings.HasSuffix(hostName(host), ".") {
 		return "", "", false
-	}
-	u, err := url.Parse("http://" + host)
-	if err != nil || u.Host != host || u.Hostname() == "" || strings.HasSuffix(u.Hostname(), ".") || strings.HasSuffix(host, ":") {
-		return "", "", false
-	}
-	if port := u.Port(); port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return "", "", false
-		}
 	}
 	return scheme, host, true
 }
@@ -100,21 +91,27 @@ func CheckOrigin(s string) error {
 		}
 		hostport = strings.TrimSuffix(rest, "/")
 	}
-	if hostport == "" {
+	return checkHostPort(hostport)
+}
+
+// checkHostPort reports whether s is a host with an optional port, and
+// nothing else: no path, query, fragment or user info.
+func checkHostPort(s string) error {
+	if s == "" {
 		return errors.New("no host")
 	}
-	if strings.ContainsAny(hostport, "/?#@\\") {
+	if strings.ContainsAny(s, "/?#@\\") {
 		return errors.New("an origin is scheme://host[:port], with no path, query or user")
 	}
-	u, err := url.Parse("http://" + hostport)
-	if err != nil || u.Host != hostport || u.Hostname() == "" {
+	u, err := url.Parse("http://" + s)
+	if err != nil || u.Host != s || u.Hostname() == "" {
 		return errors.New("not a host[:port]")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return errors.New("bad port")
 		}
-	} else if strings.HasSuffix(hostport, ":") {
+	} else if strings.HasSuffix(s, ":") {
 		return errors.New("bad port")
 	}
 	return nil

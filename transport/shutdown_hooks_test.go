@@ -3,16 +3,12 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/presenced/presenced/transport"
 )
 
 // Shutdown returns by its context's deadline whatever a hook does: an
@@ -43,16 +39,11 @@ func TestShutdownReturnsByItsDeadlineWhateverAHookDoes(t *testing.T) {
 				<-release
 				return nil
 			}
-			reg := prometheus.NewRegistry()
-			cfg.Registerer = reg
-			hub, err := transport.NewManual(cfg)
-			require.NoError(t, err)
-			srv := httptest.NewServer(hub)
-			defer srv.Close()
+			s := startServer(t, cfg)
+			hub, reg := s.hub, s.reg
 			var letGo sync.Once
 			free := func() { letGo.Do(func() { close(release) }) }
 			defer free()
-			s := &testServer{hub: hub, srv: srv, reg: reg, addr: srv.Listener.Addr().String()}
 			ws := s.dialRaw(t, "uid=alice", nil)
 			send(t, ws, `{"type":"cursor","channel":"lobby"}`)
 			select {
