@@ -1,12 +1,16 @@
 package transport_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // An error frame names the channel of the frame it answers whenever that
@@ -60,6 +64,37 @@ func TestAPIBodyOverLimitIs413(t *testing.T) {
 			code, msg = s.do(t, http.MethodPost, tc.path, `{"data":1} {}`, "")
 			assert.Equal(t, http.StatusBadRequest, code)
 			assert.Contains(t, msg, "nothing after it")
+		})
+	}
+}
+
+// A GET of the socket's path without an upgrade (a browser's address bar,
+// curl) is 426 with what to send, in whatever mode, not a refusal of an
+// identity the caller never meant to give.
+func TestPlainGetOfTheSocketIs426(t *testing.T) {
+	jwt := testConfig()
+	jwt.Auth = transport.JWTAuth([]byte("secret"))
+	for _, tc := range []struct {
+		name  string
+		cfg   transport.Config
+		query string
+		says  string
+	}{
+		{"demo, no uid", testConfig(), "", "?uid=USER_ID (demo mode)"},
+		{"demo, a uid", testConfig(), "?uid=alice", "?uid=USER_ID (demo mode)"},
+		{"jwt, no token", jwt, "", "Authorization: Bearer TOKEN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServer(t, tc.cfg)
+			resp, err := http.Get(s.srv.URL + "/ws" + tc.query)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var body struct{ Error string }
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			assert.Equal(t, http.StatusUpgradeRequired, resp.StatusCode, body.Error)
+			assert.Equal(t, "websocket", resp.Header.Get("Upgrade"))
+			assert.Contains(t, body.Error, "send a WebSocket upgrade")
+			assert.Contains(t, body.Error, tc.says)
 		})
 	}
 }

@@ -266,6 +266,10 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if !h.hostAllowed(w, r) {
 		return
 	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		h.needUpgrade(w)
+		return
+	}
 	sess, channels, ok := h.identify(w, r)
 	if !ok {
 		return
@@ -358,6 +362,24 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	go c.readLoop()
+}
+
+// needUpgrade answers a plain GET of the socket's path (a browser's
+// address bar, curl) with 426 and what to send instead: the identity check
+// would otherwise answer first, about a user ID the caller never meant to
+// give.
+func (h *Hub) needUpgrade(w http.ResponseWriter) {
+	who := "the credentials the server's Authenticator takes"
+	switch h.auth.(type) {
+	case demoAuth:
+		who = "?uid=USER_ID (demo mode)"
+	case *jwtAuth:
+		who = "a token (Authorization: Bearer TOKEN, or ?token=TOKEN)"
+	}
+	w.Header().Set("Upgrade", "websocket")
+	w.Header().Set("Connection", "Upgrade")
+	writeError(w, http.StatusUpgradeRequired, "this is the WebSocket endpoint: send a WebSocket upgrade "+
+		"(Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13, Sec-WebSocket-Key) with "+who)
 }
 
 // hijacker hands gorilla the socket it hijacks wrapped in a wire.

@@ -605,12 +605,3 @@ func TestConcurrentChurn(t *testing.T) {
 		return p.Count == 0 && metric(t, s.reg, "presenced_connections", nil) == 0
 	}, waitLong, 10*time.Millisecond)
 }
-
-// A request to /ws that is not an upgrade is refused in JSON, like every
-// other refusal.
-func TestNonUpgradeIsJSON400(t *testing.T) {
-	s := startServer(t, testConfig())
-	code, msg := s.getError(t, "/ws?uid=alice")
-	assert.Equal(t, http.StatusBadRequest, code)
-	assert.Contains(t, msg, "websocket")
-}
