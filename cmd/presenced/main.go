@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"syscall"
 	"time"
 
@@ -156,7 +157,12 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		defer cancel()
 		return errors.Join(fmt.Errorf("listen: %w", err), hub.Shutdown(sctx), closeEngine(sctx))
 	}
-	log.Info("listening", o.logAttrs(ln.Addr().String(), hub.Timeout())...)
+	attrs := o.logAttrs(ln.Addr().String(), hub.Timeout())
+	if o.jwtSecret == "" {
+		// Right after addr: the demo page is what a first run is for.
+		attrs = slices.Insert(attrs, 2, any("url"), any(pageURL(ln.Addr())))
+	}
+	log.Info("listening", attrs...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	hookCtx, stopHook := context.WithCancel(context.Background())
@@ -190,6 +196,19 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	stopHook()
 	<-hookDone
 	return err
+}
+
+// pageURL is the address of the demo page served on addr: on every
+// interface, the browser's is localhost.
+func pageURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
 // version is the line -version prints: the module's version (a pseudo-version

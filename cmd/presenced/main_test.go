@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -194,7 +195,9 @@ func TestStartupLine(t *testing.T) {
 		assert.Contains(t, full, want)
 	}
 
-	_, out = startRun(t, nil, map[string]string{"PRESENCED_ADDR": "127.0.0.1:0", "PRESENCED_TICK": "250ms"})
+	assert.NotContains(t, full, "url=", "the demo page is for demo mode")
+	addr, out := startRun(t, nil, map[string]string{"PRESENCED_ADDR": "127.0.0.1:0", "PRESENCED_TICK": "250ms"})
+	assert.Contains(t, out.String(), "msg=listening addr="+addr+" url=http://"+addr+"/ ", "the page to open, in demo mode")
 	for _, want := range []string{"addr_from=$PRESENCED_ADDR", "mode=demo", "jwt_secret=unset", "api_key=unset", "tick=250ms", "timeout=7.5s"} {
 		assert.Contains(t, out.String(), want)
 	}
@@ -472,5 +475,18 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 		if tc.allow != "" {
 			assert.Equal(t, tc.allow, res.Header.Get("Allow"), "%s %s", tc.method, tc.path)
 		}
+	}
+}
+
+func TestPageURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:8080": "http://127.0.0.1:8080/",
+		"0.0.0.0:8080":   "http://localhost:8080/",
+		"[::]:9000":      "http://localhost:9000/",
+		"[::1]:8080":     "http://[::1]:8080/",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		require.NoError(t, err)
+		assert.Equal(t, want, pageURL(a), addr)
 	}
 }
