@@ -48,7 +48,7 @@ func (r *run) lostNode(lc lostNodeCase) (lostNodeResult, error) {
 		return res, err
 	}
 	defer rd.stop()
-	url := "redis://" + rd.addr + "/0"
+	url := "redis://" + rd.Addr + "/0"
 	n1, err := r.startPresenced("n1-"+lc.sigName, append(args, "-redis", url, "-node", "n1")...)
 	if err != nil {
 		return res, err
@@ -62,7 +62,7 @@ func (r *run) lostNode(lc lostNodeCase) (lostNodeResult, error) {
 	hb := ids("hb-", lc.held)
 	stop := make(chan struct{})
 	beating := keepBeating(n1.http(), hb, time.Second, stop)
-	cs, ws, err := watchers(n2.addr, "w-", lc.clients, "", hb[:lc.watched])
+	cs, ws, err := watchers(n2.Addr, "w-", lc.clients, "", hb[:lc.watched])
 	if err != nil {
 		close(stop)
 		beating.Wait()

@@ -22,7 +22,7 @@ func burst(r *run) ([]row, error) {
 	}
 	defer p.stop()
 	hb := ids("hb-", users)
-	cs, ws, err := watchers(p.addr, "reader-", readers, "channels=lobby", hb)
+	cs, ws, err := watchers(p.Addr, "reader-", readers, "channels=lobby", hb)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func flood(r *run) ([]row, error) {
 	cs := make([]*client, readers)
 	defer closeAll(cs)
 	for i := range readers {
-		c, err := connect(p.addr, fmt.Sprintf("reader-%02d", i), "channels=lobby", func(f *frame, raw []byte) {
+		c, err := connect(p.Addr, fmt.Sprintf("reader-%02d", i), "channels=lobby", func(f *frame, raw []byte) {
 			if f.Type != "chat" {
 				return
 			}
@@ -99,7 +99,7 @@ func flood(r *run) ([]row, error) {
 		}
 		cs[i] = c
 	}
-	fl, _, err := dial(p.addr, "uid=flooder&channels=lobby", nil)
+	fl, _, err := dial(p.Addr, "uid=flooder&channels=lobby", nil)
 	if err != nil {
 		return nil, fmt.Errorf("dial flooder: %w", err)
 	}
@@ -180,14 +180,14 @@ func freezeCase(r *run) ([]row, error) {
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait(); closeAll(cs) }()
 	for i := range pinging {
-		c, err := connect(p.addr, fmt.Sprintf("live-%02d", i), "", nil)
+		c, err := connect(p.Addr, fmt.Sprintf("live-%02d", i), "", nil)
 		if err != nil {
 			return nil, fmt.Errorf("dial: %w", err)
 		}
 		cs[i] = c
 		wg.Go(func() { keepPinging(c, 5*time.Second, stop) })
 	}
-	silentWS, _, err := dial(p.addr, "uid=silent", nil)
+	silentWS, _, err := dial(p.Addr, "uid=silent", nil)
 	if err != nil {
 		return nil, fmt.Errorf("dial silent: %w", err)
 	}
@@ -297,7 +297,7 @@ func (r *run) cutOnce(cc cutCase) (cutResult, error) {
 	}
 	defer p.stop()
 	var pongs atomic.Int64
-	calm, err := connect(p.addr, "calm", "", func(f *frame, _ []byte) {
+	calm, err := connect(p.Addr, "calm", "", func(f *frame, _ []byte) {
 		if f.Type == "pong" {
 			pongs.Add(1)
 		}
@@ -314,7 +314,7 @@ func (r *run) cutOnce(cc cutCase) (cutResult, error) {
 	cs := make([]*client, cc.flooders)
 	defer closeAll(cs)
 	for i := range cs {
-		c, err := connect(p.addr, fmt.Sprintf("flood-%d", i), "", nil)
+		c, err := connect(p.Addr, fmt.Sprintf("flood-%d", i), "", nil)
 		if err != nil {
 			return res, fmt.Errorf("dial flood-%d: %w", i, err)
 		}
@@ -322,7 +322,7 @@ func (r *run) cutOnce(cc cutCase) (cutResult, error) {
 	}
 	time.Sleep(1100 * time.Millisecond) // the calm client pings once before
 
-	pid := p.cmd.Process.Pid
+	pid := p.Cmd.Process.Pid
 	cpu0, err := cpuSeconds(pid)
 	if err != nil {
 		return res, err

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/presenced/presenced/bench/internal/child"
 )
 
 // binary is a presenced binary under measurement.
@@ -75,51 +74,22 @@ func (r *run) known(args []string) ([]string, error) {
 }
 
 // proc is a child process: presenced or redis-server.
-type proc struct {
-	name string
-	addr string // 127.0.0.1:port
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  string
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+type proc struct{ *child.Proc }
 
 // startProc starts path with args, its output to a new file in r.logDir.
 func (r *run) startProc(name, path string, args []string) (*proc, error) {
 	logPath := filepath.Join(r.logDir, fmt.Sprintf("%02d-%s-%s.log", r.logs.Add(1), r.bin.label, name))
-	f, err := os.Create(logPath)
+	p, err := child.Start(name, path, args, logPath)
 	if err != nil {
-		return nil, fmt.Errorf("log of %s: %w", name, err)
+		return nil, err
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// No PRESENCED_* from our environment: the flags say everything.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PRESENCED_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	return p, nil
+	return &proc{p}, nil
 }
 
 // startPresenced runs r.bin on a free loopback port with args (-name value
 // pairs, those r.bin knows) and waits until /healthz answers.
 func (r *run) startPresenced(name string, args ...string) (*proc, error) {
-	addr, err := freePort()
+	addr, err := child.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -131,80 +101,47 @@ func (r *run) startPresenced(name string, args ...string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.addr = addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited at start; see %s", name, p.log)
-		default:
-		}
-		if res, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("%s never became healthy; see %s", name, p.log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	p.Addr = addr
+	if err := p.WaitHTTP(p.http()+"/healthz", 20*time.Second); err != nil {
+		p.stop()
+		return nil, err
 	}
+	return p, nil
 }
 
 // startRedis runs a redis-server without persistence on a free loopback port.
 func (r *run) startRedis() (*proc, error) {
-	addr, err := freePort()
+	logPath := filepath.Join(r.logDir, fmt.Sprintf("%02d-%s-redis.log", r.logs.Add(1), r.bin.label))
+	p, err := child.StartRedis("redis", r.redisBin, "", logPath)
 	if err != nil {
 		return nil, err
 	}
-	_, port, _ := net.SplitHostPort(addr)
-	p, err := r.startProc("redis", r.redisBin, []string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no"})
-	if err != nil {
-		return nil, err
-	}
-	p.addr = addr
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			fmt.Fprint(c, "PING\r\n")
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("redis-server did not come up; see %s", p.log)
-		}
-	}
+	return &proc{p}, nil
 }
 
 func (p *proc) signal(sig syscall.Signal) {
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		progress("%s: signal %v: %v", p.name, sig, err)
+	if err := p.Signal(sig); err != nil {
+		progress("%v", err)
 	}
 }
 
 // stop ends p with SIGTERM, or SIGKILL after 12 s; nothing if it has exited.
 func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(12 * time.Second):
-		progress("%s: no exit 12 s after SIGTERM, killing it", p.name)
-		p.signal(syscall.SIGKILL)
-		<-p.done
+	if p.Stop(12 * time.Second) {
+		progress("%s: no exit 12 s after SIGTERM, killed it", p.Name)
 	}
 }
 
-func (p *proc) http() string { return "http://" + p.addr }
+// freeze and thaw stop and resume p's process, as a stalled machine would.
+func (p *proc) freeze() {
+	if err := p.Freeze(); err != nil {
+		progress("%s: %v", p.Name, err)
+	}
+}
+
+func (p *proc) thaw() { _ = p.Thaw() }
+
+func (p *proc) http() string { return "http://" + p.Addr }
 
 // userHZ is the unit of the CPU times in /proc/<pid>/stat: 1/100 s on Linux.
 const userHZ = 100

@@ -51,7 +51,7 @@ func churn(r *run) ([]row, error) {
 	r.figures("churn", "%d users by heartbeat in %v (%d failed, at most %d online at once); online 0: %v at %v; "+
 		"idle: %s; at the end of the posts: %s; 3 s after empty: %s; after %d scrapes: %s; RSS %.0f MB",
 		total, posted.Round(time.Millisecond), failed, peak, zero, emptyAt.Round(time.Millisecond),
-		heapFigures(idle), heapFigures(peakHeap), heapFigures(settled), scrapes, heapFigures(after), rssMB(p.cmd.Process.Pid))
+		heapFigures(idle), heapFigures(peakHeap), heapFigures(settled), scrapes, heapFigures(after), rssMB(p.Cmd.Process.Pid))
 	return []row{{
 		"8. live heap after 500,000 users came and went",
 		fmt.Sprintf("heap inuse %.1f MB, alloc %.1f MB (idle server: %.1f / %.1f MB; %.0f MB inuse at the end of the churn)",

@@ -47,11 +47,11 @@ func reconnects(nodes []*proc, rounds int, dwell time.Duration) (races, error) {
 		n := nodes[i%len(nodes)]
 		watching := make(chan struct{}, 1)
 		gone := new(atomic.Bool) // set before the harness closes it
-		c, err := connect(n.addr, "alice", "", func(f *frame, raw []byte) {
+		c, err := connect(n.Addr, "alice", "", func(f *frame, raw []byte) {
 			switch f.Type {
 			case "watching":
 				if !slices.Contains(f.Online, "alice") && notOnlineN.Add(1) <= 3 {
-					progress("reconnect: round %d on %s: %s", i, n.name, raw)
+					progress("reconnect: round %d on %s: %s", i, n.Name, raw)
 				}
 				select {
 				case watching <- struct{}{}:
@@ -59,12 +59,12 @@ func reconnects(nodes []*proc, rounds int, dwell time.Duration) (races, error) {
 				}
 			case "status":
 				if statusN.Add(1) <= 3 {
-					progress("reconnect: round %d on %s heard %s", i, n.name, raw)
+					progress("reconnect: round %d on %s heard %s", i, n.Name, raw)
 				}
 				if slices.Contains(f.Offline, "alice") && !gone.Load() {
 					toldN.Add(1)
 					mu.Lock()
-					samples = append(samples, fmt.Sprintf("round %d on %s: %s", i, n.name, raw))
+					samples = append(samples, fmt.Sprintf("round %d on %s: %s", i, n.Name, raw))
 					mu.Unlock()
 				}
 			}
@@ -114,7 +114,7 @@ func reconnect(r *run) ([]row, error) {
 		return nil, err
 	}
 	defer rd.stop()
-	url := "redis://" + rd.addr + "/0"
+	url := "redis://" + rd.Addr + "/0"
 	n1, err := r.startPresenced("n1", append(args, "-redis", url, "-node", "n1")...)
 	if err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func connCap(r *run) ([]row, error) {
 	var ok []*websocket.Conn
 	statuses := map[string]int{}
 	for range tries {
-		ws, res, err := dial(p.addr, "uid=crowd", nil)
+		ws, res, err := dial(p.Addr, "uid=crowd", nil)
 		switch {
 		case err == nil:
 			ok = append(ok, ws)
@@ -183,7 +183,7 @@ func invalidUTF8(r *run) ([]row, error) {
 		return nil, err
 	}
 	defer p.stop()
-	ws, _, err := dial(p.addr, "uid=alice&channels=lobby", nil)
+	ws, _, err := dial(p.Addr, "uid=alice&channels=lobby", nil)
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
@@ -223,7 +223,7 @@ func jwtBasic(r *run) ([]row, error) {
 		return nil, fmt.Errorf("sign token: %w", err)
 	}
 	try := func(query string, hdr http.Header) string {
-		ws, res, err := dial(p.addr, query, hdr)
+		ws, res, err := dial(p.Addr, query, hdr)
 		if err != nil {
 			if res != nil {
 				return "refused " + strconv.Itoa(res.StatusCode)
