@@ -1,7 +1,7 @@
 # The presenced server on a small non-root image: a static binary, the CA
 # certificates (for -webhook and rediss:// over TLS), nothing else.
 #
-#   docker build -t presenced .          (or podman build)
+#   podman build -t presenced .          (or docker build; pulls the Go image)
 #   docker run -p 8080:8080 -e PRESENCED_JWT_SECRET=... -e PRESENCED_API_KEY=... presenced
 #
 # Every flag can be set as PRESENCED_<FLAG> (see README.md); flags after the
@@ -9,7 +9,8 @@
 
 ARG GO_VERSION=1.26
 
-FROM golang:${GO_VERSION} AS build
+# Names in full: podman resolves no short name without a search registry.
+FROM docker.io/library/golang:${GO_VERSION} AS build
 WORKDIR /src
 # The modules first: this layer stays cached while only the code changes.
 COPY go.mod go.sum ./

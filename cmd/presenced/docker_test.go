@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +23,12 @@ import (
 )
 
 // TestDockerfile builds the repository's Dockerfile where a builder is
-// installed, without a registry and without running a container: the
-// build stage (which would pull golang) is replaced by a static binary
-// built here, through a named build context, and the final stage is
-// scratch, which needs no pull. The image's binary is then copied out of a
-// created (never started) container and run with -version.
+// installed, by the README's command, without a registry and without
+// running a container: the build stage (which would pull golang) is
+// replaced by a static binary built here, through a named build context,
+// and the final stage is scratch, which needs no pull. The image's binary
+// is then copied out of a created (never started) container and run with
+// -version.
 func TestDockerfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the server and an image: not in -short")
@@ -59,12 +61,14 @@ func TestDockerfile(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(certs, bundle, 0o644))
 
-	dockerfile, err := filepath.Abs(filepath.Join("..", "..", "Dockerfile"))
-	require.NoError(t, err)
 	image := fmt.Sprintf("localhost/presenced-dockerfile-test:%d", os.Getpid())
-	// An empty main context: the replaced build stage is the only one that
-	// reads it.
-	run(builder, "build", "--build-context", "build="+stage, "-f", dockerfile, "-t", image, t.TempDir())
+	args := testBuild(readmeBuild(t), stage, image)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, builder, args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, &stdout, &stderr
+	require.NoError(t, cmd.Run(), "%s %s:\n%s%s", builder, strings.Join(args, " "), stdout.String(), stderr.String())
 	t.Cleanup(func() { exec.Command(builder, "rmi", "-f", image).Run() })
 
 	var cfg struct {
@@ -92,6 +96,75 @@ func TestDockerfile(t *testing.T) {
 	version := run(got, "-version")
 	assert.Regexp(t, `^presenced \S+ protocol `+regexp.QuoteMeta(protocol.Version)+`\n$`, version)
 	t.Logf("%s image %s: %s", builder, image, strings.TrimSpace(version))
+}
+
+// readmeBuild returns the arguments of the image build README.md shows,
+// after the builder's name.
+func readmeBuild(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?m)^(podman|docker) (build [^#\n]*)").FindSubmatch(readme)
+	require.NotNil(t, m, "README.md shows no podman or docker build")
+	return strings.Fields(string(m[2]))
+}
+
+// testBuild is the README's build with the build stage supplied, and a tag
+// of the test's own: the rest is as a user types it, in the checkout.
+func testBuild(readme []string, stage, image string) []string {
+	args := []string{readme[0], "--build-context", "build=" + stage}
+	for i := 1; i < len(readme); i++ {
+		args = append(args, readme[i])
+		if readme[i] == "-t" && i+1 < len(readme) {
+			args = append(args, image)
+			i++
+		}
+	}
+	return args
+}
+
+func TestTestBuildIsTheReadmes(t *testing.T) {
+	readme := readmeBuild(t)
+	assert.Equal(t, []string{"build", "-t", "presenced", "."}, readme, "the build README.md shows")
+	assert.Equal(t, []string{"build", "--build-context", "build=/stage", "-t", "img", "."}, testBuild(readme, "/stage", "img"))
+}
+
+// TestDockerfileNamesItsBases checks that every FROM names its registry (or
+// is scratch, or an earlier stage): podman, unlike docker, resolves no
+// short name such as golang:1.26 without a search registry configured.
+func TestDockerfileNamesItsBases(t *testing.T) {
+	raw, err := os.ReadFile("../../Dockerfile")
+	require.NoError(t, err)
+	stages := map[string]bool{"scratch": true}
+	froms := 0
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
+			continue
+		}
+		froms++
+		f = slices.DeleteFunc(f[1:], func(s string) bool { return strings.HasPrefix(s, "--") })
+		if image := f[0]; !stages[image] {
+			assert.True(t, qualified(image), "FROM %s: name the registry, as docker.io/library/golang:...", image)
+		}
+		if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+			stages[f[2]] = true // a base of the FROMs after this one
+		}
+	}
+	assert.Positive(t, froms)
+	for _, short := range []string{"golang:1.26", "library/golang", "localhost", "golang"} {
+		assert.False(t, qualified(short), short)
+	}
+	for _, full := range []string{"docker.io/library/golang:${GO_VERSION}", "localhost/x:1", "registry.example:5000/a/b"} {
+		assert.True(t, qualified(full), full)
+	}
+}
+
+// qualified says whether image names its registry: a first path element
+// with a dot or a port, or localhost.
+func qualified(image string) bool {
+	registry, _, ok := strings.Cut(image, "/")
+	return ok && (strings.ContainsAny(registry, ".:") || registry == "localhost")
 }
 
 // needBuilder returns podman, or docker, where one is installed; else it
