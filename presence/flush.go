@@ -176,9 +176,8 @@ func (v *view) updatedLocked(log []edge, came []string, in func(uid string) bool
 		if was != nil {
 			before = *was
 		}
-		if uid != own {
-			before = before.Public()
-		}
+		// As it was shown: a user a change is news of was there before it.
+		before = See(own, uid, UserStatus{Conns: 1, Record: before}).Record
 		if rec := v.recordLocked(uid, own); !rec.Equal(before) {
 			if out == nil {
 				out = make(map[string]protocol.Record)

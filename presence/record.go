@@ -119,23 +119,15 @@ func (n *Node) Records(ctx context.Context, uids []string) (map[string]protocol.
 	return recs, nil
 }
 
-// VisibleStatus is Status as a client that is not uid sees it: an
-// invisible user is offline, last seen when it turned invisible, and its
-// record shows no mode.
+// VisibleStatus is Status as a client that is not uid sees it (See): an
+// invisible user is offline, last seen when it turned invisible, and a
+// user seen offline shows only its info.
 func (n *Node) VisibleStatus(ctx context.Context, uid string) (UserStatus, error) {
 	st, err := n.Status(ctx, uid)
 	if err != nil {
 		return UserStatus{}, err
 	}
-	if st.Record.Mode == protocol.ModeInvisible {
-		st.Conns, st.Away = 0, false
-		if !st.HiddenAt.IsZero() && st.HiddenAt.After(st.LastSeen) {
-			st.LastSeen = st.HiddenAt
-		}
-	}
-	st.HiddenAt = time.Time{}
-	st.Record = st.Record.Public()
-	return st, nil
+	return See("", uid, st), nil
 }
 
 // VisibleUsers is Users as a client sees them: without invisible users.

@@ -45,7 +45,7 @@ func (v *view) hiddenLocked(uid string) bool {
 
 // visibleLocked reports whether other clients see uid online.
 func (v *view) visibleLocked(uid string) bool {
-	return v.users[uid].online && !v.hiddenLocked(uid)
+	return v.users[uid].online && v.seenLocked("", uid).Conns > 0
 }
 
 func (cv *channelView) isHidden(uid string) bool {
@@ -234,9 +234,16 @@ func (v *view) dropOffSeenLocked(uid string) {
 // lastSeenLocked returns when other clients saw uid go offline: when it
 // turned invisible, if it is.
 func (v *view) lastSeenLocked(uid string) (int64, bool) {
-	if r := v.records[uid]; r != nil && r.rec.Mode == protocol.ModeInvisible && r.hiddenAt != 0 {
-		return r.hiddenAt, true
+	if at := v.seenLocked("", uid).LastSeen; !at.IsZero() {
+		return at.UnixMilli(), true
 	}
+	return 0, false
+}
+
+// offSeenLocked returns when uid really went offline, as far as this node
+// knows: from the edges it produced, or else from those the Engine
+// reported to a watch.
+func (v *view) offSeenLocked(uid string) (int64, bool) {
 	if v.seen != nil {
 		if at, ok := v.seen.get(uid); ok {
 			return at, true
@@ -246,17 +253,12 @@ func (v *view) lastSeenLocked(uid string) (int64, bool) {
 	return at, ok
 }
 
-// recordLocked returns uid's record as the connections of own see it:
-// whole for own's own, else as protocol.Record.Public says.
+// recordLocked returns uid's record as the connections of own see it.
 func (v *view) recordLocked(uid, own string) protocol.Record {
-	r := v.records[uid]
-	if r == nil {
+	if v.records[uid] == nil {
 		return protocol.Record{}
 	}
-	if uid == own {
-		return r.rec
-	}
-	return r.rec.Public()
+	return v.seenLocked(own, uid).Record
 }
 
 // usersLocked returns the records of those of uids that have one, as the

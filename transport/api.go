@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 )
 
@@ -150,7 +151,8 @@ func (h *Hub) records(ctx context.Context, uids []string) (map[string]protocol.R
 		return recs, err
 	}
 	for uid, r := range recs {
-		if r = r.Public(); r.IsZero() {
+		// Those asked of are members listed, so seen online.
+		if r = presence.See("", uid, presence.UserStatus{Conns: 1, Record: r}).Record; r.IsZero() {
 			delete(recs, uid)
 		} else {
 			recs[uid] = r

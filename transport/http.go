@@ -132,9 +132,7 @@ func (h *Hub) serverAPI(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case h.apiKey != "":
-			scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !strings.EqualFold(scheme, "apikey") ||
-				subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(h.apiKey)) != 1 {
+			if !h.keyed(r) {
 				writeError(w, http.StatusUnauthorized, "this API needs Authorization: apikey <key>")
 				return
 			}
@@ -144,6 +142,32 @@ func (h *Hub) serverAPI(next http.HandlerFunc) http.HandlerFunc {
 		}
 		next(w, r)
 	}
+}
+
+// keyed reports whether r presents the Hub's API key; false when it has
+// none.
+func (h *Hub) keyed(r *http.Request) bool {
+	if h.apiKey == "" {
+		return false
+	}
+	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.EqualFold(scheme, "apikey") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(h.apiKey)) == 1
+}
+
+// RequireKey guards next, such as a Prometheus handler, as the Hub guards
+// its own counts: with an API key, only requests that present it get
+// through (401 otherwise); without one, everyone does. Counts include the
+// invisible users, so a keyless reader could tell them apart from the
+// visible ones the keyless API lists.
+func (h *Hub) RequireKey(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.apiKey != "" && !h.keyed(r) {
+			writeError(w, http.StatusUnauthorized, "this endpoint needs Authorization: apikey <key>")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // apiMessage is the body of POST /api/publish and /api/send.
@@ -534,11 +558,16 @@ func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
 
 func (h *Hub) serveRing(w http.ResponseWriter, r *http.Request) {
 	ring := h.node.Ring()
+	if h.apiKey != "" && !h.keyed(r) {
+		// The due counts count invisible users' connections too; the
+		// shape and the cursor tell of nobody, and draw the demo's ring.
+		ring.Due = nil
+	}
 	writeJSON(w, http.StatusOK, struct {
 		Slots  int   `json:"slots"`
 		TickMS int64 `json:"tick_ms"`
 		Cursor int   `json:"cursor"`
-		Due    []int `json:"due"`
+		Due    []int `json:"due,omitempty"`
 	}{ring.Slots, ring.Tick.Milliseconds(), ring.Cursor, ring.Due})
 }
 

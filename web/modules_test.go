@@ -222,6 +222,23 @@ func TestModulesInBrowser(t *testing.T) {
 		// Clockwise through slot 0: 360 degrees, not back to 0.
 		assert.Equal(t, []string{"rotate(336.774deg)", "rotate(348.387deg)", "rotate(360deg)"},
 			[]string{got[0].Rotate, got[1].Rotate, got[2].Rotate})
+
+		// Without the key, a server that has one sends no due counts: the
+		// hand still turns, and the ring says why it counts nothing.
+		var keyless struct {
+			Cursor, Words string
+			Due           int
+		}
+		run(t, `import('/ring.js').then(m => {
+			const svg = document.getElementById('r');
+			const v = new m.RingView(svg);
+			v.update({slots: 31, tick_ms: 1000, cursor: 7});
+			return {cursor: svg.dataset.cursor, due: svg.querySelectorAll('.slot.due').length,
+				words: [...svg.querySelectorAll('text')].map(t => t.textContent).join('|')};
+		})`, &keyless)
+		assert.Equal(t, "7", keyless.Cursor)
+		assert.Zero(t, keyless.Due)
+		assert.Contains(t, keyless.Words, "counts need the API key")
 	})
 
 	assert.Empty(t, b.errors(), "console errors or exceptions")

@@ -136,7 +136,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	mux.Handle("/api/", hub)
 	mux.Handle("/healthz", hub)
 	mux.Handle("/readyz", hub)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// The counts include invisible users: with an API key, only the key reads them.
+	mux.Handle("GET /metrics", hub.RequireKey(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
 	// The machine-readable descriptions of the API and the frames.
 	mux.Handle("/openapi.yaml", docs.Handler())
 	mux.Handle("/schema/", docs.Handler())

@@ -78,7 +78,7 @@ export class RingView {
     this.lastCursor = -1;
   }
 
-  /** update draws one reading of /api/ring: {slots, tick_ms, cursor, due}. */
+  /** update draws one reading of /api/ring: {slots, tick_ms, cursor, due}; due is absent without the key on a server that has one. */
   update(ring) {
     const slots = Number(ring.slots) | 0;
     if (slots < 2) return;
@@ -107,7 +107,8 @@ export class RingView {
     this.hand.style.transform = `rotate(${deg}deg)`;
     this.cursorText.textContent = String(cursor);
     this.cursorSub.textContent = `cursor · ${slots} slots`;
-    this.totalText.textContent = `${total} connection${total === 1 ? '' : 's'}`;
+    // A server with an API key keeps its counts to the key: the ring turns without them.
+    this.totalText.textContent = Array.isArray(ring.due) ? `${total} connection${total === 1 ? '' : 's'}` : 'counts need the API key';
     this.svg.dataset.cursor = String(cursor);
     this.svg.dataset.total = String(total);
   }

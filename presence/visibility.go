@@ -1,0 +1,64 @@
+package presence
+
+import (
+	"time"
+
+	"github.com/presenced/presenced/protocol"
+)
+
+// How one client sees another user is decided here, once: the frames
+// (snapshots, diffs, pages, watching and status frames), the keyless
+// answers of the HTTP API and the records they carry all ask See. An
+// invisible user must look exactly like a user who went offline when it
+// turned invisible, and a user seen offline shows no more of its record
+// than its info: its mode and note are what it says while there, and a
+// note set while invisible would tell that it is.
+
+// See returns st, the truth of uid, as a client of user viewer sees it.
+// viewer "" is any client that is not uid, such as a caller of the API
+// without the key; uid's own connections see the truth. To the others an
+// invisible user is offline, not away, last seen when it turned invisible
+// (not known if that is not), and a user seen offline shows only its info.
+// HiddenAt is never shown.
+func See(viewer, uid string, st UserStatus) UserStatus {
+	if viewer == uid && uid != "" {
+		return st
+	}
+	seen := UserStatus{Conns: st.Conns, Away: st.Away, LastSeen: st.LastSeen, Record: st.Record.Public()}
+	if st.Record.Mode == protocol.ModeInvisible {
+		// HiddenAt is zero only where no node knows when: saying the real
+		// last seen instead would tell when it really left.
+		seen.Conns, seen.Away, seen.LastSeen = 0, false, st.HiddenAt
+	}
+	if seen.Conns > 0 {
+		seen.LastSeen = time.Time{}
+	} else {
+		seen.Record = protocol.Record{Info: st.Record.Info}
+	}
+	return seen
+}
+
+// statusLocked is the truth of uid as the view knows it, for See: online
+// counts as one connection, since the view counts users, not connections,
+// and so does a membership, whose edge may come before the online one.
+func (v *view) statusLocked(uid string) UserStatus {
+	u := v.users[uid]
+	st := UserStatus{Away: u.away}
+	if u.online || u.member > 0 {
+		st.Conns = 1
+	} else if at, ok := v.offSeenLocked(uid); ok {
+		st.LastSeen = time.UnixMilli(at)
+	}
+	if r := v.records[uid]; r != nil {
+		st.Record = r.rec
+		if r.hiddenAt != 0 {
+			st.HiddenAt = time.UnixMilli(r.hiddenAt)
+		}
+	}
+	return st
+}
+
+// seenLocked is uid as the connections of viewer see it.
+func (v *view) seenLocked(viewer, uid string) UserStatus {
+	return See(viewer, uid, v.statusLocked(uid))
+}
