@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // metrics are the engine's Prometheus collectors; registered only when the
@@ -68,6 +70,20 @@ func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
 			Help: "Messages Redis published after their sender had been told they were not: an answer slower than a quarter of the wait. Should stay 0."}),
 	}
 	m.redisUp.Set(1)
+	// Every series at zero from the start, so a rate over them is 0, not
+	// empty, before the first event.
+	for _, op := range []string{"ping", "write", "claim", "records", "subscribe", "publish"} {
+		m.redisErrors.WithLabelValues(op)
+	}
+	for _, k := range []presence.EdgeKind{presence.EdgeOnline, presence.EdgeOffline, presence.EdgeJoin, presence.EdgeLeave, presence.EdgeAway, presence.EdgeActive, presence.EdgeUpdate} {
+		m.edges.WithLabelValues(k.String())
+	}
+	for _, k := range []string{"user", "activity", "member", "member_activity", "record", "message"} {
+		m.relayed.WithLabelValues(k)
+	}
+	for _, r := range []string{"queue_full", "timeout", "too_late", "cancelled", "closed", "error"} {
+		m.publishFailed.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -259,6 +259,9 @@ func (n *Node) Health(ctx context.Context) error {
 // heartbeat lease lasts: (Slots-1)*Tick.
 func (n *Node) Timeout() time.Duration { return n.ring.Timeout() }
 
+// Tick is the step of the Node's clock.
+func (n *Node) Tick() time.Duration { return n.ring.Tick() }
+
 // Ring returns a view of the connections' ring: its cursor and how many
 // connections are due in each slot. It costs O(connections).
 func (n *Node) Ring() tracker.Ring { return n.ring.Ring() }

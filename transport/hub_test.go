@@ -549,6 +549,7 @@ func TestMetricsAreRegistered(t *testing.T) {
 	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_keepalives_total", map[string]string{"kind": "heartbeat"}))
 	assert.Equal(t, 1.0, metric(t, s.reg, "presenced_chat_messages_total", nil))
 	assert.Equal(t, 0.0, metric(t, s.reg, "presenced_events_dropped_total", nil))
+	assert.Equal(t, 0.1, metric(t, s.reg, "presenced_ring_tick_seconds", nil), "testConfig's tick")
 	s.step(1)
 	require.Eventually(t, func() bool {
 		families, err := s.reg.Gather()

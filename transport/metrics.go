@@ -32,6 +32,7 @@ type metrics struct {
 	chats       prometheus.Counter
 	refused     prometheus.Counter
 	lost        *prometheus.CounterVec
+	tick        prometheus.GaugeFunc
 	byMode      [2]prometheus.GaugeFunc // polled, parked
 	// hub is read by byMode at each scrape: the poller's table and the
 	// Hub's map of parked connections are the counts, so no path that
@@ -105,6 +106,16 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 			Help: "Inbound frames a closing connection had sent that could not be handled in time, by type: chat, typing, join, watch, custom, other. No sender is left to tell.",
 		}, []string{"type"}),
 	}
+	// The step is the Node's, which a Hub given one did not configure.
+	m.tick = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "ring_tick_seconds", ConstLabels: labels,
+		Help: "The clock's step: steps slower than it on average, or fewer than one a tick, mean the clock falls behind.",
+	}, func() float64 {
+		if h := m.hub.Load(); h != nil {
+			return h.node.Tick().Seconds()
+		}
+		return 0
+	})
 	for i, mode := range []string{"polled", "parked"} {
 		withMode := prometheus.Labels{"mode": mode}
 		for k, v := range labels {
@@ -134,10 +145,15 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 	for _, r := range []string{reasonIdle, reasonSlow, reasonShutdown, reasonTooBig, reasonClient, reasonKicked, reasonExpired, reasonFlood, reasonInvalid} {
 		m.closes.WithLabelValues(r)
 	}
+	// Every series at zero from the start, so a rate over them is 0, not
+	// empty, before the first loss.
+	for _, t := range []string{"chat", "typing", "join", "watch", "custom", "other"} {
+		m.lost.WithLabelValues(t)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.byMode[0], m.byMode[1]} {
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.tick, m.byMode[0], m.byMode[1]} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("transport: register metrics: %w", err)
 		}

@@ -13,13 +13,14 @@ type metrics struct {
 	retried prometheus.Counter
 	dropped prometheus.Counter
 	queue   prometheus.Gauge
+	bound   prometheus.Gauge
 }
 
-// newMetrics makes the collectors, named namespace_webhook_..., and
-// registers them with reg unless it is nil. If one fails to register, those
-// registered before it are unregistered, so that a New that failed leaves
-// reg as it was.
-func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
+// newMetrics makes the collectors, named namespace_webhook_..., with limit,
+// the queue's bound, as queue_limit, and registers them with reg unless it
+// is nil. If one fails to register, those registered before it are
+// unregistered, so that a New that failed leaves reg as it was.
+func newMetrics(reg prometheus.Registerer, namespace string, limit int) (*metrics, error) {
 	const sub = "webhook"
 	m := &metrics{
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "events_sent_total",
@@ -30,11 +31,14 @@ func newMetrics(reg prometheus.Registerer, namespace string) (*metrics, error) {
 			Help: "Events never sent: the oldest waiting ones, dropped when the queue was full."}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "queue_length",
 			Help: "Events waiting to be sent, not counting the batch being delivered."}),
+		bound: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "queue_limit",
+			Help: "Most events that may wait (the Queue setting): past it the oldest are dropped."}),
 	}
+	m.bound.Set(float64(limit))
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.sent, m.retried, m.dropped, m.queue}
+	cs := []prometheus.Collector{m.sent, m.retried, m.dropped, m.queue, m.bound}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

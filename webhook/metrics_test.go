@@ -30,6 +30,8 @@ func TestMetrics(t *testing.T) {
 		assert.Zero(t, value(name), name)
 		assert.Zero(t, metric(t, reg, "other_webhook_"+name), name)
 	}
+	assert.Equal(t, 20.0, value("queue_limit"), "the Queue setting")
+	assert.Equal(t, float64(webhook.DefaultQueue), metric(t, reg, "other_webhook_queue_limit"), "the default")
 
 	evs := events(0, 35)
 	s.Add(evs[:5]...)
@@ -58,7 +60,7 @@ func TestMetrics(t *testing.T) {
 	require.ErrorContains(t, err, "register metrics")
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
-	assert.Len(t, mfs, 8)
+	assert.Len(t, mfs, 10)
 	assert.Equal(t, 3.0, metric(t, reg, "other_webhook_events_sent_total"))
 }
 

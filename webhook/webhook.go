@@ -247,7 +247,7 @@ func New(cfg Config) (*Sender, error) {
 	if ns == "" {
 		ns = "presenced"
 	}
-	if s.m, err = newMetrics(cfg.Registerer, ns); err != nil {
+	if s.m, err = newMetrics(cfg.Registerer, ns, s.limit); err != nil {
 		return nil, err
 	}
 	return s, nil
