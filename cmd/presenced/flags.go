@@ -51,13 +51,18 @@ type setting struct {
 	show func() string
 	// reset sets the default; nil: the zero value is the default.
 	reset func()
+	// arg is the placeholder of the value in -h; "": by the value's type.
+	arg string
+	// flagOnly settings have no variable: PRESENCED_VERSION is many a
+	// deployment's own, and -version makes the server exit.
+	flagOnly bool
 }
 
 // settings is the table of flags, bound to o's fields.
 func (o *options) settings() []setting {
 	h, w := &o.hub, &o.webhook
 	return []setting{
-		{name: "addr", value: (*stringValue)(&o.addr),
+		{name: "addr", value: (*stringValue)(&o.addr), arg: "host:port",
 			usage: "listen address (default " + demoAddr + " in demo mode, loopback only; " + authAddr + " with a JWT secret)",
 			check: func() error {
 				if _, _, err := net.SplitHostPort(o.addr); err != nil {
@@ -94,7 +99,7 @@ func (o *options) settings() []setting {
 		atLeast("grace", &h.Grace, 0, 0, "delay before a user whose last connection closed is reported offline"),
 		atLeast("last-seen-ttl", &h.LastSeenTTL, presence.DefaultLastSeenTTL, time.Millisecond, "how long to remember when a user went offline (GET /api/presence/{uid}, status frames)"),
 		atLeast("away-after", &h.AwayAfter, 0, 0, "mark a connection away after this long without an activity, chat, typing or join frame; 0: never"),
-		{name: "webhook", value: (*stringValue)(&w.URL), usage: "URL to POST the presence edges this node produces to, in batches (http or https)",
+		{name: "webhook", value: (*stringValue)(&w.URL), arg: "url", usage: "URL to POST the presence edges this node produces to, in batches (http or https)",
 			check: func() error {
 				if w.URL == "" {
 					return nil
@@ -105,7 +110,7 @@ func (o *options) settings() []setting {
 				return nil
 			},
 			show: func() string { return redacted(w.URL, "unset") }},
-		{name: "webhook-secret", value: (*stringValue)(&w.Secret),
+		{name: "webhook-secret", value: (*stringValue)(&w.Secret), arg: "secret",
 			usage: "key of each webhook POST's signatures: raw, or whsec_<base64> (Standard Webhooks' webhook-signature; the deprecated X-Presenced-Signature is keyed with the value as given)",
 			check: func() error {
 				if w.Secret == "" {
@@ -122,9 +127,9 @@ func (o *options) settings() []setting {
 			show: func() string { return setOrUnset(w.Secret) }},
 		atLeast("webhook-queue", &w.Queue, webhook.DefaultQueue, 1, "most webhook events waiting while the backend is down (past it the oldest are dropped and counted)"),
 		atLeast("typing-ttl", &h.TypingTTL, presence.DefaultTypingTTL, time.Millisecond, "how long a user stays typing in a channel after its last typing frame there"),
-		{name: "redis", value: (*stringValue)(&o.redis), usage: "Redis URL to share presence between nodes (clustering)",
+		{name: "redis", value: (*stringValue)(&o.redis), arg: "url", usage: "Redis URL to share presence between nodes (clustering)",
 			show: func() string { return redacted(o.redis, "unset: presence in memory") }},
-		{name: "node", value: (*stringValue)(&o.node), usage: "this node's name in the cluster (default: hostname-pid)",
+		{name: "node", value: (*stringValue)(&o.node), arg: "name", usage: "this node's name in the cluster (default: hostname-pid)",
 			show: func() string {
 				switch {
 				case o.node != "":
@@ -148,7 +153,7 @@ func (o *options) settings() []setting {
 			saying("at least 64 KiB"),
 		{name: "park-readers", value: (*boolValue)(&h.ParkReaders),
 			usage: "keep a goroutine per connection blocked in read instead of polling idle sockets with epoll"},
-		{name: "version", value: (*boolValue)(&o.version), usage: "print the version and the protocol version, and exit",
+		{name: "version", value: (*boolValue)(&o.version), usage: "print the version and the protocol version, and exit", flagOnly: true,
 			show: func() string { return "" }},
 	}
 }
@@ -219,7 +224,7 @@ func (s setting) positive() setting {
 
 // secret is the row of a flag that is logged as set or unset only.
 func secret(name string, p *string, usage string) setting {
-	return setting{name: name, value: (*stringValue)(p), usage: usage, show: func() string { return setOrUnset(*p) }}
+	return setting{name: name, value: (*stringValue)(p), usage: usage, arg: "secret", show: func() string { return setOrUnset(*p) }}
 }
 
 // envPrefix starts the environment variable of every flag: -member-list
@@ -241,43 +246,47 @@ const (
 // parseFlags reads the command line, then the environment for each flag
 // the command line did not set (PRESENCED_ADDR for -addr, and so on), and
 // checks the values. Secrets are best passed in the environment, so they do
-// not appear in ps.
+// not appear in ps. A value that does not parse, or is out of range, is an
+// error naming the flag or the variable it came from; -h prints the usage
+// to out and returns flag.ErrHelp.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
 	var o options
 	table := o.settings()
 	fs := flag.NewFlagSet("presenced", flag.ContinueOnError)
-	fs.SetOutput(out)
+	// Quiet: a mistake is one line saying what was expected (run prints
+	// it), not the whole usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var bad error
 	for _, s := range table {
 		if s.reset != nil {
 			s.reset()
 		}
-		fs.Var(s.value, s.name, s.usage+" ($"+envName(s.name)+")")
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: presenced [flags]\n\n"+
-			"Serves presence over WebSocket and HTTP, with the demo page at / and metrics at /metrics.\n"+
-			"Every flag can also be set by the environment variable named after it, %s<FLAG> in upper\n"+
-			"case with - as _ (PRESENCED_ADDR, PRESENCED_MEMBER_LIST, ...); a flag on the command line\n"+
-			"wins over its variable. Pass secrets in the environment: arguments show in ps.\n\nFlags:\n", envPrefix)
-		fs.PrintDefaults()
+		fs.Var(named{s.value, s.name, &bad}, s.name, s.usage)
 	}
 	if err := fs.Parse(args); err != nil {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			printUsage(out, fs, table)
+		case bad != nil:
+			err = bad // package flag's wording, "invalid value ... for flag", says it twice
+		}
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	set := map[string]bool{}
+	set, fromEnv := map[string]bool{}, map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, s := range table {
 		v := getenv(envName(s.name))
-		if set[s.name] || v == "" {
+		if s.flagOnly || set[s.name] || v == "" {
 			continue
 		}
 		if err := s.value.Set(v); err != nil {
-			return o, fmt.Errorf("invalid value %q for $%s: %v", v, envName(s.name), err)
+			return o, fmt.Errorf("$%s: %w", envName(s.name), err)
 		}
-		set[s.name] = true
+		set[s.name], fromEnv[s.name] = true, true
 		if s.name == "addr" {
 			o.addrFrom = "$" + envName(s.name)
 		}
@@ -294,14 +303,61 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		o.addr, o.addrFrom = authAddr, "default"
 	}
 	for _, s := range table {
-		if s.check != nil {
-			if err := s.check(); err != nil {
-				return o, err
+		if s.check == nil {
+			continue
+		}
+		if err := s.check(); err != nil {
+			if fromEnv[s.name] {
+				err = fromVariable(err, s.name)
 			}
+			return o, err
 		}
 	}
 	return o, nil
 }
+
+// named is a flag's Value that keeps the first error it gives, prefixed
+// with the flag, in *err.
+type named struct {
+	flag.Value
+	name string
+	err  *error
+}
+
+func (n named) Set(s string) error {
+	err := n.Value.Set(s)
+	if err != nil && *n.err == nil {
+		*n.err = fmt.Errorf("-%s: %w", n.name, err)
+	}
+	return err
+}
+
+// IsBoolFlag lets a bool flag stand alone (-version), as package flag
+// allows only for a Value that says it is one.
+func (n named) IsBoolFlag() bool {
+	b, ok := n.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// fromVariable is err, a check's error that starts with the flag name,
+// starting with its variable instead: the operator who set
+// PRESENCED_SLOTS=1 typed no -slots.
+func fromVariable(err error, name string) error {
+	msg := "$" + envName(name) + ": " + err.Error()
+	if rest, ok := strings.CutPrefix(err.Error(), "-"+name); ok {
+		msg = "$" + envName(name) + rest
+	}
+	return renamed{msg, err}
+}
+
+// renamed is an error said otherwise.
+type renamed struct {
+	msg string
+	err error
+}
+
+func (r renamed) Error() string { return r.msg }
+func (r renamed) Unwrap() error { return r.err }
 
 // logAttrs are the settings in use, for the start-up line: every value of
 // the table filled in, and the secrets only as set or unset.
@@ -358,8 +414,11 @@ func (v *stringValue) String() string {
 
 func (v *boolValue) Set(s string) error {
 	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", s)
+	}
 	*v = boolValue(b)
-	return err
+	return nil
 }
 func (v *boolValue) String() string   { return strconv.FormatBool(v != nil && bool(*v)) }
 func (v *boolValue) IsBoolFlag() bool { return true }
@@ -398,10 +457,24 @@ func (v numberValue[T]) Set(s string) error {
 		x = int(i)
 	}
 	if err != nil {
-		return errors.New("parse error")
+		if errors.Is(err, strconv.ErrRange) {
+			return fmt.Errorf("%q is out of range", s)
+		}
+		return fmt.Errorf("%q is not %s", s, v.form())
 	}
 	*v.p = x.(T)
 	return nil
+}
+
+// form says what a value of v's type looks like.
+func (v numberValue[T]) form() string {
+	switch any(*v.p).(type) {
+	case time.Duration:
+		return "a duration such as 500ms or 1s"
+	case float64:
+		return "a number such as 50 or 2.5"
+	}
+	return "a whole number such as 100"
 }
 
 func (v numberValue[T]) String() string {

@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "presenced:", err)
+		fmt.Fprintln(stderr, "presenced -h lists the flags, their variables and the form of each value.")
 		return 2
 	}
 	if o.version {
@@ -88,6 +89,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	for _, w := range strayVariables(os.Environ(), getenv) {
+		log.Warn(w)
+	}
 	if o.redis != "" {
 		// Process-wide, so set here in main, never by a library.
 		redis.SetLogger(cluster.RedisLogger(log))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"syscall"
@@ -126,11 +127,11 @@ func TestBadSettings(t *testing.T) {
 		{"tick below 1ms", []string{"-tick", "999us"}, nil, "-tick 999µs: at least 1ms"},
 		{"zero tick", []string{"-tick", "0"}, nil, "-tick 0s: at least 1ms"},
 		{"one slot", []string{"-slots", "1"}, nil, "-slots 1: at least 2"},
-		{"slots from env", nil, map[string]string{"PRESENCED_SLOTS": "0"}, "-slots 0: at least 2"},
+		{"slots from env", nil, map[string]string{"PRESENCED_SLOTS": "1"}, "presenced: $PRESENCED_SLOTS 1: at least 2\n"},
 		{"negative grace", []string{"-grace", "-1s"}, nil, "-grace -1s: not negative"},
 		{"member list 0", []string{"-member-list", "0"}, nil, "-member-list 0: at least 1"},
 		{"typing TTL below 1ms", []string{"-typing-ttl", "500us"}, nil, "-typing-ttl 500µs: at least 1ms"},
-		{"typing TTL from env", nil, map[string]string{"PRESENCED_TYPING_TTL": "0"}, "-typing-ttl 0s: at least 1ms"},
+		{"typing TTL from env", nil, map[string]string{"PRESENCED_TYPING_TTL": "0"}, "$PRESENCED_TYPING_TTL 0s: at least 1ms"},
 		{"presence lists 0", []string{"-presence-lists", "0"}, nil, "-presence-lists 0: at least 1"},
 		{"conns per user 0", []string{"-max-conns-per-user", "0"}, nil, "-max-conns-per-user 0: at least 1"},
 		{"frame rate 0", []string{"-frame-rate", "0"}, nil, "must be positive"},
@@ -141,11 +142,16 @@ func TestBadSettings(t *testing.T) {
 		{"origin with a space", []string{"-origins", "https://a.example b.example"}, nil, `has a space`},
 		{"origin with a bad port", []string{"-origins", "a.example:http"}, nil, `-origins: "a.example:http"`},
 		{"origin without a scheme name", []string{"-origins", "://a.example"}, nil, `want scheme://host[:port]`},
-		{"origin from env", nil, map[string]string{"PRESENCED_ORIGINS": "https://ok.example,http:///x"}, `-origins: "http:///x"`},
-		{"bad value in env", nil, map[string]string{"PRESENCED_TICK": "soon"}, `invalid value "soon" for $PRESENCED_TICK`},
-		{"bad number in env", nil, map[string]string{"PRESENCED_MEMBER_LIST": "many"}, `$PRESENCED_MEMBER_LIST`},
+		{"origin from env", nil, map[string]string{"PRESENCED_ORIGINS": "https://ok.example,http:///x"}, `$PRESENCED_ORIGINS: "http:///x"`},
+		{"webhook secret alone from env", nil, map[string]string{"PRESENCED_WEBHOOK_SECRET": "w"}, "$PRESENCED_WEBHOOK_SECRET without -webhook"},
+		{"bad value in env", nil, map[string]string{"PRESENCED_TICK": "soon"}, `presenced: $PRESENCED_TICK: "soon" is not a duration such as 500ms or 1s` + "\n"},
+		{"bad number in env", nil, map[string]string{"PRESENCED_MEMBER_LIST": "many"}, `$PRESENCED_MEMBER_LIST: "many" is not a whole number such as 100`},
+		{"bad bool in env", nil, map[string]string{"PRESENCED_PARK_READERS": "yes"}, `$PRESENCED_PARK_READERS: "yes" is not true or false`},
 		{"empty address", []string{"-addr", ""}, nil, `-addr "": want host:port`},
-		{"bad duration", []string{"-tick", "soon"}, nil, "invalid value"},
+		{"bad duration", []string{"-tick", "banana"}, nil, "presenced: -tick: \"banana\" is not a duration such as 500ms or 1s\n" +
+			"presenced -h lists the flags, their variables and the form of each value.\n"},
+		{"bad float", []string{"-frame-rate", "fast"}, nil, `-frame-rate: "fast" is not a number such as 50 or 2.5`},
+		{"number out of range", []string{"-slots", "99999999999999999999"}, nil, `-slots: "99999999999999999999" is out of range`},
 		{"unknown flag", []string{"-verbose"}, nil, "flag provided but not defined"},
 		{"watch list over the protocol's", []string{"-max-watch", "1001"}, nil, "-max-watch 1001: at most 1000"},
 		{"negative away-after", []string{"-away-after", "-1s"}, nil, "-away-after -1s: not negative"},
@@ -161,8 +167,35 @@ func TestBadSettings(t *testing.T) {
 			assert.Equal(t, 2, code, out.String())
 			assert.Contains(t, out.String(), tc.want)
 			assert.NotContains(t, out.String(), "listening")
+			assert.NotContains(t, out.String(), "Usage:", "one line and a pointer to -h, not the usage")
 		})
 	}
+}
+
+// PRESENCED_VERSION is many a deployment's own variable: the server does
+// not read it (it would exit), it warns of it, as of any other variable
+// that names no flag, with the flag closest to a typo.
+func TestStrayVariablesWarn(t *testing.T) {
+	t.Setenv("PRESENCED_VERSION", "1.4.2")
+	t.Setenv("PRESENCED_TIK", "5s")
+	t.Setenv("PRESENCED_MAXWATCH", "5")
+	env := map[string]string{"PRESENCED_VERSION": "1.4.2", "PRESENCED_TIK": "5s", "PRESENCED_MAXWATCH": "5"}
+	_, out := startRun(t, nil, env)
+	for _, want := range []string{
+		`msg="$PRESENCED_VERSION is ignored: -version is a command-line flag only"`,
+		`msg="$PRESENCED_TIK names no flag and is ignored; the closest is -tick ($PRESENCED_TICK)"`,
+		`msg="$PRESENCED_MAXWATCH names no flag and is ignored; the closest is -max-watch ($PRESENCED_MAX_WATCH)"`,
+		"tick=1s",
+	} {
+		assert.Contains(t, out.String(), want)
+	}
+	for _, v := range []string{"1", "true", "v2.2"} {
+		o, err := parseFlags(nil, func(k string) string { return map[string]string{"PRESENCED_VERSION": v}[k] }, io.Discard)
+		require.NoError(t, err, v)
+		assert.False(t, o.version, "PRESENCED_VERSION=%s", v)
+	}
+	assert.Empty(t, strayVariables([]string{"PRESENCED_TICK=1s", "PRESENCED_MAX_WATCH=5", "HOME=/root", "PRESENCEDX=1"}, os.Getenv))
+	assert.Empty(t, strayVariables([]string{"PRESENCED_TIK=5s"}, func(string) string { return "" }), "not in run's environment")
 }
 
 func TestHelpNamesTheVariables(t *testing.T) {
@@ -175,6 +208,12 @@ func TestHelpNamesTheVariables(t *testing.T) {
 		assert.Contains(t, help, "($"+v+")", "-h names %s", v)
 	}
 	assert.Contains(t, help, "127.0.0.1:8080 in demo mode")
+	for _, want := range []string{"\n  -tick duration\n", "\n  -slots n\n", "\n  -frame-rate number\n", "\n  -origins list\n",
+		"\n  -webhook url\n", "\n  -redis url\n", "\n  -addr host:port\n", "\n  -api-key secret\n", "\n  -version\n", "(default 1s)"} {
+		assert.Contains(t, help, want)
+	}
+	assert.NotContains(t, help, " value\n", "every placeholder names its kind")
+	assert.NotContains(t, help, "PRESENCED_VERSION", "-version is a flag only")
 }
 
 func TestLogAttrsRedactRedisPassword(t *testing.T) {

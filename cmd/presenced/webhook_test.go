@@ -123,17 +123,20 @@ func TestWebhookGetsEveryEdgeInOrder(t *testing.T) {
 }
 
 // A -webhook-secret of the whsec_ form whose key is not base64 stops the
-// server at startup, naming the flag and not the secret.
+// server at startup, naming the flag, or the variable it came from, and not
+// the secret.
 func TestWebhookSecretNotBase64(t *testing.T) {
 	for _, env := range []map[string]string{nil, {"PRESENCED_WEBHOOK_SECRET": "whsec_not*base64"}} {
 		args := []string{"-webhook", "http://127.0.0.1:9/hook"}
+		want := "$PRESENCED_WEBHOOK_SECRET: webhook: Secret"
 		if env == nil {
 			args = append(args, "-webhook-secret", "whsec_not*base64")
+			want = "presenced: -webhook-secret: webhook: Secret"
 		}
 		var out bytes.Buffer
 		code := run(context.Background(), args, func(k string) string { return env[k] }, &out, &out)
 		assert.Equal(t, 2, code, out.String())
-		assert.Contains(t, out.String(), "-webhook-secret: webhook: Secret")
+		assert.Contains(t, out.String(), want)
 		assert.NotContains(t, out.String(), "not*base64", "the secret in the error")
 		assert.NotContains(t, out.String(), "listening")
 	}
