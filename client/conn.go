@@ -48,11 +48,11 @@ type outMsg struct {
 type request struct {
 	kind    string // the answer's type: joined, left, watching, members, set
 	channel string
-	after   string   // members: the page's start
-	limit   int      // members: the most the page may hold
-	uids    []string // watching: the list asked for
-	ping    uint64   // set: the number of the ping written just before it; 0 until written
-	record  Record   // set: the mode and note set, for the Client's own record
+	after   string       // members: the page's start
+	limit   int          // members: the most the page may hold
+	uids    []string     // watching: the list asked for
+	ping    uint64       // set: the number of the ping written just before it; 0 until written
+	change  protocol.Set // set: the change, for the Client's own record
 	res     chan result
 }
 

@@ -99,8 +99,9 @@ func ExampleClient_Set() {
 			break
 		}
 		fmt.Println("alice:", r.Mode, r.Note.Emoji, r.Note.Text)
-		// The zero Record: online, and no note.
-		if err := alice.Set(ctx, client.Record{}); err != nil {
+		// Both parts given: online, and a zero Note clears the note. A
+		// part left out would be kept.
+		if err := alice.Set(ctx, client.Record{Mode: protocol.ModeOnline, Note: &client.Note{}}); err != nil {
 			panic(err)
 		}
 	}

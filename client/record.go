@@ -29,26 +29,28 @@ type Note = protocol.Note
 // refuse; the error names the field, in the server's words.
 var ErrInvalidRecord = errors.New("client: invalid record")
 
-// setFrame is a set as the Client sends it: always both parts, "mode":
-// "online" and "note": null included, so that a set replaces the record
-// the user set before as a whole.
+// setFrame is a set as the Client sends it: the parts given, "note": null
+// to clear the note.
 type setFrame struct {
 	Type string `json:"type"`
-	Mode string `json:"mode"`
-	Note *Note  `json:"note"`
+	Mode string `json:"mode,omitempty"`
+	Note any    `json:"note,omitempty"` // nil: kept; a *Note, or null
 }
 
-// Set replaces the user's mode and note with r's, for all its
-// connections (the last set wins among them) and for as long as the server
-// keeps them: while the user is online and a while after, across
-// reconnects. Mode "" (or protocol.ModeOnline) is online, Note nil clears
-// the note; r.Info is not sent, since a user's info comes from its token.
-// Other clients hear of the change with the next diffs or status frames,
-// and an invisible user is offline to them.
+// Set changes the user's mode, its note or both, for all its connections
+// (the last set wins among them) and for as long as the server keeps them:
+// while the user is online and a while after, across reconnects. A part r
+// leaves out is kept, as with the protocol's set frame and the JavaScript
+// client's set: Mode "" keeps the mode, protocol.ModeOnline, ModeDND or
+// ModeInvisible sets it; Note nil keeps the note, a zero Note
+// (&client.Note{}) clears it, another sets it. r.Info is not sent, since a
+// user's info comes from its token. Other clients hear of the change with
+// the next diffs or status frames, and an invisible user is offline to
+// them.
 //
-// A record the server would refuse is refused here, without sending, with
-// an error that wraps ErrInvalidRecord and names the field: an unknown
-// mode, a note with neither text nor emoji, a text over
+// A set the server would refuse is refused here, without sending, with an
+// error that wraps ErrInvalidRecord and names the field: neither mode nor
+// note, an unknown mode, a note with neither text nor emoji, a text over
 // protocol.MaxNoteText or an emoji over protocol.MaxNoteEmoji code points,
 // an Until not in the future or more than protocol.MaxNoteAhead away (by
 // this machine's clock). Otherwise Set returns once the server took the
@@ -57,15 +59,18 @@ type setFrame struct {
 // ends first, the change may still be made. A set makes the connection
 // active, as a chat does.
 func (c *Client) Set(ctx context.Context, r Record) error {
-	mode, err := checkSet(r, time.Now())
+	change, err := checkSet(r, time.Now())
 	if err != nil {
 		return fmt.Errorf("client: set: %w: %w", ErrInvalidRecord, err)
 	}
-	r = Record{Mode: mode, Note: cloneNote(r.Note)}
-	if mode == "" {
-		mode = protocol.ModeOnline
+	frame := setFrame{Type: "set", Mode: change.Mode}
+	switch {
+	case change.Note != nil:
+		frame.Note = change.Note
+	case change.NoteSet:
+		frame.Note = json.RawMessage("null")
 	}
-	data, err := json.Marshal(setFrame{Type: "set", Mode: mode, Note: r.Note})
+	data, err := json.Marshal(frame)
 	if err != nil {
 		return fmt.Errorf("client: set: %w", err)
 	}
@@ -75,7 +80,7 @@ func (c *Client) Set(ctx context.Context, r Record) error {
 	err = c.retry(ctx, func(cn *conn) error {
 		// The same change again on a new connection, if the old one was
 		// lost before the server answered: it replaces, so it may repeat.
-		_, err := cn.callRaw(ctx, data, &request{kind: "set", record: r})
+		_, err := cn.callRaw(ctx, data, &request{kind: "set", change: change})
 		return err
 	})
 	if err != nil {
@@ -111,27 +116,14 @@ func cloneNote(n *Note) *Note {
 	return &c
 }
 
-// checkSet checks a record to set as the server does, and returns its
-// mode as the Client keeps it ("" for online).
-func checkSet(r Record, now time.Time) (string, error) {
-	mode := r.Mode
-	switch mode {
-	case protocol.ModeOnline:
-		mode = ""
-	case "", protocol.ModeDND, protocol.ModeInvisible:
-	default:
-		return "", errors.New(`"mode" must be "online", "dnd" or "invisible"`)
+// checkSet checks r, a change to set, as the server checks the set frame
+// it makes, and returns that frame: a zero Note clears the note.
+func checkSet(r Record, now time.Time) (protocol.Set, error) {
+	s := protocol.Set{Mode: r.Mode, NoteSet: r.Note != nil}
+	if r.Note != nil && *r.Note != (Note{}) {
+		s.Note = cloneNote(r.Note)
 	}
-	if r.Note == nil {
-		return mode, nil
-	}
-	if err := noteErr(r.Note); err != nil {
-		return "", err
-	}
-	if r.Note.Until < 0 {
-		return "", errors.New(`"note.until" must be in the future and at most 7 days ahead, in Unix milliseconds`)
-	}
-	return mode, protocol.CheckUntil(r.Note.Until, now)
+	return s, s.Check(now)
 }
 
 // noteErr checks a note's lengths, which the server keeps to.
@@ -302,7 +294,15 @@ func (c *Client) pongLocked(cn *conn) {
 		}
 		cn.pending = append(cn.pending[:i], cn.pending[i+1:]...)
 		own := c.records[c.self]
-		own.Mode, own.Note = r.record.Mode, r.record.Note
+		if m := r.change.Mode; m != "" {
+			own.Mode = m
+			if m == protocol.ModeOnline {
+				own.Mode = ""
+			}
+		}
+		if r.change.NoteSet {
+			own.Note = cloneNote(r.change.Note)
+		}
 		c.records[c.self] = own
 		r.res <- result{}
 	}

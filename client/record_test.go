@@ -72,10 +72,21 @@ func TestSetReachesTheChannel(t *testing.T) {
 	assert.Empty(t, p.Users, "carol has no record")
 	assert.Equal(t, client.Record{}, record(t, bob, "carol"))
 
-	// Mode alone: the note goes too. Then the zero record: online, no note.
+	// A part left out is kept, as with the set frame and the JavaScript
+	// client: invisible, then back to online, keeps the note; a zero Note
+	// clears it and keeps the mode.
+	require.NoError(t, alice.Set(ctx, client.Record{Mode: protocol.ModeInvisible}))
+	eventually(t, func() bool { _, ok := carol.Record("alice"); return !ok }, "alice invisible to carol")
+	require.NoError(t, alice.Set(ctx, client.Record{Mode: protocol.ModeOnline}))
+	kept := client.Record{Note: note}
+	assert.Equal(t, kept, record(t, alice, "alice"), "its own: online, the note kept")
+	eventually(t, func() bool { return hasRecord(carol, "alice", kept) }, "online again with the note kept")
 	require.NoError(t, alice.Set(ctx, client.Record{Mode: protocol.ModeDND}))
-	eventually(t, func() bool { return hasRecord(carol, "alice", client.Record{Mode: protocol.ModeDND}) }, "the note cleared")
-	require.NoError(t, alice.Set(ctx, client.Record{}))
+	eventually(t, func() bool { return hasRecord(carol, "alice", dnd) }, "mode alone: the note kept")
+	require.NoError(t, alice.Set(ctx, client.Record{Note: &client.Note{}}))
+	assert.Equal(t, client.Record{Mode: protocol.ModeDND}, record(t, alice, "alice"), "its own: the note cleared, the mode kept")
+	eventually(t, func() bool { return hasRecord(carol, "alice", client.Record{Mode: protocol.ModeDND}) }, "the note cleared, the mode kept")
+	require.NoError(t, alice.Set(ctx, client.Record{Mode: protocol.ModeOnline}))
 	eventually(t, func() bool {
 		return hasRecord(carol, "alice", client.Record{}) && hasRecord(bob, "alice", client.Record{})
 	},
@@ -133,8 +144,10 @@ func TestSetRefusedHere(t *testing.T) {
 		r     client.Record
 		field string
 	}{
+		{client.Record{}, `set needs "mode" or "note"`},
+		{client.Record{Info: json.RawMessage(`{"name":"A"}`)}, `set needs "mode" or "note"`},
 		{client.Record{Mode: "busy"}, `"mode"`},
-		{client.Record{Note: &client.Note{}}, `"note.text" or "note.emoji"`},
+		{client.Record{Note: &client.Note{Until: now.Add(time.Hour).UnixMilli()}}, `"note.text" or "note.emoji"`},
 		{client.Record{Note: &client.Note{Text: long(129, "é")}}, `"note.text"`},
 		{client.Record{Note: &client.Note{Emoji: long(17, "😀")}}, `"note.emoji"`},
 		{client.Record{Note: &client.Note{Text: "x", Until: now.Add(-time.Second).UnixMilli()}}, `"note.until"`},
@@ -218,7 +231,7 @@ func TestInvisible(t *testing.T) {
 	_, ok = bob.Record("alice")
 	assert.False(t, ok, "the reconnect showed bob nothing")
 
-	require.NoError(t, alice.Set(ctx, client.Record{}))
+	require.NoError(t, alice.Set(ctx, client.Record{Mode: protocol.ModeOnline, Note: &client.Note{}}))
 	p = waitFor(t, bob, func(p *protocol.Presence) bool { return len(p.Joins) > 0 })
 	assert.Equal(t, []string{"alice"}, p.Joins)
 	eventually(t, func() bool { return bob.User("alice").State == client.Active }, "alice online to bob")

@@ -59,9 +59,9 @@ func setServer(t *testing.T, sets chan<- string, cut bool) *rogue {
 
 // TestSetTellsRefusals: Set returns nil when the server took the set and
 // the server's error frame when it refused it, not an error frame that
-// answered an earlier frame; it sends mode and note always, so a set
-// replaces the whole record; and a record the server would refuse is not
-// sent at all.
+// answered an earlier frame; it sends only the parts given, "note": null
+// for a zero Note; and a record the server would refuse is not sent at
+// all.
 func TestSetTellsRefusals(t *testing.T) {
 	sets := make(chan string, 10)
 	c := dialRogue(t, setServer(t, sets, false), client.Options{UID: "alice"})
@@ -70,16 +70,19 @@ func TestSetTellsRefusals(t *testing.T) {
 	// The error after the watching comes right after Watch returned: it
 	// is not the set's.
 	require.NoError(t, c.Watch(ctx, []string{"eve"}))
-	require.NoError(t, c.Set(ctx, client.Record{}))
+	require.NoError(t, c.Set(ctx, client.Record{Mode: protocol.ModeOnline, Note: &client.Note{}}))
 	assert.Equal(t, `{"type":"set","mode":"online","note":null}`, <-sets)
+	require.NoError(t, c.Set(ctx, client.Record{Note: &client.Note{}}))
+	assert.Equal(t, `{"type":"set","note":null}`, <-sets)
 
 	err := c.Set(ctx, client.Record{Mode: protocol.ModeDND})
 	var se *client.ServerError
 	require.True(t, errors.As(err, &se), "want a *client.ServerError, got %v", err)
 	assert.Equal(t, `"mode" dnd is not for you`, se.Message)
-	assert.Equal(t, `{"type":"set","mode":"dnd","note":null}`, <-sets)
+	assert.Equal(t, `{"type":"set","mode":"dnd"}`, <-sets)
 	assert.Equal(t, client.Record{}, record(t, c, "alice"), "a refused set changes nothing")
 
+	require.ErrorIs(t, c.Set(ctx, client.Record{}), client.ErrInvalidRecord)
 	require.ErrorIs(t, c.Set(ctx, client.Record{Mode: "busy"}), client.ErrInvalidRecord)
 	require.ErrorIs(t, c.Set(ctx, client.Record{Note: &client.Note{Text: strings.Repeat("x", 129)}}), client.ErrInvalidRecord)
 

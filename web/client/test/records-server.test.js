@@ -48,6 +48,24 @@ test('a set reaches the others in the next diff, and the own record at once', as
   assert.equal(got.note, undefined);
 });
 
+// The one meaning of set, the Go client's too: a part left out is kept.
+test('a set keeps what it leaves out: the mode alone keeps the note, note: null keeps the mode', async (t) => {
+  const ch = uniq('keep');
+  const [a, b] = await pair(t, ch);
+  const note = { text: 'In a meeting', emoji: '📅', until: Date.now() + 3600000 };
+  assert.deepEqual(await b.set({ mode: 'invisible', note }), { mode: 'invisible', note });
+  assert.deepEqual(await b.set({ mode: 'online' }), { note }, 'online again, the note kept');
+  await until('a sees the note kept', () => a.record(b.uid)?.note?.text === note.text && a.record(b.uid)?.mode === undefined);
+  assert.deepEqual(await b.set({ mode: 'dnd' }), { mode: 'dnd', note });
+  await until('a sees dnd with the note', () => a.record(b.uid)?.mode === 'dnd' && a.record(b.uid)?.note?.text === note.text);
+  assert.deepEqual(await b.set({ note: null }), { mode: 'dnd' }, 'the note cleared, the mode kept');
+  await until('a sees dnd without a note', () => a.record(b.uid)?.mode === 'dnd' && a.record(b.uid)?.note === undefined);
+  const at = await api(base, `/api/presence/${b.uid}`);
+  assert.equal(at.mode, 'dnd');
+  assert.equal(at.note, undefined);
+  await assert.rejects(b.set({}), TypeError, 'neither part: refused before sending');
+});
+
 test('a set the server refuses rejects with its words, and changes nothing', async (t) => {
   const p = client(t, { url, uid: uniq('late') });
   await next(p, 'state', (s) => s.state === 'live');
