@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ciKinds are the fault kinds of the short schedule CI runs: those under
+// which the cluster keeps every promise today. Excluded until fixed:
+// (being measured)
+var ciKinds = []kind{redisFlush, nodeStopShort}
+
+// ciSeeds are the short schedule's seeds.
+var ciSeeds = []uint64{1, 2}
+
+// The short fixed-seed schedule: every fault kind of ciKinds on three real
+// presenced nodes, 60 clients, then heal, settle and check. A failure
+// prints the seed and each anomaly with its timeline; run the same with
+// go run ./faults -seed N -minutes 1 -clients 60 -kinds ... to see it again.
+func TestShortSchedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault schedule runs for minutes")
+	}
+	server, cli := lookBin(t, "redis-server"), lookBin(t, "redis-cli")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	bin, err := buildPresenced(ctx, t.TempDir())
+	require.NoError(t, err)
+	for _, seed := range ciSeeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			cfg := config{seed: seed, mode: "single", kinds: ciKinds, span: time.Minute, clients: 60,
+				gap: [2]time.Duration{recovery, recovery + 2*time.Second}, lifetime: [2]time.Duration{time.Second, 8 * time.Second},
+				bin: bin, redis: server, redisCLI: cli, dir: t.TempDir(), logf: t.Logf}
+			res, err := run(ctx, cfg)
+			require.NoError(t, err)
+			report := res.history.report(seed, cfg.mode)
+			t.Log(report)
+			assert.Empty(t, res.anomalies, report)
+			assert.GreaterOrEqual(t, len(res.history.ivs), 60, "connections")
+		})
+	}
+}
+
+// lookBin finds a binary; without it the test skips, unless CI is set.
+func lookBin(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s not found and CI is set: install it (apt-get install redis-server redis-tools): %v", name, err)
+		}
+		t.Skipf("%s not found; install it (apt-get install redis-server redis-tools) to run the fault test", name)
+	}
+	return p
+}

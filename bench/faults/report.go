@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// maxShown is how many anomalies a report shows with their timelines.
+const maxShown = 40
+
+// report is a run's counts and, for each anomaly (up to maxShown), a short
+// timeline: the faults around it, the key's edges and connections near it.
+func (h *history) report(seed uint64, mode string) string {
+	var b strings.Builder
+	byKind := map[kind]int{}
+	for _, f := range h.faults {
+		if !f.start.IsZero() {
+			byKind[f.kind]++
+		}
+	}
+	var fk []string
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
+		fk = append(fk, fmt.Sprintf("%s %d", k, byKind[k]))
+	}
+	fmt.Fprintf(&b, "seed %d, mode %s, %.0f s: %d connections, %d edges (%d POSTs, %d answered 503, %d batches redelivered, %d event ids repeated); faults: %s\n",
+		seed, mode, h.end.Sub(h.start).Seconds(), len(h.ivs), h.counted.events, h.counted.posts, h.counted.refused,
+		h.counted.redelivered, h.counted.repeatedIDs, strings.Join(fk, ", "))
+	if len(h.found) == 0 {
+		b.WriteString("no anomaly\n")
+		return b.String()
+	}
+	byAnomaly := map[string]int{}
+	for _, a := range h.found {
+		byAnomaly[a.kind]++
+	}
+	var ak []string
+	for _, k := range slices.Sorted(maps.Keys(byAnomaly)) {
+		ak = append(ak, fmt.Sprintf("%s %d", k, byAnomaly[k]))
+	}
+	fmt.Fprintf(&b, "SEED %d: %d anomalies: %s\n", seed, len(h.found), strings.Join(ak, ", "))
+	for i, a := range h.found {
+		if i == maxShown {
+			fmt.Fprintf(&b, "... %d more\n", len(h.found)-maxShown)
+			break
+		}
+		fmt.Fprintf(&b, "\n%s %s: %s: %s\n", h.rel(a.at), orRun(a.key), a.kind, a.what)
+		h.timeline(&b, a)
+	}
+	return b.String()
+}
+
+func orRun(key string) string {
+	if key == "" {
+		return "(run)"
+	}
+	return key
+}
+
+// timeline writes, in time order, the faults active within 30 s before
+// and 5 s after a, and the key's edges and connections within 10 s.
+func (h *history) timeline(b *strings.Builder, a anomaly) {
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var ls []line
+	for _, f := range h.faults {
+		if !f.start.IsZero() && f.start.Before(a.at.Add(5*time.Second)) && f.end.After(a.at.Add(-30*time.Second)) {
+			ls = append(ls, line{f.start, fmt.Sprintf("fault %s-%s: %s", h.rel(f.start), h.rel(f.end), f)})
+		}
+	}
+	near := func(t time.Time) bool {
+		return t.After(a.at.Add(-10*time.Second)) && t.Before(a.at.Add(10*time.Second))
+	}
+	if a.key != "" {
+		for _, e := range h.edges[a.key] {
+			if t := time.UnixMilli(e.At); near(t) {
+				ls = append(ls, line{t, fmt.Sprintf("edge %s %s (%s)", h.rel(t), e.Type, e.ID)})
+			}
+		}
+		for _, iv := range h.tabs[a.key] {
+			if near(iv.from) || near(iv.to) || iv.from.Before(a.at) && iv.to.After(a.at) {
+				ls = append(ls, line{iv.from, fmt.Sprintf("tab on %s %s-%s", nodeName(iv.node), h.rel(iv.from), h.rel(iv.to))})
+			}
+		}
+	}
+	slices.SortStableFunc(ls, func(x, y line) int { return x.at.Compare(y.at) })
+	for _, l := range ls {
+		fmt.Fprintf(b, "    %s\n", l.text)
+	}
+}
