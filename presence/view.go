@@ -313,6 +313,17 @@ func (v *view) memberChangedLocked(channel, uid string, joined bool) {
 	case !cv.members.Remove(uid):
 		return
 	}
+	if !joined {
+		// Logged, so that a diff that nets the leave out still compares
+		// the record it has then with the one it came back with: its
+		// changes meanwhile were not logged here.
+		var was *protocol.Record
+		if r := v.records[uid]; r != nil {
+			rec := r.rec
+			was = &rec
+		}
+		v.logLocked(cv, edge{uid: uid, kind: edgeRecord, was: was})
+	}
 	v.countMemberLocked(uid, channel, joined)
 	if !joined {
 		v.stopTypingLocked(cv, uid)
@@ -411,7 +422,10 @@ func (v *view) removeClient(c Client, uid string, channels []string) (watched []
 	if u.c == c {
 		u.c = nil
 		if len(more) > 0 {
-			u.c, more = more[0], slices.Delete(more, 0, 1)
+			// Two statements: in one, Delete may run first and zero
+			// more[0] before it is read.
+			u.c = more[0]
+			more = slices.Delete(more, 0, 1)
 		}
 		v.putUser(uid, u)
 	} else {
