@@ -18,13 +18,18 @@ import (
 	"github.com/presenced/presenced/internal/presencedtest"
 )
 
+// apiKey is the nodes' API key in the scrape test: with one, /metrics needs
+// it, and Prometheus sends it as docs/operations.md says.
+const apiKey = "scrape-test-key"
+
 // TestPrometheusScrape runs the real Prometheus with the shipped rules
 // against two nodes on one redis-server, stops Redis, and waits for the
 // Redis alert to go pending.
 func TestPrometheusScrape(t *testing.T) {
 	bin := lookTool(t, "prometheus", "prometheus")
 	redis := startRedis(t)
-	nodes := startNodes(t, redis, 2)
+	nodes := startNodes(t, redis, 2, "-api-key", apiKey)
+	require.Equal(t, http.StatusUnauthorized, status(nodes[0].URL+"/metrics"), "/metrics without the key")
 	prom := startPrometheus(t, bin, nodes)
 
 	prom.waitFor(t, "both nodes scraped, Redis up on both", `count(up{job="presenced"} == 1) == 2 and count(presenced_cluster_redis_up == 1) == 2`)
@@ -63,6 +68,8 @@ func startPrometheus(t *testing.T, bin string, nodes []*presencedtest.Process) *
 		targets = append(targets, fmt.Sprintf("%q", n.Addr))
 	}
 	dir := t.TempDir()
+	key := filepath.Join(dir, "api-key")
+	require.NoError(t, os.WriteFile(key, []byte(apiKey+"\n"), 0o600))
 	config := filepath.Join(dir, "prometheus.yml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`global:
   scrape_interval: 1s
@@ -70,9 +77,12 @@ func startPrometheus(t *testing.T, bin string, nodes []*presencedtest.Process) *
 rule_files: [%q]
 scrape_configs:
   - job_name: presenced
+    authorization:
+      type: apikey
+      credentials_file: %q
     static_configs:
       - targets: [%s]
-`, rules, strings.Join(targets, ", "))), 0o644))
+`, rules, key, strings.Join(targets, ", "))), 0o644))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()

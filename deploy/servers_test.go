@@ -61,8 +61,9 @@ func (r *redisProcess) stop() {
 }
 
 // startNodes runs n presenced nodes in demo mode on one Redis, each sending
-// its edges to a webhook that takes them, and waits until all are ready.
-func startNodes(t *testing.T, redis *redisProcess, n int) []*presencedtest.Process {
+// its edges to a webhook that takes them, with more args, and waits until
+// all are ready.
+func startNodes(t *testing.T, redis *redisProcess, n int, args ...string) []*presencedtest.Process {
 	t.Helper()
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -72,8 +73,8 @@ func startNodes(t *testing.T, redis *redisProcess, n int) []*presencedtest.Proce
 	bin := presenced(t)
 	var nodes []*presencedtest.Process
 	for i := range n {
-		nodes = append(nodes, presencedtest.Start(t, bin, "-redis", "redis://"+redis.addr, "-node", "n"+strconv.Itoa(i+1),
-			"-webhook", hook.URL, "-tick", "100ms"))
+		own := []string{"-redis", "redis://" + redis.addr, "-node", "n" + strconv.Itoa(i+1), "-webhook", hook.URL, "-tick", "100ms"}
+		nodes = append(nodes, presencedtest.Start(t, bin, append(own, args...)...))
 	}
 	for _, p := range nodes {
 		require.Eventually(t, func() bool { return status(p.URL+"/readyz") == http.StatusOK }, wait, 50*time.Millisecond, "%s ready", p.URL)
