@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,14 +62,17 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 	}
 	var more []int
 	var made []any
+	var firstErr error
 	start := time.Now()
 	cmds := w.runScripts(ctx, claimScript, calls)
 	tScripts := time.Since(start)
 	for i, cmd := range cmds {
 		res, err := scriptResult(cmd, 3)
 		if err != nil {
-			w.health.fail("claim", err)
-			return nil, err
+			// The others' edges are handed on all the same; this call's,
+			// if it ran, come back with the next call in its shard.
+			firstErr = cmp.Or(firstErr, err)
+			continue
 		}
 		w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
 		if paused, _ := res[1].(int64); paused == 2 {
@@ -91,6 +97,10 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 	t1 := time.Now()
 	w.m.reaped.Add(float64(w.produced(made)))
 	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/4, "scripts", tScripts, "produced", time.Since(t1))
+	if firstErr != nil {
+		w.health.fail("claim", firstErr)
+		return nil, firstErr
+	}
 	return more, nil
 }
 
@@ -113,15 +123,18 @@ func (w *writer) leave(ctx context.Context) error {
 func (w *writer) leaveRound(ctx context.Context, phase string, shards []int) ([]int, error) {
 	calls := make([]scriptCall, len(shards))
 	for i, s := range shards {
-		calls[i] = scriptCall{shard: s, args: []any{w.keys[s].tag, w.cfg.Node, min(w.cfg.Batch, reapBudget), w.cfg.LastSeenTTL.Milliseconds(), phase}}
+		w.writes++
+		calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, min(w.cfg.Batch, reapBudget),
+			w.cfg.LastSeenTTL.Milliseconds(), phase, w.writes}}
 	}
 	var more []int
 	var made []any
+	var firstErr error
 	for i, cmd := range w.runScripts(ctx, leaveScript, calls) {
 		res, err := scriptResult(cmd, 1)
 		if err != nil {
-			w.produced(made)
-			return nil, fmt.Errorf("cluster: drop records of %s on close: %w", w.cfg.Node, err)
+			firstErr = cmp.Or(firstErr, err)
+			continue
 		}
 		made = append(made, res[1:]...)
 		if flag(res[0]) {
@@ -129,6 +142,9 @@ func (w *writer) leaveRound(ctx context.Context, phase string, shards []int) ([]
 		}
 	}
 	w.produced(made)
+	if firstErr != nil {
+		return nil, fmt.Errorf("cluster: drop records of %s on close: %w", w.cfg.Node, firstErr)
+	}
 	return more, nil
 }
 
@@ -196,19 +212,65 @@ func (w *writer) produced(vals []any) int {
 var edgeRank = map[presence.EdgeKind]int{presence.EdgeOnline: 0, presence.EdgeAway: 1, presence.EdgeActive: 1,
 	presence.EdgeJoin: 2, presence.EdgeLeave: 2, presence.EdgeOffline: 3}
 
-// A scriptCall is one script run on one shard's keys.
+// A scriptCall is one script run on one shard's keys: its arguments are
+// args, then from and unknown (see recall in the scripts), then tail.
 type scriptCall struct {
 	shard int
 	args  []any
+	tail  []any
 	recs  []record // setScript's records, to requeue or hold
-	write int64    // the call's number, for check in the scripts
+	write int64    // the call's number, rising per shard: see check and recall in the scripts
 }
 
 // runScripts runs s once per call, on the shard's keys, through runScripts.
+// The first call in each shard asks for the edges of the calls whose
+// replies were lost there; a call whose reply is lost now is added to
+// them. Only the loop calls it (and leave, once the loop is over).
 func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+	from := map[int]int64{} // shard -> the lowest number whose reply this node may lack
+	for _, c := range calls {
+		if f, ok := from[c.shard]; !ok || c.write < f {
+			from[c.shard] = c.write
+		}
+	}
+	type ask struct{ call, n int }
+	asks := map[int]ask{} // shard -> the call asking for the lost replies' edges, and how many it asks for
 	runs := make([]scriptRun, len(calls))
 	for i, c := range calls {
-		runs[i] = scriptRun{s, w.keys[c.shard].keys, c.args}
+		lost := w.unknown[c.shard]
+		f := from[c.shard]
+		if len(lost) > 0 {
+			f = min(f, lost[0])
+		}
+		list := ""
+		if _, ok := asks[c.shard]; !ok && len(lost) > 0 {
+			asks[c.shard] = ask{i, len(lost)}
+			list = joinNumbers(lost)
+		}
+		args := append(append(slices.Clip(c.args), f, list), c.tail...)
+		runs[i] = scriptRun{s, w.keys[c.shard].keys, args}
 	}
-	return runScripts(ctx, w.rdb, runs)
+	cmds := runScripts(ctx, w.rdb, runs)
+	for s, a := range asks {
+		if cmds[a.call].Err() == nil {
+			w.unknown[s] = slices.Clone(w.unknown[s][a.n:])
+		}
+	}
+	for i, c := range calls {
+		if cmds[i].Err() != nil {
+			w.unknown[c.shard] = append(w.unknown[c.shard], c.write)
+		}
+	}
+	return cmds
+}
+
+func joinNumbers(ns []int64) string {
+	var b strings.Builder
+	for i, n := range ns {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(n, 10))
+	}
+	return b.String()
 }

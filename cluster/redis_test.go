@@ -226,22 +226,30 @@ func (n *node) stopRun() {
 // Swallowed, it drops every connection too, but accepts new ones and never
 // answers on them, like a Redis host that is still reachable and hung.
 // Muted, it drops what clients send on the connections it has, as a broken
-// network path would before the connection breaks.
+// network path would before the connection breaks. Stalled, it holds what
+// either side sends and delivers it when the stall ends, even from a client
+// that gave up and closed meanwhile, as a congested link does.
 type proxy struct {
 	l         net.Listener
 	target    string
 	mu        sync.Mutex
+	stalls    *sync.Cond // on mu: signalled when a stall ends
 	isCut     bool
 	swallowed bool
 	muted     bool
-	conns     map[net.Conn]struct{}
-	sent      map[net.Conn][]byte // what each client sent, forwarded or not
+	stalled   bool
+	// stallAfter starts a stall once a client sent it (and it went on):
+	// Redis runs that command, and its reply is held.
+	stallAfter string
+	conns      map[net.Conn]struct{}
+	sent       map[net.Conn][]byte // what each client sent, forwarded or not
 }
 
 func startProxy(t *testing.T, target string) *proxy {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}, sent: map[net.Conn][]byte{}}
+	p.stalls = sync.NewCond(&p.mu)
 	go p.serve()
 	t.Cleanup(func() {
 		_ = l.Close()
@@ -284,17 +292,21 @@ func (p *proxy) serve() {
 			for {
 				n, err := src.Read(buf)
 				p.mu.Lock()
+				if n > 0 && upward {
+					p.sent[src] = append(p.sent[src], buf[:n]...)
+				}
+				for p.stalled {
+					p.stalls.Wait()
+				}
+				if upward && p.stallAfter != "" && strings.Contains(string(buf[:n]), p.stallAfter) {
+					p.stalled, p.stallAfter = true, "" // from the next bytes on
+				}
 				muted := upward && p.muted
 				p.mu.Unlock()
 				if n > 0 && !muted {
 					if _, werr := dst.Write(buf[:n]); werr != nil {
 						break
 					}
-				}
-				if n > 0 && upward {
-					p.mu.Lock()
-					p.sent[src] = append(p.sent[src], buf[:n]...)
-					p.mu.Unlock()
 				}
 				if err != nil {
 					break
@@ -326,8 +338,26 @@ func (p *proxy) cut(on bool) {
 	defer p.mu.Unlock()
 	p.isCut = on
 	if on {
+		p.stalled = false // what a stall held is thrown away with the connections
+		p.stalls.Broadcast()
 		p.dropLocked()
 	}
+}
+
+// stall starts holding what either side sends, or ends it, delivering what
+// was held.
+func (p *proxy) stall(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled, p.stallAfter = on, ""
+	p.stalls.Broadcast()
+}
+
+// stallAfterSent stalls once a client sent s, right after s goes on.
+func (p *proxy) stallAfterSent(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stallAfter = s
 }
 
 // swallow starts or ends swallowing; either way it drops every connection.

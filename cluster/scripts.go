@@ -28,6 +28,7 @@ import (
 //	T:ver     HASH  node -> the newest write of the node this shard has seen
 //	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
 //	T:owe     SET   nodes taken for dead that have not written their records again yet
+//	T:done    HASH  node -> the replies of its recent calls, so a call run twice answers once (see recall)
 //	T:u       HASH  "node uid" -> connections the node holds, for users of this shard
 //	T:ua      HASH  "node uid" -> how many of those are away (absent: none)
 //	T:ui      ZSET  "node uid", score 0: T:u's records by node
@@ -108,6 +109,75 @@ local function publish(channel, msg)
 end
 
 local function num(v) return tonumber(v or '0') or 0 end
+
+-- A call may run while its reply is lost (a timeout, a broken connection:
+-- Redis runs what it read, however late), and a client may send the same
+-- call again. So a node numbers its calls (v, rising per shard) and the
+-- shard keeps the replies of the node's recent calls, from the lowest one
+-- whose reply the node may still lack (from): T:done, node -> JSON {v ->
+-- {h = head, e = edges}}. A call whose number has a reply there ran already:
+-- it answers that reply again and changes nothing. One numbered at or below
+-- the newest the shard has seen of the node (T:ver) without a reply there
+-- was overtaken by a later call: it changes nothing. And a call lists the
+-- numbers whose replies its node lost (unknown, comma-separated): their
+-- edges come first in its reply, so an edge made by a call whose reply
+-- was lost reaches its node's Produced all the same, once. A call
+-- numbered 0 (a test's, or one run by hand) keeps and finds nothing.
+local calls, own, callNode, callV, callFrom = {}, 0, nil, 0, 0
+local function recall(node, v, from, unknown)
+  callNode, callV, callFrom = node, v, from
+  if v <= 0 then return 'new' end
+  local raw = redis.call('HGET', K('done'), node)
+  if raw then calls = cjson.decode(raw) end
+  for u in string.gmatch(unknown or '', '[^,]+') do
+    local c = calls[u]
+    if c then
+      for _, x in ipairs(c.e) do produced[#produced + 1] = x end
+    end
+  end
+  own = #produced
+  local c = calls[tostring(v)]
+  if c then return 'replay', c end
+  if v <= num(redis.call('HGET', K('ver'), node)) then return 'stale' end
+  return 'new'
+end
+
+-- reply returns head and then the edges of this call (those of lost
+-- replies first), keeping head and this call's own edges in T:done.
+local function reply(head)
+  local e = {}
+  for i = own + 1, #produced do e[#e + 1] = produced[i] end
+  if callV > 0 then
+    local keep = {}
+    for k, c in pairs(calls) do
+      if tonumber(k) >= callFrom then keep[k] = c end
+    end
+    keep[tostring(callV)] = {h = head, e = e}
+    redis.call('HSET', K('done'), callNode, cjson.encode(keep))
+  end
+  local out = {}
+  for _, x in ipairs(head) do out[#out + 1] = x end
+  for _, x in ipairs(produced) do out[#out + 1] = x end
+  return out
+end
+
+-- replayed answers a call that ran already: the reply it made then, after
+-- the edges of the lost replies this call lists.
+local function replayed(c)
+  local out = {}
+  for _, x in ipairs(c.h) do out[#out + 1] = x end
+  for _, x in ipairs(produced) do out[#out + 1] = x end
+  for _, x in ipairs(c.e) do out[#out + 1] = x end
+  return out
+end
+
+-- unapplied answers a stale call: head, and the edges of lost replies.
+local function unapplied(head)
+  local out = {}
+  for _, x in ipairs(head) do out[#out + 1] = x end
+  for _, x in ipairs(produced) do out[#out + 1] = x end
+  return out
+end
 ` + luaRecordHelpers + `
 
 -- setUser sets node's connection count for uid, and how many of them are
@@ -250,10 +320,15 @@ end
 -- taken for dead may run after its sender gave up on it, its reply lost,
 -- so every write says so until the node's records are written again
 -- (setScript in mode "a" or "r").
+--
+-- A node new to the shard owes nothing: it is neither dead (being reaped)
+-- nor in T:reaped (reaped in full).
 local function alive(node, ttl)
   local added = redis.call('ZADD', K('alive'), now + ttl, node)
-  local reaped = redis.call('SREM', K('dead'), node)
-  if added == 1 or reaped == 1 then redis.call('SADD', K('owe'), node) end
+  local reaping = redis.call('SREM', K('dead'), node)
+  if reaping == 1 or (added == 1 and redis.call('ZSCORE', K('reaped'), node)) then
+    redis.call('SADD', K('owe'), node)
+  end
   return redis.call('SISMEMBER', K('owe'), node)
 end
 
@@ -346,7 +421,8 @@ end
 // records. ARGV: tag, node, ttl ms, last-seen TTL ms, the node's landed
 // writes, this write's number, restore window ms, mode ("w" write, "a"
 // this node's records written again after it was taken for dead, "r"
-// restore: what had landed before a loss), then a list of "u", uid, n,
+// restore: what had landed before a loss), from and unknown (see recall),
+// then a list of "u", uid, n,
 // away (n connections of which away are away; n 0 drops the record) and
 // "m", channel, uid, 1|0, away 1|0, or "M" and those and the member's
 // record as this node knows it: version, hidden-at ms, record JSON (see
@@ -354,11 +430,15 @@ end
 // Returns {1 if the node had been taken for dead, state, ms left of the
 // restore window, then kind, uid, channel, ms per edge made}; state is 0
 // applied, 1 not applied (the restore window is open), 2 not applied
-// (Redis lost the node's writes: it must restore first), 3 restored.
+// (Redis lost the node's writes: it must restore first), 3 restored, 4
+// not applied (stale: a later call of the node ran first).
 // A restore inside the window is quiet; after it, it makes edges.
 var setScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 local ttl = tonumber(ARGV[3])
+local seen, c = recall(node, tonumber(ARGV[6]), num(ARGV[9]), ARGV[10])
+if seen == 'replay' then return replayed(c) end
+if seen == 'stale' then return unapplied({0, 4, 0}) end
 local back = alive(node, ttl)
 seenTTL = tonumber(ARGV[4])
 local lost, till = check(node, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ttl)
@@ -370,7 +450,7 @@ elseif ARGV[8] == 'r' then
 elseif now < till then
   state = 1
 end
-local i = 9
+local i = 11
 if state == 1 or state == 2 then i = #ARGV + 1 end
 while i <= #ARGV do
   if ARGV[i] == 'u' then
@@ -389,9 +469,7 @@ if (ARGV[8] == 'a' or ARGV[8] == 'r') and state ~= 1 and state ~= 2 then
   back = 0
 end
 trimSeen()
-local out = {back, state, math.max(0, till - now)}
-for _, v in ipairs(produced) do out[#out + 1] = v end
-return out
+return reply({back, state, math.max(0, till - now)})
 `)
 
 // claimScript renews the claiming node, marks the nodes whose liveness
@@ -412,25 +490,36 @@ return out
 // leaves are then made before its offline, as when it really leaves.
 // ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
 // ms, the claimer's landed writes, this write's number, restore window ms,
-// phase ("m" or "a"). Returns {1 if the claimer had been taken for dead, 1
-// if paused (2 if paused as Redis lost the claimer's writes: it must
-// restore), 1 if more is left to reap in this phase, then kind, uid,
-// channel, ms per edge made}.
+// phase ("m" or "a"), from and unknown (see recall). Returns {1 if the
+// claimer had been taken for dead, 1 if paused (2 if paused as Redis lost
+// the claimer's writes: it must restore), 1 if more is left to reap in
+// this phase, then kind, uid, channel, ms per edge made}. A stale call
+// (see recall) is paused.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
 seenTTL = tonumber(ARGV[7])
+local seen, c = recall(by, num(ARGV[9]), num(ARGV[12]), ARGV[13])
+if seen == 'replay' then return replayed(c) end
+if seen == 'stale' then return unapplied({0, 1, 0}) end
 local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
 local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
 local back = alive(by, ttl)
 local lost, till = check(by, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
-if lost then return {0, 2, 0} end
+if lost then return reply({0, 2, 0}) end
 if now - last > tonumber(ARGV[5]) then
   redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
-  return {back, 1, 0}
+  return reply({back, 1, 0})
 end
-if now < pause or now < till then return {back, 1, 0} end
+if now < pause or now < till then return reply({back, 1, 0}) end
+-- A node reaped longer ago than the last-seen TTL is forgotten, with the
+-- replies kept for its calls.
+local gone = redis.call('ZRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
+if #gone > 0 then
+  redis.call('HDEL', K('done'), unpack(gone))
+  redis.call('HDEL', K('ver'), unpack(gone))
+end
 redis.call('ZREMRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
   redis.call('ZREM', K('alive'), node)
@@ -450,19 +539,24 @@ for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
     break
   end
 end
-local out = {back, 0, more}
-for _, v in ipairs(produced) do out[#out + 1] = v end
-return out
+return reply({back, 0, more})
 `)
 
 // leaveScript drops up to ARGV[3] of the node's own records, for a node that
 // shuts down; once none is left it drops the node's liveness too.
 // It goes in the two phases of claimScript, memberships first.
-// ARGV: tag, node, limit, last-seen TTL ms, phase ("m" or "a"). Returns {1
-// if more is left in this phase, then kind, uid, channel, ms per edge made}.
+// ARGV: tag, node, limit, last-seen TTL ms, phase ("m" or "a"), this
+// call's number, from and unknown (see recall). Returns {1 if more is left
+// in this phase, then kind, uid, channel, ms per edge made}. A node gone
+// this way is kept in T:reaped, for the last-seen TTL, as the replies of
+// its calls are.
 var leaveScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 seenTTL = tonumber(ARGV[4])
+local seen, c = recall(node, num(ARGV[6]), num(ARGV[7]), ARGV[8])
+if seen == 'replay' then return replayed(c) end
+if seen == 'stale' then return unapplied({1}) end
+redis.call('HSET', K('ver'), node, math.max(num(redis.call('HGET', K('ver'), node)), num(ARGV[6])))
 redis.call('SADD', K('dead'), node)
 local membersOnly = ARGV[5] == 'm'
 local more = 0
@@ -476,14 +570,11 @@ if not holdsAny(node) then
   redis.call('ZREM', K('alive'), node)
   redis.call('SREM', K('dead'), node)
   redis.call('SREM', K('owe'), node)
-  redis.call('HDEL', K('ver'), node)
-  redis.call('ZREM', K('reaped'), node)
+  redis.call('ZADD', K('reaped'), now, node)
   more = 0
 end
 trimSeen()
-local out = {more}
-for _, v in ipairs(produced) do out[#out + 1] = v end
-return out
+return reply({more})
 `)
 
 // publishScript publishes a message once, and only until its last moment.
@@ -528,7 +619,7 @@ return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // shardKeyNames are the keys of a shard, T:<name>, in the order every
 // script of the shard is given them as KEYS; see the table above.
 var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
-	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "owe"}
+	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "owe", "done"}
 
 // luaKeys makes K(name) the shard's key of that name, from KEYS: a name
 // not in KEYS is an error, so a script never touches a key it did not

@@ -30,7 +30,7 @@ func set(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl ti
 // channel, ms, ...
 func setEdges(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, recs ...any) (bool, []any) {
 	t.Helper()
-	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond), 0, 0, 0, "w"}, fullRecords(recs)...)
+	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond), 0, 0, 0, "w", 0, ""}, fullRecords(recs)...)
 	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), 3)
 	require.NoError(t, err)
 	return flag(res[0]), res[3:]
@@ -195,28 +195,35 @@ func TestSetScriptEdgesAndCounts(t *testing.T) {
 	assert.IsIncreasing(t, seqs, "edges carry the shard's counter")
 }
 
-// A node's first write to a shard, and every one after the shard took it
-// for dead or Redis lost it, says so until the node has written its records
-// again (mode "a"): a reply that says it may be lost.
+// Every write of a node the shard took for dead says so until the node
+// has written its records again (mode "a"): a reply that says it may be
+// lost. A node new to the shard owes nothing, nor does one meeting a Redis
+// that lost everything (check finds that loss, by the node's write count).
 func TestSetScriptSaysWhenTheNodeWasLost(t *testing.T) {
 	srv := startRedis(t)
 	c := srv.client(t)
+	ctx := context.Background()
 	k := newShardKeys("s", 0)
 	back, _ := set(t, c, k, "a", time.Minute, "u", "x", 1)
-	assert.True(t, back, "first write")
+	assert.False(t, back, "first write")
+
+	require.NoError(t, c.ZAdd(ctx, k.alive, redis.Z{Score: 1, Member: "a"}).Err()) // a's lease long gone
+	for range 2 {                                                                  // the shard's first claim pauses
+		_, _, err := claim(c, k, "b", 100, time.Hour, 0)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.ZScore(ctx, k.tag+":reaped", "a").Err(), "a reaped")
 	back, _ = set(t, c, k, "a", time.Minute)
-	assert.True(t, back, "a renewal before the node wrote its records again")
-	writtenAgain(t, c, k, "a")
-	back, _ = set(t, c, k, "a", time.Minute)
-	assert.False(t, back, "a renewal")
-	require.NoError(t, c.FlushAll(context.Background()).Err())
-	back, _ = set(t, c, k, "a", time.Minute)
-	assert.True(t, back, "after Redis lost everything")
+	assert.True(t, back, "a renewal after the shard took the node for dead")
 	back, _ = set(t, c, k, "a", time.Minute)
 	assert.True(t, back, "and again, as the reply may have been lost")
 	writtenAgain(t, c, k, "a")
 	back, _ = set(t, c, k, "a", time.Minute)
 	assert.False(t, back, "once written again")
+
+	require.NoError(t, c.FlushAll(ctx).Err())
+	back, _ = set(t, c, k, "a", time.Minute)
+	assert.False(t, back, "after Redis lost everything")
 }
 
 // writtenAgain runs setScript in mode "a" with no records, as a node whose
@@ -265,7 +272,7 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 						recs = append(recs, "m", "room", uid, in)
 					}
 				}
-				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000), 0, 0, 0, "w"}, fullRecords(recs)...)
+				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000), 0, 0, 0, "w", 0, ""}, fullRecords(recs)...)
 				if _, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), 1); !assert.NoError(t, err) {
 					return
 				}

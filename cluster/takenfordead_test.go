@@ -41,9 +41,9 @@ func TestTakenForDeadSurvivesALostReply(t *testing.T) {
 	// a taken for dead and renews it, and its reply never reaches a.
 	direct := srv.client(t)
 	for s, k := range a.keys {
-		// tag, node, ttl, last-seen TTL, landed (0: no loss check), a write
-		// number above any of a's, window, mode
-		args := []any{k.tag, a.cfg.Node, a.cfg.Timeout.Milliseconds(), a.cfg.LastSeenTTL.Milliseconds(), 0, int64(1) << 40,
+		// tag, node, ttl, last-seen TTL, landed (0: no loss check), write
+		// number (0: unnumbered, neither stale nor kept), window, mode
+		args := []any{k.tag, a.cfg.Node, a.cfg.Timeout.Milliseconds(), a.cfg.LastSeenTTL.Milliseconds(), 0, 0,
 			int64(1), "w"}
 		res, err := scriptResult(setScript.Run(context.Background(), direct, k.keys, args...), 3)
 		require.NoError(t, err)

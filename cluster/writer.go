@@ -54,6 +54,10 @@ type writer struct {
 	writes    int64
 	restore   map[int]bool
 	holdUntil time.Time
+	// unknown holds, per shard, the numbers of the calls whose replies
+	// were lost (in rising order): the next call there asks for their
+	// edges (see recall in the scripts).
+	unknown [][]int64
 
 	stop context.CancelFunc
 	done chan struct{} // closed when loop returns
@@ -73,6 +77,7 @@ func newWriter(b *base) *writer {
 		heldUsers:    make(map[string]userCount),
 		heldMembers:  make(map[membership]bool),
 		landed:       make([]int64, len(b.keys)),
+		unknown:      make([][]int64, len(b.keys)),
 		restore:      make(map[int]bool),
 		done:         make(chan struct{}),
 	}
@@ -439,10 +444,11 @@ func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 	}
 	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
 		w.landed[shard], w.writes, w.restoreWindow().Milliseconds(), m}
+	var tail []any
 	for _, r := range recs {
-		args = append(args, w.recordArgs(r)...)
+		tail = append(tail, w.recordArgs(r)...)
 	}
-	return scriptCall{shard: shard, args: args, recs: recs, write: w.writes}
+	return scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes}
 }
 
 // restoreWindow is how long, after Redis lost records, every live node has
@@ -514,9 +520,17 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			continue
 		}
 		w.landed[c.shard] = max(w.landed[c.shard], c.write)
+		made = append(made, res[3:]...) // a call not applied may bring back lost replies' edges
 		state, _ := res[1].(int64)
 		left, _ := res[2].(int64)
 		switch state {
+		case setStale:
+			if mode == modeRestore {
+				w.restore[c.shard] = true
+			} else {
+				failed = append(failed, c.recs...)
+			}
+			continue
 		case setHeldBack, setLost:
 			if state == setLost {
 				w.restore[c.shard] = true
@@ -532,7 +546,6 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 		if flag(res[0]) && mode == modeWrite {
 			back[c.shard] = true
 		}
-		made = append(made, res[3:]...)
 		for _, r := range c.recs {
 			w.hold(r)
 		}
@@ -553,10 +566,13 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 }
 
 // The states setScript reports of a call besides applied: held back by an
-// open restore window, or refused as Redis lost this node's writes.
+// open restore window, refused as Redis lost this node's writes, or not
+// applied as a later call of this node ran before it (its first try timed
+// out and Redis ran it late).
 const (
 	setHeldBack = 1
 	setLost     = 2
+	setStale    = 4
 )
 
 func (w *writer) hold(r record) {
