@@ -58,6 +58,11 @@ func (h *history) add(at time.Time, key, kind, format string, args ...any) {
 
 // check runs every check of the history and returns what broke.
 func (h *history) check() []anomaly {
+	for _, f := range h.faults {
+		if f.err != nil {
+			h.add(f.start, "", "fault failed", "%s", f)
+		}
+	}
 	h.dedupe()
 	h.index()
 	h.checkAlternation()
@@ -108,6 +113,29 @@ func (h *history) dedupe() {
 	}
 	for _, es := range h.edges {
 		slices.SortStableFunc(es, func(a, b event) int { return int(a.At - b.At) })
+		alternateTies(es)
+	}
+}
+
+// alternateTies orders the edges of each millisecond (sorted by at) so that
+// they alternate where they can: at holds milliseconds, and edges made by
+// different nodes in one millisecond (two writes landing together after a
+// freeze) arrive in any order. Two of one kind in a millisecond stay a
+// repeat.
+func alternateTies(es []event) {
+	on := false
+	for i := 0; i < len(es); {
+		j := i
+		for j < len(es) && es[j].At == es[i].At {
+			j++
+		}
+		for k := i; k < j; k++ {
+			if next := slices.IndexFunc(es[k:j], func(e event) bool { return isOn(e.Type) != on }); next > 0 {
+				es[k], es[k+next] = es[k+next], es[k]
+			}
+			on = isOn(es[k].Type)
+		}
+		i = j
 	}
 }
 

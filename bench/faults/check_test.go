@@ -123,3 +123,28 @@ func TestSchedule(t *testing.T) {
 	}
 	assert.NotEqual(t, a, schedule(8, kinds, 3, 5*time.Second, 10*time.Minute, [2]time.Duration{10 * time.Second, 30 * time.Second}))
 }
+
+// Edges of one millisecond are taken in the order that alternates, when
+// there is one; two of one kind stay a repeat.
+func TestAlternateTies(t *testing.T) {
+	ev := func(typ string, at int64) event { return event{Type: typ, At: at} }
+	tests := []struct {
+		name     string
+		in, want []event
+	}{
+		{"on, then off and on in one ms", []event{ev("online", 1), ev("online", 5), ev("offline", 5)},
+			[]event{ev("online", 1), ev("offline", 5), ev("online", 5)}},
+		{"already alternating", []event{ev("online", 1), ev("offline", 1), ev("online", 1)},
+			[]event{ev("online", 1), ev("offline", 1), ev("online", 1)}},
+		{"a repeat stays", []event{ev("online", 1), ev("online", 1), ev("offline", 2)},
+			[]event{ev("online", 1), ev("online", 1), ev("offline", 2)}},
+		{"off first in its ms", []event{ev("offline", 3), ev("online", 3)},
+			[]event{ev("online", 3), ev("offline", 3)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			alternateTies(tt.in)
+			assert.Equal(t, tt.want, tt.in)
+		})
+	}
+}
