@@ -69,7 +69,7 @@ func (k kind) touchesAll() bool {
 type fault struct {
 	kind     kind
 	node     int           // the node (or the master, for a Cluster failover) it hits
-	at       time.Duration // planned start, from the run's start
+	wait     time.Duration // planned wait after the previous fault healed (or the start)
 	dur      time.Duration // planned length
 	start    time.Time     // actual start
 	end      time.Time     // actual heal
@@ -94,21 +94,23 @@ func (f *fault) String() string {
 
 // schedule draws the faults of a run from seed: rounds of the kinds in a
 // random order each (so every kind comes about as often), each fault
-// gap[0]-gap[1] after the previous one healed, from warmup until span.
+// gap[0]-gap[1] after the previous one healed, the first at warmup, as many
+// as the planned lengths fit in span.
 func schedule(seed uint64, kinds []kind, nodes int, warmup, span time.Duration, gap [2]time.Duration) []*fault {
 	r := rand.New(rand.NewPCG(seed, 1))
 	var out []*fault
 	var bag []kind
-	for t := warmup; t < span; {
+	for t, wait := warmup, warmup; t < span; {
 		if len(bag) == 0 {
 			bag = shuffled(r, kinds)
 		}
 		k := bag[0]
 		bag = bag[1:]
 		d := durations[k]
-		f := &fault{kind: k, node: r.IntN(nodes), at: t, dur: between(r, d[0], d[1])}
+		f := &fault{kind: k, node: r.IntN(nodes), wait: wait, dur: between(r, d[0], d[1])}
 		out = append(out, f)
-		t += f.dur + between(r, gap[0], gap[1])
+		wait = between(r, gap[0], gap[1])
+		t += f.dur + wait
 	}
 	return out
 }
@@ -175,19 +177,17 @@ func (w *world) inflict(ctx context.Context, f *fault) error {
 	return fmt.Errorf("unknown fault kind %q", f.kind)
 }
 
-// nemesis runs the schedule from start: each fault at its time (or at once
-// when the previous one ran late), one at a time.
+// nemesis runs the schedule from start, one fault at a time, each its
+// wait after the previous one healed: a failover lasts as long as it takes.
 func (w *world) nemesis(ctx context.Context, start time.Time, faults []*fault) {
 	for _, f := range faults {
-		if !sleep(ctx, time.Until(start.Add(f.at))) {
+		if !sleep(ctx, f.wait) {
 			return
 		}
 		f.start = time.Now()
 		w.logf("%6.2f s fault %s for %v", f.start.Sub(start).Seconds(), f, f.dur.Round(time.Millisecond))
 		f.err = w.inflict(context.WithoutCancel(ctx), f)
 		f.end, f.finished = time.Now(), true
-		if f.err != nil {
-			w.logf("%6.2f s fault %s", f.end.Sub(start).Seconds(), f)
-		}
+		w.logf("%6.2f s healed %s", f.end.Sub(start).Seconds(), f)
 	}
 }

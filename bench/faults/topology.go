@@ -54,9 +54,11 @@ type clusterNode struct {
 	master             bool
 }
 
-// clusterNodes reads CLUSTER NODES from the first server that answers,
-// masters sorted by address.
+// clusterNodes reads, from each server, its own line of CLUSTER NODES:
+// what a server says of itself is current, another's view may lag behind
+// a failover. Sorted by address.
 func (w *world) clusterNodes(ctx context.Context) ([]clusterNode, error) {
+	var ns []clusterNode
 	var errs []error
 	for _, p := range w.extra {
 		out, err := doString(ctx, p.Addr, "CLUSTER", "NODES")
@@ -64,19 +66,19 @@ func (w *world) clusterNodes(ctx context.Context) ([]clusterNode, error) {
 			errs = append(errs, err)
 			continue
 		}
-		var ns []clusterNode
 		for line := range strings.Lines(out) {
 			f := strings.Fields(line)
-			if len(f) < 8 || strings.Contains(f[2], "fail") {
+			if len(f) < 8 || !strings.Contains(f[2], "myself") {
 				continue
 			}
-			addr, _, _ := strings.Cut(f[1], "@")
-			ns = append(ns, clusterNode{id: f[0], addr: addr, masterID: f[3], master: strings.Contains(f[2], "master")})
+			ns = append(ns, clusterNode{id: f[0], addr: p.Addr, masterID: f[3], master: strings.Contains(f[2], "master")})
 		}
-		slices.SortFunc(ns, func(a, b clusterNode) int { return strings.Compare(a.addr, b.addr) })
-		return ns, nil
 	}
-	return nil, errors.Join(append(errs, errors.New("no cluster server answers"))...)
+	if len(ns) == 0 {
+		return nil, errors.Join(append(errs, errors.New("no cluster server answers"))...)
+	}
+	slices.SortFunc(ns, func(a, b clusterNode) int { return strings.Compare(a.addr, b.addr) })
+	return ns, nil
 }
 
 func masters(ns []clusterNode) []clusterNode {
@@ -140,7 +142,9 @@ func (w *world) migrateSlot(ctx context.Context, pick int) (string, error) {
 		return "", err
 	}
 	if _, err := child.Do(ctx, src.addr, "CLUSTER", "SETSLOT", s, "MIGRATING", dst.id); err != nil {
-		return "", err
+		// Leave no slot half moved: the harness's error, not the cluster's.
+		_, undo := child.Do(ctx, dst.addr, "CLUSTER", "SETSLOT", s, "STABLE")
+		return "", errors.Join(err, undo)
 	}
 	host, port, _ := net.SplitHostPort(dst.addr)
 	moved := 0
