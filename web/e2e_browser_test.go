@@ -191,13 +191,14 @@ func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// artifactPath is where a screenshot goes: $ARTIFACTS_DIR when set, so CI can
-// keep it, else the test's temporary directory.
+// artifactPath is where a screenshot goes: $PRESENCED_ARTIFACTS when set,
+// so CI can keep it, else presenced-artifacts in the system's temporary
+// directory, which outlives the test as t.TempDir does not.
 func artifactPath(t *testing.T, name string) string {
 	t.Helper()
-	dir := os.Getenv("ARTIFACTS_DIR")
+	dir := os.Getenv("PRESENCED_ARTIFACTS")
 	if dir == "" {
-		dir = t.TempDir()
+		dir = filepath.Join(os.TempDir(), "presenced-artifacts")
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	return filepath.Join(dir, name)

@@ -49,10 +49,18 @@ func (f wsFrame) String() string { return f.raw }
 // returns once the welcome has come.
 func dialWS(t *testing.T, srv *server, uid string, channels ...string) *wsClient {
 	t.Helper()
-	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws?" + url.Values{"uid": {uid}}.Encode()
+	q := url.Values{"uid": {uid}}
 	if len(channels) > 0 {
-		u += "&" + url.Values{"channels": {strings.Join(channels, ",")}}.Encode()
+		q.Set("channels", strings.Join(channels, ","))
 	}
+	return dialQuery(t, srv, uid, q)
+}
+
+// dialQuery connects to the server with the query q (a token, channels)
+// as uid, and returns once the welcome has come.
+func dialQuery(t *testing.T, srv *server, uid string, q url.Values) *wsClient {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws?" + q.Encode()
 	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	defer cancel()
 	ws, res, err := websocket.DefaultDialer.DialContext(ctx, u, nil)

@@ -274,6 +274,7 @@ function renderMe(now) {
   ui.pill.dataset.state = s;
   ui.pill.dataset.invisible = String(s === 'live' && page.me.record(page.me.uid)?.mode === 'invisible');
   ui.meUid.textContent = page.me.uid;
+  ui.meUid.title = page.me.uid; // cut with an ellipsis where it is long
   let pill;
   let state;
   ui.meToggle.hidden = !!page.blocked;
@@ -312,6 +313,7 @@ function renderMe(now) {
       state = 'disconnected by you';
   }
   ui.pill.lastElementChild.textContent = pill;
+  if (ui.pill.title !== pill) ui.pill.title = pill;
   ui.meState.textContent = state;
   ui.meToggle.textContent = s !== 'closed' ? 'Disconnect' : 'Connect';
   if (page.me.lastSent) ui.meKeepalive.textContent = `${fmtDur(now - page.me.lastSent)} ago`;

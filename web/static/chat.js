@@ -25,10 +25,9 @@ export function addChat(ch, { from = '', text, system = '' }, at) {
   const who = document.createElement(from ? 'code' : 'span');
   // The name as it was when the message came; the ID stays in the tooltip.
   who.textContent = from ? nameOf(from) : system;
-  if (from && who.textContent !== from) {
-    who.className = 'named';
-    who.title = from;
-  }
+  if (from && who.textContent !== from) who.className = 'named';
+  // The ID in the tooltip: the head shows one line, cut with an ellipsis.
+  if (from) who.title = from;
   const time = document.createElement('time');
   time.textContent = fmtClock(at);
   head.append(who, time);

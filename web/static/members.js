@@ -33,6 +33,7 @@ export function renderRooms(now) {
       b.dataset.channel = r.name;
       b.innerHTML = '<span class="name"></span><span class="n"></span><span class="unread"></span>';
       b.querySelector('.name').textContent = r.name;
+      b.title = r.name; // a long name is cut with an ellipsis
     }
     b.dataset.state = r.state;
     b.setAttribute('aria-selected', String(r.name === page.selected));
@@ -94,6 +95,9 @@ export function renderRooms(now) {
     const known = at > 0 && t > 0 && age < t;
     const away = c.away.has(u);
     li.classList.toggle('known', known);
+    // Never heard: a member (so online) whose keepalives this page cannot
+    // see, drawn unlike a dot that emptied.
+    li.dataset.heard = at === 0 ? 'never' : known ? 'recent' : 'lapsed';
     li.classList.toggle('away', away);
     drawPerson(li, u, now);
     li.querySelector('.dot').style.setProperty('--life', known ? (1 - age / t).toFixed(3) : '0');

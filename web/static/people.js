@@ -50,6 +50,10 @@ export function drawPerson(li, uid, now) {
   const nameEl = li.querySelector('.name');
   setText(nameEl, name === uid ? '' : name);
   nameEl.hidden = name === uid;
+  // Titles: a long name or ID is cut with an ellipsis, and still readable.
+  if (nameEl.title !== name) nameEl.title = name;
+  const uidEl = li.querySelector('.uid');
+  if (uidEl.title !== uid) uidEl.title = uid;
   li.classList.toggle('named', name !== uid);
   const mode = r.mode || 'online';
   li.dataset.mode = mode;

@@ -143,6 +143,7 @@ function simRow(simUid) {
   const li = document.createElement('li');
   li.className = 'sim';
   li.dataset.uid = simUid;
+  li.title = simUid; // the ID is cut with an ellipsis in a narrow column
   li.innerHTML = '<span class="state-dot"></span><div class="main"><code class="uid"></code><span class="status"></span>' +
     '<span class="life"><span></span></span></div><div class="btns">' +
     '<button type="button" class="small-btn" data-act="away">Away</button>' +

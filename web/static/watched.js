@@ -32,6 +32,7 @@ export function renderWatch(now) {
     const state = w.online === null || !live(page.me) ? 'unknown' : w.online ? 'online' : 'offline';
     const away = state === 'online' && w.away;
     li.dataset.online = state;
+    li.dataset.never = String(state === 'offline' && !!w.never && !w.lastSeen);
     li.dataset.away = String(away);
     drawPerson(li, u, now);
     li.dataset.lastSeen = state === 'offline' && w.lastSeen ? String(w.lastSeen) : '';
