@@ -1,0 +1,186 @@
+package docs_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/internal/doctest"
+	"github.com/presenced/presenced/internal/presencedtest"
+)
+
+// waitLong bounds a wait for something that takes a moment; a build from a
+// cold cache on a busy machine gets buildWait.
+const (
+	waitLong  = 20 * time.Second
+	buildWait = 5 * time.Minute
+)
+
+// sectionBlocks returns the fenced blocks of a section of one of the docs.
+func sectionBlocks(t *testing.T, file, heading string) []doctest.Block {
+	t.Helper()
+	md, err := os.ReadFile(file)
+	require.NoError(t, err)
+	blocks, err := doctest.Section(string(md), heading)
+	require.NoError(t, err, file)
+	return blocks
+}
+
+// freeAddr returns a loopback address nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func checkout(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	return root
+}
+
+// TestEmbeddingQuickStart runs the quick start of embedding.md as written,
+// in order, from go mod init (only the checkout's path and the address
+// change), and checks that what it serves is the page, the JavaScript
+// client, the metrics, the health checks and the WebSocket.
+func TestEmbeddingQuickStart(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command on PATH to build the quick start with")
+	}
+	addr := freeAddr(t)
+	script := doctest.Script(sectionBlocks(t, "embedding.md", "## Quick start"), map[string]string{"go": "main.go"},
+		"=../presenced", "="+checkout(t), "127.0.0.1:8080", addr)
+	require.Contains(t, script, "go mod init")
+	require.Contains(t, script, addr)
+	out := doctest.Start(t, t.TempDir(), script, doctest.GoEnv()...)
+
+	base := "http://" + addr
+	deadline := time.Now().Add(buildWait)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case _, open := <-out:
+			require.True(t, open, "the quick start ended before it served")
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the quick start's server never answered /healthz")
+	}
+	for _, tc := range []struct{ path, typ, has string }{
+		{"/", "text/html", "<title>presenced"},
+		{"/presenced.js", "text/javascript", "export class Presenced"},
+		{"/metrics", "text/plain", "presenced_connections"},
+		{"/readyz", "application/json", `"status":"ok"`},
+	} {
+		resp, err := http.Get(base + tc.path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, tc.path)
+		assert.Contains(t, resp.Header.Get("Content-Type"), tc.typ, tc.path)
+		assert.Contains(t, string(body), tc.has, tc.path)
+	}
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?uid=alice", nil)
+	require.NoError(t, err)
+	defer ws.Close()
+	var welcome struct{ Type, UID string }
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(waitLong)))
+	require.NoError(t, ws.ReadJSON(&welcome))
+	assert.Equal(t, "welcome", welcome.Type)
+	assert.Equal(t, "alice", welcome.UID)
+}
+
+// TestChatWebhookReceiver runs the webhook receiver of chat.md with Node as
+// written (standardwebhooks from web/client's lockfile instead of the
+// registry, a free port for 8090), points a real server at it with the
+// doc's flags, and checks that it prints alice coming online and her
+// update with its mode and note.
+func TestChatWebhookReceiver(t *testing.T) {
+	node, err := exec.LookPath("node")
+	modules := filepath.Join(checkout(t), "web", "client", "node_modules")
+	if _, serr := os.Stat(filepath.Join(modules, "standardwebhooks")); err != nil || serr != nil {
+		msg := "needs node and web/client/node_modules (cd web/client && npm ci)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + "; CI is set, so this is a failure")
+		}
+		t.Skip(msg)
+	}
+	blocks := sectionBlocks(t, "chat.md", "### Verifying a POST")
+	// The server's own line: the test runs it as a process it manages.
+	flags := regexp.MustCompile(`go run \./cmd/presenced -webhook (\S+) -webhook-secret (\S+)`)
+	var server []string
+	blocks = slices.DeleteFunc(blocks, func(b doctest.Block) bool {
+		if m := flags.FindStringSubmatch(b.Text); m != nil {
+			server = m[1:]
+			return true
+		}
+		return false
+	})
+	require.NotNil(t, server, "chat.md runs the server with -webhook and -webhook-secret")
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	script := doctest.Script(blocks, map[string]string{"js": "receiver.mjs"},
+		"npm install standardwebhooks", "ln -s "+modules+" node_modules", "8090", port)
+	require.Contains(t, script, "node receiver.mjs")
+	lines := doctest.Start(t, t.TempDir(), strings.ReplaceAll(script, "node receiver.mjs", node+" receiver.mjs"))
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, waitLong, 20*time.Millisecond, "the receiver never listened")
+
+	srv := presencedtest.Start(t, presencedtest.Build(t), "-webhook", strings.Replace(server[0], "8090", port, 1),
+		"-webhook-secret", server[1])
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws?uid=alice&channels=lobby", nil)
+	require.NoError(t, err)
+	defer ws.Close()
+	set, err := json.Marshal(map[string]any{"type": "set", "mode": "dnd", "note": map[string]string{"text": "In a meeting", "emoji": "📅"}})
+	require.NoError(t, err)
+	require.NoError(t, ws.WriteMessage(websocket.TextMessage, set))
+
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`^evt_\S+ online alice $`),
+		regexp.MustCompile(`^evt_\S+ join alice lobby$`),
+		regexp.MustCompile(`^evt_\S+ update alice dnd 📅 In a meeting$`),
+	}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	for len(want) > 0 {
+		select {
+		case line, ok := <-lines:
+			require.True(t, ok, "the receiver ended; it printed %q", got)
+			got = append(got, line)
+			if want[0].MatchString(line) {
+				want = want[1:]
+			}
+		case <-ctx.Done():
+			t.Fatalf("the receiver printed %q, not %v", got, want)
+		}
+	}
+}
