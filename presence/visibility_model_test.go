@@ -18,10 +18,10 @@ func TestVisibilityModel(t *testing.T) {
 		seeds = 3
 	}
 	vismodel.Test(t, vismodel.Config{
-		Steps: 150, Seeds: seeds, Leases: true,
+		Steps: 150, Seeds: seeds, Leases: true, HideJoin: true,
 		Regressions: []vismodel.Regression{
 			{Seed: 1795891162838569890, Steps: 150}, // a user's first connection closed: the view lost its second
-			{Seed: 1795891289681480081, Steps: 300}, // a record changed while its user was out of a channel it left and rejoined in a tick
+			{Seed: 1795892382124267184, Steps: 150}, // a record changed while its user was out of a channel it left and rejoined in a tick
 		},
 		NewEnv: func() (vismodel.Env, func()) {
 			n, err := presence.New(presence.Config{Slots: vismodel.Slots})

@@ -146,6 +146,7 @@ type observer struct {
 	recs     map[string]map[string]protocol.Record
 	online   map[string]bool // watched users
 	lastSeen map[string]int64
+	shown    []sighting // the users the last frame showed present
 }
 
 // take applies one frame; watch is the connection's watch list.
@@ -175,6 +176,7 @@ func (o *observer) take(frame string, watch []string) error {
 		o.chans[f.Channel] = map[string]bool{}
 		o.count[f.Channel] = f.Count
 		for _, u := range f.Members {
+			o.shown = append(o.shown, sighting{f.Channel, u})
 			o.chans[f.Channel][u] = true
 			recs[u] = f.Users[u]
 		}
@@ -192,6 +194,7 @@ func (o *observer) take(frame string, watch []string) error {
 			if members[u] {
 				return fmt.Errorf("a repeated join: %s", frame)
 			}
+			o.shown = append(o.shown, sighting{f.Channel, u})
 			members[u] = true
 			recs[u] = f.Users[u]
 		}
@@ -208,12 +211,14 @@ func (o *observer) take(frame string, watch []string) error {
 			o.online[u] = false
 		}
 		for _, u := range f.Online {
+			o.shown = append(o.shown, sighting{"", u})
 			o.online[u] = true
 			recs[u] = f.Users[u]
 		}
 		maps.Copy(o.lastSeen, f.LastSeen)
 	case "status":
 		for _, u := range f.Online {
+			o.shown = append(o.shown, sighting{"", u})
 			o.online[u] = true
 			recs[u] = f.Users[u]
 			delete(o.lastSeen, u)

@@ -14,6 +14,7 @@ var (
 	flagSteps = flag.Int("visibility.steps", 0, "operations in each visibility model history (0: the test's own)")
 	flagSeeds = flag.Int("visibility.seeds", 0, "visibility model histories (0: the test's own)")
 	flagSeed  = flag.Uint64("visibility.seed", 0, "run the visibility model for this seed only")
+	flagHide  = flag.Bool("visibility.hidejoin", false, "histories with HideJoin, even where the test leaves it out")
 )
 
 // A Regression is a history that found a divergence once.
@@ -26,6 +27,7 @@ type Regression struct {
 type Config struct {
 	Steps, Seeds int  // per history, and how many; -visibility.steps and -visibility.seeds win
 	Leases       bool // histories with heartbeats and lapses
+	HideJoin     bool // histories with HideJoin
 	Regressions  []Regression
 	// NewEnv makes a fresh Env for one run, and what releases it.
 	NewEnv func() (Env, func())
@@ -59,7 +61,7 @@ func Test(t *testing.T, cfg Config) {
 		return Run(ops, env)
 	}
 	for _, r := range list {
-		ops := History(r.Seed, r.Steps, cfg.Leases)
+		ops := History(r.Seed, r.Steps, cfg.Leases, cfg.HideJoin || *flagHide)
 		err := run(ops)
 		if err == nil {
 			continue

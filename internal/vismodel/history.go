@@ -42,7 +42,8 @@ const (
 	Watch
 	Heartbeat
 	Tick
-	Lapse // steps until every lease has run out
+	Lapse    // steps until every lease has run out
+	HideJoin // turns invisible and at once joins a channel
 )
 
 // An Op is one operation of a history. Conn names a connection by the
@@ -88,14 +89,18 @@ func (o Op) String() string {
 		return fmt.Sprintf("heartbeat %s, channels %02b", u(o.UID), o.Chans)
 	case Tick:
 		return "tick"
+	case HideJoin:
+		return fmt.Sprintf("#%d turns invisible and joins %s", o.Conn, channels[o.Ch])
 	}
 	return "lapse"
 }
 
 // History draws a history of steps operations from seed; without leases,
-// it has no heartbeats or lapses (their ticks are counted exactly).
-func History(seed uint64, steps int, leases bool) []Op {
+// it has no heartbeats or lapses (their ticks are counted exactly), and
+// without hideJoin no HideJoin.
+func History(seed uint64, steps int, leases, hideJoin bool) []Op {
 	rng := rand.New(rand.NewPCG(seed, 0x5ee))
+	hide := rand.New(rand.NewPCG(seed, 0x41de)) // a stream of its own: the rest of a seed's history stays as it was
 	var ops []Op
 	var live []int // the connections the history keeps open, by op index
 	pick := func() int { return live[rng.IntN(len(live))] }
@@ -110,6 +115,9 @@ func History(seed uint64, steps int, leases bool) []Op {
 		}
 		if !leases && (op.Kind == Heartbeat || op.Kind == Lapse) {
 			op.Kind = Tick
+		}
+		if op.Kind == Join && hide.IntN(3) == 0 && hideJoin {
+			op.Kind = HideJoin
 		}
 		switch op.Kind {
 		case Connect:

@@ -37,6 +37,10 @@ type model struct {
 	tick   int
 	quiet  bool  // a tick whose frames are taken in but not checked
 	fatal  error // a frame no retry can undo
+	// allowed holds what a frame may show of others since the last check
+	// that held: a user in a channel, or online (channel ""), where it was
+	// visible at that check or after an operation since.
+	allowed map[sighting]bool
 }
 
 type mconn struct {
@@ -88,7 +92,7 @@ func (c *client) take() []string {
 
 // Run runs ops in env and returns the first divergence from the model.
 func Run(ops []Op, env Env) error {
-	m := &model{env: env, conns: map[int]*mconn{}, users: map[string]*muser{}, leases: map[string]*lease{}}
+	m := &model{env: env, conns: map[int]*mconn{}, users: map[string]*muser{}, leases: map[string]*lease{}, allowed: map[sighting]bool{}}
 	for u := range users {
 		m.users[fmt.Sprintf("u%d", u)] = &muser{}
 	}
@@ -204,6 +208,7 @@ func (m *model) do(op Op) error {
 		err = nil
 	}
 	m.settle()
+	m.allow()
 	hi := time.Now().UnixMilli()
 	for uid, u := range m.users {
 		if online[uid] && m.liveConns(uid) == 0 {
@@ -285,6 +290,19 @@ func (m *model) applyConn(ctx context.Context, op Op, c *mconn) error {
 		}
 		c.joined[ch] = true
 		return c.node.Join(ctx, c.c, ch)
+	case HideJoin:
+		if c.joined[ch] {
+			return errSkip
+		}
+		m.users[c.uid].mode = protocol.ModeInvisible
+		if err := c.node.Set(c.c, protocol.Set{Mode: protocol.ModeInvisible}); err != nil {
+			return err
+		}
+		c.joined[ch] = true
+		if err := c.node.Join(ctx, c.c, ch); err != nil {
+			return err
+		}
+		return m.spin()
 	case Leave:
 		if !c.joined[ch] {
 			return errSkip
@@ -360,11 +378,15 @@ func (m *model) step() error {
 			}
 		}
 	}
-	return m.converge(func() error {
+	err := m.converge(func() error {
 		for id, c := range m.conns {
 			for _, f := range c.c.take() {
 				if err := c.obs.take(f, c.watch); err != nil {
 					m.fatal = fmt.Errorf("#%d (%s): %w", id, c.uid, err)
+					return m.fatal
+				}
+				if err := m.checkShown(c); err != nil {
+					m.fatal = fmt.Errorf("#%d (%s): %w: %s", id, c.uid, err, f)
 					return m.fatal
 				}
 			}
@@ -379,4 +401,67 @@ func (m *model) step() error {
 		}
 		return nil
 	})
+	if err == nil && !m.quiet {
+		clear(m.allowed)
+		m.allow()
+	}
+	return err
+}
+
+// spin steps the nodes as fast as it can for a while, with an engine that
+// writes in the background, checking only what each frame shows: a change
+// and the edges it makes may reach a view in more than one piece, and a
+// step between them must show nothing it should not.
+func (m *model) spin() error {
+	if m.env.Converge == 0 {
+		return nil // no pieces: the memory engine delivers at once
+	}
+	for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); {
+		m.stepNodes()
+		for id, c := range m.conns {
+			for _, f := range c.c.take() {
+				if err := c.obs.take(f, c.watch); err != nil {
+					return fmt.Errorf("#%d (%s): %w", id, c.uid, err)
+				}
+				if err := m.checkShown(c); err != nil {
+					return fmt.Errorf("#%d (%s): %w: %s", id, c.uid, err, f)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// A sighting is a user shown in a channel, or online (channel "").
+type sighting struct{ ch, uid string }
+
+// allow adds what others may see now to what frames may show.
+func (m *model) allow() {
+	for uid := range m.users {
+		if !m.visible(uid) {
+			continue
+		}
+		m.allowed[sighting{"", uid}] = true
+		for _, ch := range channels {
+			if m.member(uid, ch) {
+				m.allowed[sighting{ch, uid}] = true
+			}
+		}
+	}
+}
+
+// checkShown fails a frame that showed c another user where that user was
+// never visible since the last check: even for a tick, until a leave or
+// an offline takes it back.
+func (m *model) checkShown(c *mconn) error {
+	defer func() { c.obs.shown = c.obs.shown[:0] }()
+	for _, s := range c.obs.shown {
+		if s.uid != c.uid && !m.allowed[s] {
+			if s.ch == "" {
+				return fmt.Errorf("%s shown online, invisible or offline all along", s.uid)
+			}
+			return fmt.Errorf("%s shown in %s, never visible there", s.uid, s.ch)
+		}
+	}
+	return nil
 }
