@@ -170,7 +170,7 @@ func init() {
 }
 
 // produced hands the edges one round of script calls made (kind, uid,
-// channel, ms, ...) to the Relay's Produced and returns how many were
+// channel, ms, outbox id, ...) to the Relay's Produced and returns how many were
 // offline edges. Each edge is made once, by one script call, so it reaches
 // one node's Produced. At is the Redis clock's, as every node's last-seen
 // time is.
@@ -183,7 +183,7 @@ func init() {
 // offline), each kind in the order the scripts made them.
 func (w *writer) produced(vals []any) int {
 	var edges []presence.Edge
-	for i := 0; i+3 < len(vals); i += 4 {
+	for i := 0; i+4 < len(vals); i += 5 {
 		name, _ := vals[i].(string)
 		kind, ok := edgeKinds[name]
 		if !ok {
@@ -193,7 +193,11 @@ func (w *writer) produced(vals []any) int {
 		uid, _ := vals[i+1].(string)
 		channel, _ := vals[i+2].(string)
 		ms, _ := vals[i+3].(int64)
-		edges = append(edges, presence.Edge{Kind: kind, UID: uid, Channel: channel, At: time.UnixMilli(ms)})
+		e := presence.Edge{Kind: kind, UID: uid, Channel: channel, At: time.UnixMilli(ms)}
+		if id, _ := vals[i+4].(string); id != "" {
+			e.ID = w.edgeID(e, id)
+		}
+		edges = append(edges, e)
 	}
 	slices.SortStableFunc(edges, func(a, b presence.Edge) int { return edgeRank[a.Kind] - edgeRank[b.Kind] })
 	r := w.relay()

@@ -100,6 +100,15 @@ type Config struct {
 	// records live in one sorted set per shard, trimmed by the offline
 	// edges that add to it.
 	LastSeenTTL time.Duration
+	// Outbox keeps every edge this node produces in Redis until Delivered
+	// says it reached its receiver (a webhook): if the node dies first, the
+	// node that claims it hands those edges to its own Relay's Produced,
+	// under the same Edge.ID. Without it an edge reaches Produced once,
+	// and is lost if the node dies before passing it on. With it, an edge
+	// is delivered at least once, and a receiver drops repeats by ID; every
+	// edge must then reach Delivered, or it stays in Redis while this node
+	// lives (edges of record changes, EdgeUpdate, are not kept).
+	Outbox bool
 	// Logger receives warnings about Redis; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics; nil registers none.
@@ -290,7 +299,11 @@ func New(cfg Config) (*Engine, error) {
 		health: newHealth(cfg.Client, log, m),
 	}
 	for i := range cfg.Shards {
-		b.keys = append(b.keys, newShardKeys(cfg.Prefix, i))
+		k := newShardKeys(cfg.Prefix, i)
+		if cfg.Outbox {
+			k = k.withOutbox()
+		}
+		b.keys = append(b.keys, k)
 	}
 	w := newWriter(b)
 	e := &Engine{base: b, w: w, r: newRouter(b, w), p: newPublisher(b)}

@@ -76,17 +76,11 @@ func testLossUnderChurn(t *testing.T, srv *redisServer, lose func() time.Time) {
 
 // churnSetup is how testChurn runs: the Redis client of each node, how
 // many users stay and churn (0: the defaults), a Relay of the test's own
-// around each node's recorder (nil: none), and what the fault may lose.
+// around each node's recorder (nil: none).
 type churnSetup struct {
 	client          func() redis.UniversalClient
 	stable, churned int
 	wrap            func(*Engine, *recorder) presence.Relay
-	// lostReplies says the fault may lose the replies of writes that ran
-	// (a master killed mid-write): a node then cannot tell whether its
-	// change landed, and a churned user's edges made then may repeat or
-	// lack one. Those users are counted in unequal, not held to
-	// alternating; stable users and the member sets still are.
-	lostReplies bool
 }
 
 // churnResult is what testChurn found: the edges both nodes made, in the
@@ -262,12 +256,6 @@ func testChurn(t *testing.T, setup churnSetup, lose func() time.Time) churnResul
 		on, ok := alternate(user, presence.EdgeOnline)
 		in, inOK := alternate(member, presence.EdgeJoin)
 		flips += len(user)
-		if setup.lostReplies {
-			if !ok || !inOK || on != online[uid] || in != online[uid] {
-				unequal++
-			}
-			continue
-		}
 		if !assert.True(t, ok, "%s: online and offline alternate: %v", uid, user) || !assert.Equal(t, online[uid], on, "%s ends online by its edges", uid) {
 			unequal++
 		}

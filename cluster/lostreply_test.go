@@ -24,7 +24,7 @@ func numberedSet(t *testing.T, c redis.UniversalClient, k shardKeys, node string
 	require.NoError(t, err)
 	state, _ := res[1].(int64)
 	var edges []string
-	for i := 3; i+3 < len(res); i += 4 {
+	for i := 3; i+4 < len(res); i += 5 {
 		edges = append(edges, res[i].(string)+" "+res[i+1].(string))
 	}
 	return state, edges
@@ -145,4 +145,31 @@ func TestAWriteWhoseReplyIsLostLosesNoEdge(t *testing.T) {
 		}
 		assert.Equal(t, []string{"online " + uid(i), "join " + uid(i) + " room", "leave " + uid(i) + " room", "offline " + uid(i)}, got)
 	}
+}
+
+// A node stopped in the middle of a claim: the claim's call ran, its reply
+// was cut off, and the node's leave on the way down asks for its edges.
+func TestALeaveAsksForTheEdgesOfACutOffClaim(t *testing.T) {
+	srv := startRedis(t)
+	c := srv.client(t)
+	ctx := context.Background()
+	k := newShardKeys("s", 0)
+	numberedSet(t, c, k, "dead", 1, 1, "", "u", "x", 1)
+	require.NoError(t, c.ZAdd(ctx, k.alive, redis.Z{Score: 1, Member: "dead"}).Err()) // its lease long gone
+	claimCall := func(v int64) []any {
+		res, err := scriptResult(claimScript.Run(ctx, c, k.keys, k.tag, "b", int64(60000), 100, time.Hour.Milliseconds(),
+			int64(0), time.Hour.Milliseconds(), 0, v, 0, "a", v, ""), 3)
+		require.NoError(t, err)
+		return res
+	}
+	claimCall(1) // the shard's first claim pauses
+	res := claimCall(2)
+	require.Equal(t, []any{"offline", "x"}, res[3:5], "the claim reaped x")
+
+	// The reply of call 2 never reached b; its leave is call 3.
+	res, err := scriptResult(leaveScript.Run(ctx, c, k.keys, k.tag, "b", 100, time.Hour.Milliseconds(), "a", int64(3),
+		int64(2), "2"), 1)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(res), 6)
+	assert.Equal(t, []any{"offline", "x"}, res[1:3], "the leave brings the claim's edge")
 }

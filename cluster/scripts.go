@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,8 @@ import (
 //	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
 //	T:owe     SET   nodes taken for dead that have not written their records again yet
 //	T:done    HASH  node -> the replies of its recent calls, so a call run twice answers once (see recall)
+//	T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
+//	T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
 //	T:u       HASH  "node uid" -> connections the node holds, for users of this shard
 //	T:ua      HASH  "node uid" -> how many of those are away (absent: none)
 //	T:ui      ZSET  "node uid", score 0: T:u's records by node
@@ -67,18 +70,12 @@ local tag = ARGV[1]
 local function P(s) return tag .. ':' .. s end
 
 -- produced collects this call's edges for the caller, in the order they
--- were made: kind, uid, channel ('' for a user's), time (ms), ...
+-- were made: kind, uid, channel ('' for a user's), time (ms), outbox id
+-- ('' without the outbox), ...
 local produced = {}
 -- quiet puts back state whose edges were produced before Redis lost it:
 -- the other nodes' views still hear it (publish), nobody produces it again.
 local quiet = false
-local function produce(kind, uid, channel)
-  if quiet then return end
-  produced[#produced + 1] = kind
-  produced[#produced + 1] = uid
-  produced[#produced + 1] = channel
-  produced[#produced + 1] = now
-end
 
 -- seenTTL is how long T:seen keeps an offline time (ms); each script sets
 -- it from its arguments. offlines counts this call's offline edges, which
@@ -97,15 +94,71 @@ local offlines = 0
 -- other nodes an offline and an online for a user who never left; they
 -- read the topics again instead, as a failover ended their subscriptions.
 local hushed = false
-local function publish(channel, msg)
+local function nextSeq()
   local s = redis.call('INCR', K('seq'))
   if s == 1 then
     s = now * 10
     redis.call('SET', K('seq'), string.format('%.0f', s))
   end
-  msg.s = s
-  if not hushed then redis.call('SPUBLISH', channel, cjson.encode(msg)) end
   return s
+end
+
+local function publish(channel, msg)
+  msg.s = nextSeq()
+  if not hushed then redis.call('SPUBLISH', channel, cjson.encode(msg)) end
+  return msg.s
+end
+
+-- The outbox, when the script is given its keys (Config.Outbox): every
+-- edge made is also kept in the shard, under the node whose call made it
+-- (owner, ARGV[2]), until that node says it was delivered
+-- (Engine.Delivered): T:ob "node id", T:oe id -> the edge. A claim hands a
+-- dead node's kept edges to the claimer (takeOver), so an edge outlives
+-- the node that made it, under the same id: a receiver can tell a second
+-- delivery from a new edge.
+local outbox = KEY['ob'] ~= nil
+local owner = ARGV[2]
+local function emit(kind, uid, channel, at, id)
+  produced[#produced + 1] = kind
+  produced[#produced + 1] = uid
+  produced[#produced + 1] = channel
+  produced[#produced + 1] = at
+  produced[#produced + 1] = id
+end
+
+local function produce(kind, uid, channel)
+  if quiet then return end
+  local id = ''
+  if outbox then
+    id = string.format('%.0f', nextSeq())
+    redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
+    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, now}))
+  end
+  emit(kind, uid, channel, now, id)
+end
+
+-- keeps reports whether node has edges kept in the outbox.
+local function keeps(node)
+  return outbox and #redis.call('ZRANGEBYLEX', K('ob'), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, 1) > 0
+end
+
+-- takeOver hands up to budget of node's kept edges to owner, the claimer,
+-- and returns what is left of budget. Only a node whose lease ran out: one
+-- that leaves delivers its own.
+local function takeOver(node, budget)
+  if not outbox or budget <= 0 or redis.call('ZSCORE', K('alive'), node) then return budget end
+  for _, rec in ipairs(redis.call('ZRANGEBYLEX', K('ob'), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, budget)) do
+    local id = string.sub(rec, #node + 2)
+    redis.call('ZREM', K('ob'), rec)
+    local raw = redis.call('HGET', K('oe'), id)
+    if raw then
+      redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
+      local e = cjson.decode(raw)
+      emit(e[1], e[2], e[3], e[4], id)
+    end
+    budget = budget - 1
+  end
+  return budget
 end
 
 local function num(v) return tonumber(v or '0') or 0 end
@@ -345,7 +398,7 @@ local function recordsOf(key, node, limit)
   return r
 end
 
-local function holdsAny(node)
+local function holdsRecords(node)
   return #recordsOf('ui', node, 1) > 0 or #recordsOf('m', node, 1) > 0
 end
 
@@ -355,10 +408,12 @@ local function dropMember(node, rec)
   setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
 end
 
--- reap drops up to budget of node's records, its memberships first, and
--- returns what is left of budget; with membersOnly it drops memberships
--- alone. The node leaves the dead set once it has none.
+-- reap hands on node's kept edges (takeOver), then drops up to budget of
+-- its records, its memberships first, and returns what is left of budget;
+-- with membersOnly it drops memberships alone. The node leaves the dead set
+-- once it has no record left, nor kept edges to take over.
 local function reap(node, budget, membersOnly)
+  budget = takeOver(node, budget)
   if budget > 0 then
     for _, rec in ipairs(recordsOf('m', node, budget)) do
       dropMember(node, rec)
@@ -371,7 +426,8 @@ local function reap(node, budget, membersOnly)
       budget = budget - 1
     end
   end
-  if not holdsAny(node) and redis.call('SREM', K('dead'), node) == 1 then
+  local taken = not keeps(node) or redis.call('ZSCORE', K('alive'), node)
+  if not holdsRecords(node) and taken and redis.call('SREM', K('dead'), node) == 1 then
     redis.call('HDEL', K('ver'), node)
     redis.call('SREM', K('owe'), node)
     redis.call('ZADD', K('reaped'), now, node)
@@ -428,7 +484,7 @@ end
 // record as this node knows it: version, hidden-at ms, record JSON (see
 // keepMemberRecord).
 // Returns {1 if the node had been taken for dead, state, ms left of the
-// restore window, then kind, uid, channel, ms per edge made}; state is 0
+// restore window, then kind, uid, channel, ms, outbox id per edge made}; state is 0
 // applied, 1 not applied (the restore window is open), 2 not applied
 // (Redis lost the node's writes: it must restore first), 3 restored, 4
 // not applied (stale: a later call of the node ran first).
@@ -493,7 +549,7 @@ return reply({back, state, math.max(0, till - now)})
 // phase ("m" or "a"), from and unknown (see recall). Returns {1 if the
 // claimer had been taken for dead, 1 if paused (2 if paused as Redis lost
 // the claimer's writes: it must restore), 1 if more is left to reap in
-// this phase, then kind, uid, channel, ms per edge made}. A stale call
+// this phase, then kind, uid, channel, ms, outbox id per edge made}. A stale call
 // (see recall) is paused.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
@@ -547,7 +603,7 @@ return reply({back, 0, more})
 // It goes in the two phases of claimScript, memberships first.
 // ARGV: tag, node, limit, last-seen TTL ms, phase ("m" or "a"), this
 // call's number, from and unknown (see recall). Returns {1 if more is left
-// in this phase, then kind, uid, channel, ms per edge made}. A node gone
+// in this phase, then kind, uid, channel, ms, outbox id per edge made}. A node gone
 // this way is kept in T:reaped, for the last-seen TTL, as the replies of
 // its calls are.
 var leaveScript = redis.NewScript(luaPrelude + `
@@ -563,11 +619,13 @@ local more = 0
 reap(node, tonumber(ARGV[3]), membersOnly)
 if membersOnly then
   if #recordsOf('m', node, 1) > 0 then more = 1 end
-elseif holdsAny(node) then
+elseif holdsRecords(node) then
   more = 1
 end
-if not holdsAny(node) then
-  redis.call('ZREM', K('alive'), node)
+if not holdsRecords(node) then
+  -- Edges it made and has not delivered yet: its lease runs on, and a
+  -- claim takes them over if it dies before it delivers them.
+  if not keeps(node) then redis.call('ZREM', K('alive'), node) end
   redis.call('SREM', K('dead'), node)
   redis.call('SREM', K('owe'), node)
   redis.call('ZADD', K('reaped'), now, node)
@@ -617,9 +675,10 @@ return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `)
 
 // shardKeyNames are the keys of a shard, T:<name>, in the order every
-// script of the shard is given them as KEYS; see the table above.
+// script of the shard is given them as KEYS; see the table above. The
+// last two, the outbox, only with Config.Outbox (withOutbox).
 var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
-	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "owe", "done"}
+	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "owe", "done", "ob", "oe"}
 
 // luaKeys makes K(name) the shard's key of that name, from KEYS: a name
 // not in KEYS is an error, so a script never touches a key it did not
@@ -642,11 +701,21 @@ type shardKeys struct {
 func newShardKeys(prefix string, shard int) shardKeys {
 	tag := "{" + prefix + ":" + strconv.Itoa(shard) + "}"
 	k := shardKeys{tag: tag, alive: tag + ":alive", online: tag + ":online", conns: tag + ":conns", members: tag + ":c"}
-	for _, name := range shardKeyNames {
+	for _, name := range shardKeyNames[:len(shardKeyNames)-2] {
 		k.keys = append(k.keys, tag+":"+name)
 	}
 	return k
 }
+
+// withOutbox is k with the outbox's keys in its scripts' KEYS, which turns
+// the outbox on (see produce in the scripts).
+func (k shardKeys) withOutbox() shardKeys {
+	ob, oe := k.outboxKeys()
+	k.keys = append(slices.Clip(k.keys), ob, oe)
+	return k
+}
+
+func (k shardKeys) outboxKeys() (ob, oe string) { return k.tag + ":ob", k.tag + ":oe" }
 
 // memberBounds bound, for ZRANGE BYLEX and ZLEXCOUNT on k.members, the
 // records of channel's members after after ("": all); a record less

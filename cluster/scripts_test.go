@@ -27,7 +27,7 @@ func set(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl ti
 }
 
 // setEdges is set returning every edge the script made, as kind, uid,
-// channel, ms, ...
+// channel, ms, outbox id, ...
 func setEdges(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, recs ...any) (bool, []any) {
 	t.Helper()
 	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond), 0, 0, 0, "w", 0, ""}, fullRecords(recs)...)
@@ -62,7 +62,7 @@ func fullRecords(recs []any) []any {
 // uid, 1|0, ...
 func userEdges(edges []any) []any {
 	out := []any{}
-	for i := 0; i+3 < len(edges); i += 4 {
+	for i := 0; i+4 < len(edges); i += 5 {
 		switch edges[i] {
 		case "online":
 			out = append(out, edges[i+1], int64(1))

@@ -178,6 +178,10 @@ type Edge struct {
 	Channel string          // EdgeJoin and EdgeLeave only
 	Record  protocol.Record // EdgeUpdate only: the whole new record
 	At      time.Time       // when it happened
+	// ID names the edge cluster-wide, the same on every delivery, where
+	// the engine keeps edges until they are delivered and may hand one on
+	// more than once (cluster.Config.Outbox); empty otherwise.
+	ID string
 }
 
 // A Topic is one channel or one user (exactly one field is set) that an

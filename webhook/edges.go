@@ -13,7 +13,7 @@ import (
 func (s *Sender) AddEdges(edges []presence.Edge) {
 	evs := make([]Event, len(edges))
 	for i, e := range edges {
-		evs[i] = Event{Type: e.Kind.String(), Channel: e.Channel, UID: e.UID, At: e.At.UnixMilli(),
+		evs[i] = Event{ID: e.ID, Type: e.Kind.String(), Channel: e.Channel, UID: e.UID, At: e.At.UnixMilli(),
 			Info: e.Record.Info, Mode: e.Record.Mode, Note: e.Record.Note}
 	}
 	s.Add(evs...)

@@ -43,6 +43,18 @@ func (r *ring) push(evs []Event) (dropped int) {
 	return dropped
 }
 
+// dropping returns the events that push(evs) would drop: the oldest held
+// ones, and the first of evs if they alone exceed the limit.
+func (r *ring) dropping(evs []Event) (held, given []Event) {
+	if over := len(evs) - r.limit; over > 0 {
+		given, evs = evs[:over], evs[over:]
+	}
+	for i := range max(0, r.n+len(evs)-r.limit) {
+		held = append(held, r.buf[(r.head+i)%len(r.buf)])
+	}
+	return held, given
+}
+
 // pop removes and returns up to max of the oldest events, oldest first.
 func (r *ring) pop(max int) []Event {
 	k := min(max, r.n)

@@ -29,8 +29,9 @@ const maxDrain = 64 << 10
 // sends the same bytes under the same webhook-id; only the timestamp and
 // the signature over it are made anew for each attempt.
 type batch struct {
-	n         int    // events
-	id        string // the webhook-id header
+	n         int      // events
+	given     []string // the IDs Add was given, for OnDone
+	id        string   // the webhook-id header
 	body      []byte
 	signature string // the deprecated header's value; "" without a secret
 }
@@ -55,6 +56,7 @@ func (s *Sender) Run(ctx context.Context) error {
 			return err
 		}
 		s.logDrops(time.Now())
+		s.reportDone(nil)
 		if s.cur == nil {
 			if s.cur = s.take(); s.cur == nil {
 				if err := s.pause(ctx, 0); err != nil {
@@ -69,6 +71,7 @@ func (s *Sender) Run(ctx context.Context) error {
 		err := s.post(ctx, s.cur)
 		if err == nil {
 			s.m.sent.Add(float64(s.cur.n))
+			s.reportDone(s.cur.given)
 			if s.failures > 0 {
 				s.log.Info("webhook: delivered after retries", "url", s.logURL, "events", s.cur.n, "attempts", s.failures+1)
 				// The outage is over: say at once what it cost.
@@ -108,8 +111,14 @@ func (s *Sender) take() *batch {
 	s.batches++
 	n := strconv.FormatUint(s.batches, 10)
 	evPrefix := "evt_" + s.prefix + "_" + n + "_"
+	var given []string
+	if s.onDone != nil {
+		given = givenIDs(nil, evs)
+	}
 	for i := range evs {
-		evs[i].ID = evPrefix + strconv.Itoa(i)
+		if evs[i].ID == "" {
+			evs[i].ID = evPrefix + strconv.Itoa(i)
+		}
 	}
 	// Marshal cannot fail on strings and integers, and HTML escaping would
 	// only make a backend's logs harder to read.
@@ -119,13 +128,28 @@ func (s *Sender) take() *batch {
 	_ = enc.Encode(struct {
 		Events []Event `json:"events"`
 	}{evs})
-	b := &batch{n: len(evs), id: "msg_" + s.prefix + "_" + n, body: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}
+	b := &batch{n: len(evs), given: given, id: "msg_" + s.prefix + "_" + n, body: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}
 	if len(s.secret) > 0 {
 		mac := hmac.New(sha256.New, s.secret)
 		mac.Write(b.body)
 		b.signature = "sha256=" + hex.EncodeToString(mac.Sum(nil))
 	}
 	return b
+}
+
+// reportDone hands OnDone the given IDs of a delivered batch and of the
+// events dropped since the last call.
+func (s *Sender) reportDone(delivered []string) {
+	if s.onDone == nil {
+		return
+	}
+	s.mu.Lock()
+	ids := append(delivered, s.gone...)
+	s.gone = nil
+	s.mu.Unlock()
+	if len(ids) > 0 {
+		s.onDone(ids)
+	}
 }
 
 // sign returns the webhook-signature header of an attempt at b made at

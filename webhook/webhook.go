@@ -93,10 +93,12 @@ const SignatureHeader = "X-Presenced-Signature"
 
 // Event is one presence edge.
 type Event struct {
-	// ID is "evt_<prefix>_<n>_<i>": the i-th event (from 0) of the Sender's
-	// n-th batch, so unique cluster-wide and the same on every attempt at
-	// the batch. The Sender sets it when it makes the batch; what Add is
-	// given in it is ignored.
+	// ID names the event, unique cluster-wide and the same on every
+	// attempt at its batch. An ID given to Add is kept: an edge the engine
+	// names (presence.Edge.ID), the same on every node that may send it, so
+	// a receiver drops an edge sent twice by its ID. Otherwise the Sender
+	// sets "evt_<prefix>_<n>_<i>" when it makes the batch: the i-th event
+	// (from 0) of its n-th batch.
 	ID      string `json:"id"`
 	Type    string `json:"type"`              // online, offline, join, leave, away, active, update
 	Channel string `json:"channel,omitempty"` // join and leave only
@@ -148,6 +150,13 @@ type Config struct {
 	// Senders may share a Registerer under different namespaces.
 	Registerer       prometheus.Registerer
 	MetricsNamespace string
+
+	// OnDone, if set, gets the IDs given to Add (see Event.ID) of events
+	// that left the Sender: delivered (answered 2xx) or dropped past Queue.
+	// A cluster engine's outbox hears there that it need not keep them
+	// (cluster.Engine.Delivered). Run calls it, on its own goroutine,
+	// between POSTs.
+	OnDone func(ids []string)
 }
 
 // Sender delivers events to one URL. Create one with New, feed it with Add
@@ -177,10 +186,13 @@ type Sender struct {
 	// so Add never waits on it.
 	wake chan struct{}
 
+	onDone func(ids []string)
+
 	mu          sync.Mutex
-	q           ring  // events waiting, oldest first
-	unlogged    int64 // dropped, not yet in a log line
-	dropped     int64 // dropped in all
+	q           ring     // events waiting, oldest first
+	gone        []string // given IDs of events dropped, for onDone
+	unlogged    int64    // dropped, not yet in a log line
+	dropped     int64    // dropped in all
 	lastDropLog time.Time
 
 	// Run's own, guarded by running.
@@ -225,6 +237,7 @@ func New(cfg Config) (*Sender, error) {
 		maxWait: orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
 		client:  cfg.Client,
 		log:     cfg.Logger,
+		onDone:  cfg.OnDone,
 		wake:    make(chan struct{}, 1),
 	}
 	if s.minWait > s.maxWait {
@@ -309,6 +322,10 @@ func (s *Sender) Add(events ...Event) {
 		return
 	}
 	s.mu.Lock()
+	if s.onDone != nil {
+		held, given := s.q.dropping(events)
+		s.gone = givenIDs(s.gone, held, given)
+	}
 	dropped := s.q.push(events)
 	s.unlogged += int64(dropped)
 	s.dropped += int64(dropped)
@@ -321,4 +338,16 @@ func (s *Sender) Add(events ...Event) {
 	case s.wake <- struct{}{}:
 	default: // Run is already woken
 	}
+}
+
+// givenIDs appends to ids those of evs that Add was given.
+func givenIDs(ids []string, evs ...[]Event) []string {
+	for _, list := range evs {
+		for _, e := range list {
+			if e.ID != "" {
+				ids = append(ids, e.ID)
+			}
+		}
+	}
+	return ids
 }

@@ -63,8 +63,10 @@ func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (presence
 	if err != nil {
 		return nil, nil, fmt.Errorf("-redis: %w", err)
 	}
+	// With a webhook, edges wait in Redis until it took them, so a node
+	// that dies first leaves them to the node that claims it.
 	e, err := cluster.New(cluster.Config{Client: rdb, Node: o.node, Timeout: time.Duration(o.hub.Slots-1) * o.hub.Tick,
-		LastSeenTTL: o.hub.LastSeenTTL, Logger: log, Registerer: reg})
+		LastSeenTTL: o.hub.LastSeenTTL, Outbox: o.webhook.URL != "", Logger: log, Registerer: reg})
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err
@@ -119,6 +121,13 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if o.webhook.URL != "" {
 		wc := o.webhook
 		wc.Logger, wc.Registerer = log, reg
+		if c, ok := engine.(*cluster.Engine); ok {
+			wc.OnDone = func(ids []string) {
+				if err := c.Delivered(context.Background(), ids); err != nil {
+					log.Warn("webhook: could not tell redis that events were delivered; a node that claims this one may send them again", "events", len(ids), "err", err)
+				}
+			}
+		}
 		hook, err = webhook.New(wc)
 		if err != nil {
 			return errors.Join(fmt.Errorf("-webhook: %w", err), closeEngine(context.Background()))
