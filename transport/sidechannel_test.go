@@ -3,7 +3,6 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -121,19 +120,8 @@ func TestCountsNeedTheKey(t *testing.T) {
 	}
 	assert.Equal(t, 2, total, "with the key: both of her connections")
 
-	get := func(auth string) (int, string) {
-		req, err := http.NewRequest(http.MethodGet, metrics.URL+"/metrics", nil)
-		require.NoError(t, err)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
-	}
+	m := &testServer{srv: metrics}
+	get := func(auth string) (int, string) { return m.getBody(t, "/metrics", auth) }
 	code, body = get("")
 	assert.Equal(t, http.StatusUnauthorized, code)
 	assert.NotContains(t, body, "presenced_connections")
