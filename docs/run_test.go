@@ -184,3 +184,88 @@ func TestChatWebhookReceiver(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsServerCommandsStart starts presenced as each command line of a
+// shell block of README.md and the docs says to (its variables and flags;
+// the listening address is the test's), and checks that it serves: the
+// flags, variables and values the docs show are the server's. A line with
+// -redis gets a redis-server of the test's at the address it names.
+func TestDocsServerCommandsStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server per command line: not in -short")
+	}
+	files, err := filepath.Glob("*.md")
+	require.NoError(t, err)
+	files = append(files, filepath.Join("..", "README.md"))
+	command := regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)(?:presenced|go run \./cmd/presenced)(?: (.*))?$`)
+	bin := presencedtest.Build(t)
+	started := 0
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		require.NoError(t, err)
+		_, fenced := fences(string(raw))
+		for line := range strings.SplitSeq(fenced, "\n") {
+			line, _, _ = strings.Cut(line, "  #") // a comment after the command
+			m := command.FindStringSubmatch(strings.TrimSpace(line))
+			if m == nil {
+				continue
+			}
+			t.Run(filepath.Base(file)+": "+line, func(t *testing.T) {
+				for _, kv := range strings.Fields(m[1]) {
+					k, v, _ := strings.Cut(kv, "=")
+					t.Setenv(k, v)
+				}
+				var args []string
+				fields := strings.Fields(m[2])
+				for i := 0; i < len(fields); i++ {
+					switch {
+					case fields[i] == "-addr" && i+1 < len(fields):
+						i++ // the test's address instead
+					case fields[i] == "-redis" && i+1 < len(fields):
+						args = append(args, "-redis", startRedis(t, fields[i+1]))
+						i++
+					default:
+						args = append(args, fields[i])
+					}
+				}
+				srv := presencedtest.Start(t, bin, args...)
+				resp, err := http.Get(srv.URL + "/readyz")
+				require.NoError(t, err)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			})
+			started++
+		}
+	}
+	assert.GreaterOrEqual(t, started, 5, "command lines started")
+}
+
+// startRedis runs a redis-server of the test's on a free port and returns
+// url (redis://host:port/db) pointed at it; it skips where Redis is not
+// installed, but in CI.
+func startRedis(t *testing.T, url string) string {
+	t.Helper()
+	redis, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no redis-server; CI is set, so this is a failure")
+		}
+		t.Skip("no redis-server on PATH (apt-get install redis-server)")
+	}
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	cmd := exec.Command(redis, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, waitLong, 20*time.Millisecond, "redis-server never listened")
+	return regexp.MustCompile(`//[^/]+`).ReplaceAllString(url, "//127.0.0.1:"+port)
+}
