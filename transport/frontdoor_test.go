@@ -70,7 +70,8 @@ func TestAPIBodyOverLimitIs413(t *testing.T) {
 
 // A GET of the socket's path without an upgrade (a browser's address bar,
 // curl) is 426 with what to send, in whatever mode, not a refusal of an
-// identity the caller never meant to give.
+// identity the caller never meant to give; one with a bad identity is
+// refused for it, as an upgrade would be.
 func TestPlainGetOfTheSocketIs426(t *testing.T) {
 	jwt := testConfig()
 	jwt.Auth = transport.JWTAuth([]byte("secret"))
@@ -83,6 +84,8 @@ func TestPlainGetOfTheSocketIs426(t *testing.T) {
 		{"demo, no uid", testConfig(), "", "?uid=USER_ID (demo mode)"},
 		{"demo, a uid", testConfig(), "?uid=alice", "?uid=USER_ID (demo mode)"},
 		{"jwt, no token", jwt, "", "Authorization: Bearer TOKEN"},
+		{"jwt, a bad token", jwt, "?token=bad", ""},
+		{"demo, a bad uid", testConfig(), "?uid=a%20b", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServer(t, tc.cfg)
@@ -91,6 +94,10 @@ func TestPlainGetOfTheSocketIs426(t *testing.T) {
 			defer resp.Body.Close()
 			var body struct{ Error string }
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			if tc.says == "" {
+				assert.Contains(t, []int{http.StatusBadRequest, http.StatusUnauthorized}, resp.StatusCode, body.Error)
+				return
+			}
 			assert.Equal(t, http.StatusUpgradeRequired, resp.StatusCode, body.Error)
 			assert.Equal(t, "websocket", resp.Header.Get("Upgrade"))
 			assert.Contains(t, body.Error, "send a WebSocket upgrade")

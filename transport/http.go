@@ -290,12 +290,20 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	if !h.hostAllowed(w, r) {
 		return
 	}
-	if !websocket.IsWebSocketUpgrade(r) {
+	// A plain GET with no identity (a browser's address bar, curl) is told
+	// to upgrade; one that names a user has its identity checked first, so
+	// a bad token is 401 whether or not the request upgrades.
+	upgrade := websocket.IsWebSocketUpgrade(r)
+	if !upgrade && !namesUser(r) {
 		h.needUpgrade(w)
 		return
 	}
 	sess, channels, ok := h.identify(w, r)
 	if !ok {
+		return
+	}
+	if !upgrade {
+		h.needUpgrade(w)
 		return
 	}
 	// Copies: a name parsed from the query would keep the whole request
@@ -404,6 +412,13 @@ func (h *Hub) needUpgrade(w http.ResponseWriter) {
 	w.Header().Set("Connection", "Upgrade")
 	writeError(w, http.StatusUpgradeRequired, "this is the WebSocket endpoint: send a WebSocket upgrade "+
 		"(Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13, Sec-WebSocket-Key) with "+who)
+}
+
+// namesUser reports whether r carries an identity the built-in
+// authenticators read: ?uid=, ?token= or an Authorization header.
+func namesUser(r *http.Request) bool {
+	q := r.URL.Query()
+	return q.Has("uid") || q.Has("token") || r.Header.Get("Authorization") != ""
 }
 
 // hijacker hands gorilla the socket it hijacks wrapped in a wire.
