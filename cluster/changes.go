@@ -12,10 +12,30 @@ package cluster
 // same round or an earlier one, and a round hands its edges on in the order
 // they happen to one user (see produced). Records that flip nothing go where
 // their key already is; they make no edge, so their order does not matter.
+//
+// A record change (a user's info, mode or note; see recordOp) is written
+// apart from these, after the changes made before it and before those
+// made after it that flip: cut marks where one came, and take splits the
+// rounds there into segments.
 type changes struct {
 	rounds []map[recordKey]record
 	last   int // the round of the newest record that flipped or was new
 	n      int // records in all rounds
+	cuts   []cut
+}
+
+// A cut follows the first round rounds, made while the writer had counted
+// counted changes: the record changes made then go after those rounds.
+type cut struct {
+	round   int
+	counted int64
+}
+
+// A segment is rounds to write one after the other, then the record
+// changes made by the time the writer had counted counted changes.
+type segment struct {
+	rounds  [][]record
+	counted int64
 }
 
 type recordKey struct{ channel, uid string } // channel empty: a user record
@@ -67,25 +87,56 @@ func (c *changes) has(k recordKey) bool {
 	return false
 }
 
-// take returns the rounds, oldest first, and empties c.
-func (c *changes) take() [][]record {
-	out := make([][]record, len(c.rounds))
-	for i, rd := range c.rounds {
-		for _, r := range rd {
-			out[i] = append(out[i], r)
+// cut marks that a record change came, while the writer had counted
+// counted changes: a flip made from now on goes in a round after the
+// rounds held now.
+func (c *changes) cut(counted int64) {
+	if len(c.rounds) == 0 {
+		return // nothing for the record change to wait for
+	}
+	if n := len(c.cuts); n > 0 && c.cuts[n-1].round == len(c.rounds) {
+		c.cuts[n-1].counted = counted
+		return
+	}
+	c.cuts = append(c.cuts, cut{len(c.rounds), counted})
+	c.last = len(c.rounds)
+}
+
+// take returns the rounds, oldest first, split at the cuts, and empties c;
+// the last segment holds the rounds after the last cut, and counted, the
+// writer's count now. There is always one segment at least.
+func (c *changes) take(counted int64) []segment {
+	var out []segment
+	start := 0
+	for _, ct := range append(c.cuts, cut{len(c.rounds), counted}) {
+		seg := segment{counted: ct.counted}
+		for _, rd := range c.rounds[start:ct.round] {
+			var rs []record
+			for _, r := range rd {
+				rs = append(rs, r)
+			}
+			seg.rounds = append(seg.rounds, rs)
 		}
+		out = append(out, seg)
+		start = ct.round
 	}
 	*c = changes{}
 	return out
 }
 
-// putBack puts rounds that were taken and not written before the changes
-// made since.
-func (c *changes) putBack(rounds [][]record) {
-	newer := c.take()
-	for _, rs := range append(rounds, newer...) {
-		for _, r := range rs {
-			c.add(r)
+// putBack puts segments that were taken and not written before the changes
+// made since, each cut where it was.
+func (c *changes) putBack(segs []segment) {
+	newer := c.take(0)
+	last := len(newer) - 1
+	for i, seg := range append(segs, newer...) {
+		for _, rs := range seg.rounds {
+			for _, r := range rs {
+				c.add(r)
+			}
+		}
+		if i != len(segs)+last { // the newest rounds are not cut yet
+			c.cut(seg.counted)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func u(uid string, n, away int) record { return record{uid: uid, n: n, away: away} }
@@ -56,7 +57,9 @@ func TestChangesKeepFlipsInOrder(t *testing.T) {
 				c.add(r)
 			}
 			n := c.n
-			rounds := c.take()
+			segs := c.take(0)
+			require.Len(t, segs, 1, "no cut, one segment")
+			rounds := segs[0].rounds
 			assert.Equal(t, tc.want, roundsOf(rounds))
 			total := 0
 			for _, rs := range rounds {
@@ -72,14 +75,51 @@ func TestChangesKeepFlipsInOrder(t *testing.T) {
 func TestChangesPutBackBeforeNewer(t *testing.T) {
 	var c changes
 	c.add(u("a", 1, 0))
-	taken := c.take()
+	taken := c.take(1)
 	c.add(u("a", 0, 0))
 	c.putBack(taken)
-	assert.Equal(t, []string{"[/a=1.0]", "[/a=0.0]"}, roundsOf(c.take()))
+	assert.Equal(t, []string{"[/a=1.0]", "|", "[/a=0.0]"}, segmentsOf(c.take(2)),
+		"cut where the taken rounds ended: a record change made before the newer flip waits for them alone")
 
 	c.add(u("b", 1, 0))
-	taken = c.take()
+	taken = c.take(3)
 	c.add(u("b", 2, 0)) // the same in Redis's eyes: the newer count wins
 	c.putBack(taken)
-	assert.Equal(t, []string{"[/b=2.0]"}, roundsOf(c.take()))
+	assert.Equal(t, []string{"[/b=2.0]", "|"}, segmentsOf(c.take(4)))
+}
+
+// A record change cuts the rounds: what flips after it goes in a later
+// segment, whatever round its key had; what flips nothing stays where its
+// key is. Put back, the cuts stay where they were.
+func TestChangesCutAtARecordChange(t *testing.T) {
+	var c changes
+	c.add(u("a", 1, 0))
+	c.cut(1) // a turns invisible
+	c.add(m("lobby", "a", 1, 0))
+	c.add(u("b", 1, 0))
+	c.add(u("a", 2, 0)) // flips nothing: stays before the cut
+	segs := c.take(4)
+	require.Len(t, segs, 2)
+	assert.Equal(t, int64(1), segs[0].counted)
+	assert.Equal(t, int64(4), segs[1].counted)
+	assert.Equal(t, []string{"[/a=2.0]", "|", "[/b=1.0 lobby/a=1.0]"}, segmentsOf(segs))
+
+	c.add(u("c", 1, 0))
+	c.cut(5)
+	c.putBack(segs)
+	assert.Equal(t, []string{"[/a=2.0]", "|", "[/b=1.0 lobby/a=1.0]", "|", "[/c=1.0]", "|"}, segmentsOf(c.take(6)),
+		"c, made after every segment taken, goes after them, and before its own cut")
+	assert.Empty(t, c.cuts)
+}
+
+// segmentsOf writes segments as roundsOf does, "|" between segments.
+func segmentsOf(segs []segment) []string {
+	var out []string
+	for i, seg := range segs {
+		if i > 0 {
+			out = append(out, "|")
+		}
+		out = append(out, roundsOf(seg.rounds)...)
+	}
+	return out
 }

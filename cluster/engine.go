@@ -307,7 +307,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	w := newWriter(b)
 	e := &Engine{base: b, w: w, r: newRouter(b, w), p: newPublisher(b)}
-	w.recordOf = e.r.knownRecord
+	w.recordOf, w.learned = e.r.knownRecord, e.r.wroteRecord
 	w.start()
 	e.p.start()
 	return e, nil
@@ -354,7 +354,10 @@ func (e *Engine) SetUser(uid string, n, away int) {
 // Relay when it returns. Called by presence.Node; an embedder does not call
 // it.
 func (e *Engine) SetMember(channel, uid string, n int, away bool) {
-	if e.w.setMember(channel, uid, n > 0, away) && n > 0 {
+	// A user that turns invisible and joins at once joins invisible: the
+	// join is shown when Redis has it, after the set, not at once with
+	// the record the router knew before it.
+	if e.w.setMember(channel, uid, n > 0, away) && n > 0 && !e.w.hides(uid) {
 		e.r.own(presence.Topic{Channel: channel}, uid, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
 	}
 }

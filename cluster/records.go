@@ -166,6 +166,16 @@ func (o recordOp) args() []any {
 	return []any{opPut, o.uid, string(r.Info), r.Mode, note, o.put.hid}
 }
 
+// hides reports whether o is a set to invisible.
+func (o recordOp) hides() bool { return o.kind == opSet && o.set.Mode == protocol.ModeInvisible }
+
+// hides reports whether a set of uid's to invisible is not written yet.
+func (w *writer) hides(uid string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hiding[uid] > 0
+}
+
 // addRecordOp queues a record change behind the changes handed over before
 // it; false once halted.
 func (w *writer) addRecordOp(op recordOp) bool {
@@ -175,7 +185,11 @@ func (w *writer) addRecordOp(op recordOp) bool {
 		return false
 	}
 	op.after = w.counted
+	w.pending.cut(w.counted) // the counts made from now on go after it
 	w.recOps = append(w.recOps, op)
+	if op.hides() {
+		w.hiding[op.uid]++
+	}
 	w.countPendingLocked()
 	w.mu.Unlock()
 	w.poke()
@@ -201,13 +215,12 @@ type republish struct {
 	kr  knownRecord
 }
 
-// flushRecords writes the queued record changes, in order, after the
-// counts queued before them (flush writes those first), then copies the
-// records that changed to the channels this node holds of their users.
+// flushRecords writes the queued record changes whose counts (those
+// queued before them) are written, in order, then copies the records that
+// changed to the channels this node holds of their users.
 func (w *writer) flushRecords(ctx context.Context) error {
 	w.mu.Lock()
-	// Only those whose counts this flush or one before took: the others
-	// wait for the next flush, which the counts' arrival asked for.
+	// Only those whose counts are written: the others wait for them.
 	n := 0
 	for n < len(w.recOps) && w.recOps[n].after <= w.taken {
 		n++
@@ -272,8 +285,13 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 		for j := 0; j+4 < len(vals); j += 5 {
 			n, _ := vals[j].(int64)
 			raw, _ := vals[j+1].(string)
+			hid, _ := vals[j+2].(int64)
+			v, _ := vals[j+3].(int64)
 			ms, _ := vals[j+4].(int64)
 			op := batches[i][n-1]
+			// The router knows it before this node writes anything after
+			// it, a membership that copies the record included.
+			w.learned(op.uid, v, hid, ms, raw)
 			if op.kind != opSet && op.kind != opExpire {
 				continue // only a client's set and a note's expiry are edges
 			}
@@ -285,6 +303,20 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 			edges = append(edges, presence.Edge{Kind: presence.EdgeUpdate, UID: op.uid, Record: rec, At: time.UnixMilli(ms)})
 		}
 	}
+	w.mu.Lock()
+	for i, cmd := range cmds {
+		if cmd.Err() != nil {
+			continue
+		}
+		for _, op := range batches[i] {
+			if op.hides() {
+				if w.hiding[op.uid]--; w.hiding[op.uid] <= 0 {
+					delete(w.hiding, op.uid)
+				}
+			}
+		}
+	}
+	w.mu.Unlock()
 	if failed != nil {
 		w.health.fail("records", failed)
 		// The calls that succeeded are not run again: keep those that

@@ -127,6 +127,24 @@ func (r *router) decideRecord(ts *topicState, ev wireEvent, touched *[]int) {
 	r.postRecord(uid, kr.rec, kr.changedAt(), touched)
 }
 
+// wroteRecord takes a record this node's change wrote, as its own topic
+// will bring it back: at once, so that what this node writes next (a
+// membership copies the record) and shows (a join) has it.
+func (r *router) wroteRecord(uid string, v, hid, at int64, raw string) {
+	var touched []int
+	r.mu.Lock()
+	kr, news := r.learn(uid, v, hid, at, raw, false)
+	if news {
+		r.w.queueRepublish(uid, kr)
+		r.m.relayed.WithLabelValues("record").Inc()
+		r.postRecord(uid, kr.rec, kr.changedAt(), &touched)
+	}
+	r.mu.Unlock()
+	for _, s := range touched {
+		r.deliver(s)
+	}
+}
+
 // postKnown relays uid's known record, if it has one, ahead of a call that
 // shows the user (a join, a snapshot): the Relay may have forgotten it.
 // Called with r.mu held.

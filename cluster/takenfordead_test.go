@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,8 +39,15 @@ func TestTakenForDeadSurvivesALostReply(t *testing.T) {
 	p.cut(true)
 	b.rec.waitFor(t, testWait, "frank offline after a's lease expired", func() bool { return b.rec.count("frank", false) == 1 })
 	// a's renewal, sent before the cut and run by Redis only now: it finds
-	// a taken for dead and renews it, and its reply never reaches a.
+	// a taken for dead and renews it, and its reply never reaches a. (A
+	// shard whose claims paused, as the claims before came late on a busy
+	// machine, takes a for dead a round later: wait for every shard.)
 	direct := srv.client(t)
+	eventually(t, "a taken for dead in every shard", func(c *assert.CollectT) {
+		for _, k := range a.keys {
+			assert.ErrorIs(c, direct.ZScore(context.Background(), k.alive, a.cfg.Node).Err(), redis.Nil)
+		}
+	})
 	for s, k := range a.keys {
 		// tag, node, ttl, last-seen TTL, landed (0: no loss check), write
 		// number (0: unnumbered, neither stale nor kept), window, mode

@@ -35,11 +35,17 @@ type writer struct {
 	recInflight int
 	repub       []republish
 	// counted numbers the SetUser and SetMember changes handed over, taken
-	// the last of them a flush took: a record change waits for the counts
-	// handed over before it (recordOp.after) to be taken and written.
+	// the last of them a flush wrote: a record change waits for the counts
+	// handed over before it (recordOp.after) to be written.
 	counted, taken int64
-	// recordOf returns a user's record as the router knows it; set by New.
+	// recordOf returns a user's record as the router knows it, and learned
+	// tells the router of a record this node wrote; set by New.
 	recordOf func(uid string) (knownRecord, bool)
+	learned  func(uid string, v, hid, at int64, raw string)
+	// hiding counts, per user, the sets to invisible not written yet: until
+	// they are, the router does not know the user is invisible, and a join
+	// of the user is not shown before Redis has it (see Engine.SetMember).
+	hiding map[string]int
 
 	// Owned by loop: what Redis holds for this node, i.e. the state whose
 	// edges were produced.
@@ -73,6 +79,7 @@ func newWriter(b *base) *writer {
 		base:         b,
 		localUsers:   make(map[string]userCount),
 		localMembers: make(map[string]map[string]bool),
+		hiding:       make(map[string]int),
 		wake:         make(chan struct{}, 1),
 		heldUsers:    make(map[string]userCount),
 		heldMembers:  make(map[membership]bool),
@@ -306,11 +313,17 @@ func (w *writer) flush(ctx context.Context) error {
 		}
 		w.holdUntil = time.Time{}
 	}
+	// Record changes whose counts are written already go before the
+	// counts pending: they were made before them.
+	if err := w.flushRecords(ctx); err != nil {
+		return err
+	}
 	w.mu.Lock()
-	rounds := w.pending.take()
-	w.taken = w.counted
-	for _, rs := range rounds {
-		w.inflight += len(rs)
+	segs := w.pending.take(w.counted)
+	for _, seg := range segs {
+		for _, rs := range seg.rounds {
+			w.inflight += len(rs)
+		}
 	}
 	w.mu.Unlock()
 	defer func() {
@@ -319,25 +332,46 @@ func (w *writer) flush(ctx context.Context) error {
 		w.countPendingLocked()
 		w.mu.Unlock()
 	}()
-	for i, recs := range rounds {
-		failed, err := w.write(ctx, recs, modeWrite)
-		if err != nil || len(failed) > 0 {
-			// Failed, or held back by a restore window: what follows waits
-			// behind it.
-			w.mu.Lock()
-			if !w.closed {
-				w.pending.putBack(append([][]record{failed}, rounds[i+1:]...))
+	// A user's changes reach Redis in the order they were made: each
+	// segment's counts, then the record changes made after them and before
+	// the next segment's (a user who turns invisible, then joins, joins
+	// invisible).
+	for i, seg := range segs {
+		for j, recs := range seg.rounds {
+			failed, err := w.write(ctx, recs, modeWrite)
+			if err != nil || len(failed) > 0 {
+				// Failed, or held back by a restore window: what follows
+				// waits behind it.
+				rest := append([]segment{{append([][]record{failed}, seg.rounds[j+1:]...), seg.counted}}, segs[i+1:]...)
+				w.putBack(rest)
+				if err == nil {
+					err = w.restoreLost(ctx)
+				}
+				return err
 			}
-			w.mu.Unlock()
-			if err == nil {
-				err = w.restoreLost(ctx)
-			}
+		}
+		w.mu.Lock()
+		w.taken = max(w.taken, seg.counted)
+		w.mu.Unlock()
+		if err := w.flushRecords(ctx); err != nil {
+			w.putBack(segs[i+1:])
 			return err
 		}
 	}
-	// After the counts: a record change waits behind the SetUser and
-	// SetMember calls made before it.
-	return w.flushRecords(ctx)
+	return nil
+}
+
+// putBack puts segments that were taken and not written back in pending,
+// before the changes made since, unless halted.
+func (w *writer) putBack(segs []segment) {
+	if len(segs) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.pending.putBack(segs)
+	}
 }
 
 // restoreLost writes again, through the restore mode, what had landed in the
