@@ -17,13 +17,7 @@ import (
 // died are not handed on again.
 func TestOutboxHandsADeadNodesEdgesToItsClaimer(t *testing.T) {
 	srv := startRedis(t)
-	cfg := func(name string) Config {
-		c := testConfig(srv.client(t), name)
-		c.Outbox = true
-		return c
-	}
-	a := startNode(t, cfg("a"))
-	b := startNode(t, cfg("b"))
+	a, b := startOutboxNodes(t, srv)
 	const users = 20
 	uid := func(i int) string { return "u" + strconv.Itoa(i) }
 	for i := range users {
@@ -103,13 +97,7 @@ func TestOutboxHandsADeadNodesEdgesToItsClaimer(t *testing.T) {
 // first, the node that claims it hands them on once its lease ran out.
 func TestOutboxOutlivesAShutDown(t *testing.T) {
 	srv := startRedis(t)
-	cfg := func(name string) Config {
-		c := testConfig(srv.client(t), name)
-		c.Outbox = true
-		return c
-	}
-	a := startNode(t, cfg("a"))
-	b := startNode(t, cfg("b"))
+	a, b := startOutboxNodes(t, srv)
 	a.SetUser("x", 1, 0)
 	a.rec.waitFor(t, testWait, "x online", func() bool { return a.rec.producedCount("x", true) == 1 })
 	require.NoError(t, a.Withdraw(context.Background()))
@@ -143,4 +131,15 @@ func TestNoOutboxKeepsNothing(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n)
 	}
+}
+
+// startOutboxNodes starts nodes a and b on srv with the outbox on.
+func startOutboxNodes(t *testing.T, srv *redisServer) (a, b *node) {
+	t.Helper()
+	start := func(name string) *node {
+		c := testConfig(srv.client(t), name)
+		c.Outbox = true
+		return startNode(t, c)
+	}
+	return start("a"), start("b")
 }
