@@ -25,7 +25,7 @@ func (w *world) startCluster(ctx context.Context) (string, error) {
 			return "", err
 		}
 		_, busPort, _ := net.SplitHostPort(bus)
-		p, err := child.StartRedis(name, w.redisServer, "", w.logPath(name), "--dir", w.dir, "--cluster-enabled", "yes",
+		p, err := child.StartRedis(name, w.redisServer, "", w.logPath(name), "--cluster-enabled", "yes",
 			"--cluster-port", busPort, "--cluster-config-file", name+".conf", "--cluster-node-timeout", "2000")
 		if err != nil {
 			return "", err

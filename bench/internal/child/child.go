@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -122,7 +123,10 @@ func (p *Proc) WaitHTTP(url string, d time.Duration) error {
 }
 
 // StartRedis runs redisServer without persistence on addr (a free port when
-// empty), with extra arguments, and waits until it answers PING.
+// empty), with extra arguments, and waits until it answers PING. Its
+// directory is the log's, and its RDB file is named after it: a replica
+// writes the RDB of a full sync to disk, and a server started later in
+// the same directory would load it.
 func StartRedis(name, redisServer, addr, logPath string, extra ...string) (*Proc, error) {
 	if addr == "" {
 		var err error
@@ -134,7 +138,8 @@ func StartRedis(name, redisServer, addr, logPath string, extra ...string) (*Proc
 	if err != nil {
 		return nil, fmt.Errorf("redis address %q: %w", addr, err)
 	}
-	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no"}, extra...)
+	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+		"--dir", filepath.Dir(logPath), "--dbfilename", name + "-" + port + ".rdb"}, extra...)
 	p, err := Start(name, redisServer, args, logPath)
 	if err != nil {
 		return nil, err
