@@ -32,11 +32,20 @@ func (w *writer) claim(ctx context.Context) error {
 	pause := w.cfg.RenewEvery + w.retry
 	back := map[int]bool{}
 	for _, phase := range reapPhases {
+		paused := false
 		for shards := w.allShards(); len(shards) > 0 && ctx.Err() == nil; {
+			var p bool
 			var err error
-			if shards, err = w.claimRound(ctx, phase, shards, gap, pause, back); err != nil {
+			if shards, p, err = w.claimRound(ctx, phase, shards, gap, pause, back); err != nil {
 				return err
 			}
+			paused = paused || p
+		}
+		if paused {
+			// A shard that paused may still hold memberships of a dead
+			// node, or edges it left to hand on: its users wait for a
+			// round in which every shard went through the first phase.
+			break
 		}
 	}
 	w.health.ok()
@@ -50,9 +59,9 @@ func (w *writer) claim(ctx context.Context) error {
 }
 
 // claimRound runs one claim call in each of shards, in phase, and returns
-// the shards with more to reap; shards that had taken this node for dead
-// are added to back.
-func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap, pause time.Duration, back map[int]bool) ([]int, error) {
+// the shards with more to reap, and whether a shard paused claims; shards
+// that had taken this node for dead are added to back.
+func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap, pause time.Duration, back map[int]bool) ([]int, bool, error) {
 	calls := make([]scriptCall, len(shards))
 	for i, s := range shards {
 		w.writes++
@@ -63,6 +72,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 	var more []int
 	var made []any
 	var firstErr error
+	anyPaused := false
 	start := time.Now()
 	cmds := w.runScripts(ctx, claimScript, calls)
 	tScripts := time.Since(start)
@@ -75,7 +85,9 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 			continue
 		}
 		w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
-		if paused, _ := res[1].(int64); paused == 2 {
+		p, _ := res[1].(int64)
+		anyPaused = anyPaused || p != 0
+		if p == 2 {
 			// Redis lost this node's writes: restore them, and write no
 			// change for a restore window.
 			w.restore[shards[i]] = true
@@ -99,9 +111,9 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/4, "scripts", tScripts, "produced", time.Since(t1))
 	if firstErr != nil {
 		w.health.fail("claim", firstErr)
-		return nil, firstErr
+		return nil, anyPaused, firstErr
 	}
-	return more, nil
+	return more, anyPaused, nil
 }
 
 // leave reaps this node's own records in every shard, once the loop has
@@ -224,6 +236,9 @@ type scriptCall struct {
 	tail  []any
 	recs  []record // setScript's records, to requeue or hold
 	write int64    // the call's number, rising per shard: see check and recall in the scripts
+	// renewal is a setScript call of a plain write with no records: it
+	// makes no edge, and running it twice does what running it once does.
+	renewal bool
 }
 
 // runScripts runs s once per call, on the shard's keys, through runScripts.
@@ -250,6 +265,8 @@ func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []script
 		if _, ok := asks[c.shard]; !ok && len(lost) > 0 {
 			asks[c.shard] = ask{i, len(lost)}
 			list = joinNumbers(lost)
+		} else if c.renewal {
+			f = -1 // nothing to keep of it (see recall)
 		}
 		args := append(append(slices.Clip(c.args), f, list), c.tail...)
 		runs[i] = scriptRun{s, w.keys[c.shard].keys, args}

@@ -175,11 +175,12 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- numbers whose replies its node lost (unknown, comma-separated): their
 -- edges come first in its reply, so an edge made by a call whose reply
 -- was lost reaches its node's Produced all the same, once. A call
--- numbered 0 (a test's, or one run by hand) keeps and finds nothing.
+-- numbered 0 (a test's, or one run by hand), or from -1 (a renewal, which
+-- makes no edge and is the same run twice), keeps and finds nothing.
 local calls, own, callNode, callV, callFrom = {}, 0, nil, 0, 0
 local function recall(node, v, from, unknown)
   callNode, callV, callFrom = node, v, from
-  if v <= 0 then return 'new' end
+  if v <= 0 or from < 0 then return 'new' end
   local raw = redis.call('HGET', K('done'), node)
   if raw then calls = cjson.decode(raw) end
   for u in string.gmatch(unknown or '', '[^,]+') do
@@ -200,7 +201,7 @@ end
 local function reply(head)
   local e = {}
   for i = own + 1, #produced do e[#e + 1] = produced[i] end
-  if callV > 0 then
+  if callV > 0 and callFrom >= 0 then
     local keep = {}
     for k, c in pairs(calls) do
       if tonumber(k) >= callFrom then keep[k] = c end

@@ -482,7 +482,7 @@ func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 	for _, r := range recs {
 		tail = append(tail, w.recordArgs(r)...)
 	}
-	return scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes}
+	return scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes, renewal: mode == modeWrite && len(recs) == 0}
 }
 
 // restoreWindow is how long, after Redis lost records, every live node has
