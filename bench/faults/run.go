@@ -97,9 +97,19 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	cfg.logf("%6.2f s healed; churn stops, settling", time.Since(start).Seconds())
 	stopChurn()
 	churners.Wait()
+	end, found := w.settle(ctx, faults, tr, rc)
+	h := &history{start: start, end: end, ivs: tr.snapshot(end), posts: rc.log(), faults: faults, found: found}
+	stopAll()
+	stayers.Wait()
+	return &result{history: h, anomalies: h.check()}, nil
+}
 
-	// Settle: every node ready, the last fault a recovery ago, then each
-	// node's API agrees with the clients, then the webhook falls quiet.
+// settle waits a recovery after the last fault, then for every node to be
+// ready (a minute at most: a subscription found silent is made again after
+// two leases) and for each node's API to agree with the clients (5 s at
+// most), then for the webhook to fall quiet. It returns the moment of the
+// agreement, the end of the history, and what did not settle.
+func (w *world) settle(ctx context.Context, faults []*fault, tr *truth, rc *receiver) (time.Time, []anomaly) {
 	var last time.Time
 	if n := len(faults); n > 0 {
 		last = faults[n-1].end
@@ -107,12 +117,12 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	sleep(ctx, time.Until(last.Add(recovery)))
 	var found []anomaly
 	var unready error
-	_ = waitUntil(ctx, 60*time.Second, func() bool { unready = w.allReady(ctx); return unready == nil })
+	_ = waitUntil(ctx, time.Minute, func() bool { unready = w.allReady(ctx); return unready == nil })
 	if unready != nil {
 		found = append(found, anomaly{at: time.Now(), kind: "not ready", what: unready.Error()})
 	}
 	var apiDiff string
-	_ = waitUntil(ctx, 60*time.Second, func() bool {
+	_ = waitUntil(ctx, 5*time.Second, func() bool {
 		apiDiff = w.compareAPI(ctx, tr)
 		return apiDiff == ""
 	})
@@ -120,13 +130,8 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	if apiDiff != "" {
 		found = append(found, anomaly{at: end, kind: "api state", what: apiDiff})
 	}
-	_ = waitUntil(ctx, 60*time.Second, func() bool { return time.Since(rc.lastPost()) > 3*time.Second })
-
-	h := &history{start: start, end: end, ivs: tr.snapshot(end), posts: rc.log(), faults: faults}
-	h.found = found
-	stopAll()
-	stayers.Wait()
-	return &result{history: h, anomalies: h.check()}, nil
+	_ = waitUntil(ctx, time.Minute, func() bool { return time.Since(rc.lastPost()) > 3*time.Second })
+	return end, found
 }
 
 // allReady says why a node's /readyz does not answer 200, if one does not.
