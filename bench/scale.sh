@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/scale.sh: presenced against the hand-written gorilla baseline
-# (bench/baseline), both driven by cmd/loadgen with the same settings, at 1k,
+# (bench/baseline) and, with SERVERS naming it, the epoll floor (bench/floor),
+# all driven by cmd/loadgen with the same settings, at 1k,
 # 5k and ~90% of the open-file limit connections, one user per connection in
 # rooms of 50, plus one presenced run with a single channel of 1,000 members.
 # Prints a markdown table.
@@ -23,7 +24,10 @@
 #   BIG        members of the extra run's single channel, a presenced run at
 #              BIG connections, all in one channel [1000]; 0: no extra run
 #   SLOTS TICK presenced ring [31, 1s]; the baseline gets the same timeout
-#   SERVERS    ["presenced baseline"]
+#   SERVERS    ["presenced baseline"]; "floor" adds bench/floor, and with presenced
+#              a table of presenced's CPU per 1k keepalives and RSS per connection
+#              over the floor's, per round and count
+#   ROUNDS     times every server runs at every count, interleaved [1]
 #   SERVER_ENV environment for the servers only, e.g. "GOGC=50" or "GOMEMLIMIT=48MiB" [""]
 #   SOAK_SECS SOAK_CONNS SOAK_CHURN  soak length, steady clients, clients per churn round [600, 5000, 1000]
 #   OUT        directory for binaries and logs [a new temporary directory]
@@ -68,6 +72,8 @@ TICK=${TICK:-1s}
 SERVERS=${SERVERS:-"presenced baseline"}
 P_PORT=${P_PORT:-18080}
 B_PORT=${B_PORT:-18090}
+F_PORT=${F_PORT:-18100}
+ROUNDS=${ROUNDS:-1}
 
 tick_ms=$(awk -v t="$TICK" 'BEGIN{ if (t ~ /ms$/) {sub(/ms$/,"",t); print t} else {sub(/s$/,"",t); print t*1000} }')
 TIMEOUT_MS=$(((SLOTS - 1) * tick_ms))
@@ -83,6 +89,7 @@ build() {
 	fi
 	(cd "$ROOT" && go build -o "$OUT/loadgen" ./cmd/loadgen)
 	(cd "$ROOT/bench/baseline" && go build -o "$OUT/baseline" .)
+	(cd "$ROOT/bench/floor" && go build -o "$OUT/floor" .)
 }
 
 # field NAME JSON: a number field of loadgen's one-line JSON.
@@ -91,15 +98,27 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 start_server() { # name -> sets SERVER_PID and URL
 	local name=$1 port
-	if [[ $name == presenced ]]; then
+	case $name in
+	presenced)
 		port=$P_PORT
 		# shellcheck disable=SC2086 # SERVER_ENV is words: NAME=value ...
 		env ${SERVER_ENV:-} "$OUT/presenced" -addr "127.0.0.1:$port" -slots "$SLOTS" -tick "$TICK" >"$OUT/$name.log" 2>&1 &
-	else
+		;;
+	baseline)
 		port=$B_PORT
 		# shellcheck disable=SC2086
 		env ${SERVER_ENV:-} "$OUT/baseline" -addr "127.0.0.1:$port" -timeout "${TIMEOUT_MS}ms" >"$OUT/$name.log" 2>&1 &
-	fi
+		;;
+	floor)
+		port=$F_PORT
+		# shellcheck disable=SC2086
+		env ${SERVER_ENV:-} "$OUT/floor" -addr "127.0.0.1:$port" -timeout "${TIMEOUT_MS}ms" -tick "$TICK" >"$OUT/$name.log" 2>&1 &
+		;;
+	*)
+		log "unknown server $name"
+		exit 2
+		;;
+	esac
 	SERVER_PID=$!
 	URL="ws://127.0.0.1:$port/ws"
 	HTTP="http://127.0.0.1:$port"
@@ -114,6 +133,7 @@ start_server() { # name -> sets SERVER_PID and URL
 
 ROWS=()
 declare -A RESULT # "server,conns,room" -> "rss_per_conn_mid rss_per_conn_end p99 silent_closed silent false_closes slow_closes"
+declare -A COST   # "server,conns,round" -> "cpu_s_per_1k_keepalives rss_bytes_per_conn_mid rss_bytes_per_conn_end"
 
 # metric NAME [FILTER]: sum of the samples of one metric family in $HTTP/metrics
 # whose labels match the regular expression FILTER; empty when the server has
@@ -128,9 +148,9 @@ metric() {
 		END { if (seen) printf "%.0f\n", s }' <<<"$m"
 }
 
-# run_one SERVER CONNS HOLD_SECS SOURCE_FIRST ROOM [LABEL]
+# run_one SERVER CONNS HOLD_SECS SOURCE_FIRST ROOM [LABEL [ROUND]]
 run_one() {
-	local name=$1 conns=$2 hold=$3 src=$4 room=$5 label=${6:-$1}
+	local name=$1 conns=$2 hold=$3 src=$4 room=$5 label=${6:-$1} round=${7:-1}
 	local silent=$((conns * SILENT_PCT / 100))
 	local users=$(((conns + USERS_PER - 1) / USERS_PER))
 	start_server "$name"
@@ -138,7 +158,7 @@ run_one() {
 	local rss0
 	rss0=$(rss_kb "$SERVER_PID")
 	log "$label: $conns conns ($silent silent, $users users, room $room), ramp ${RAMP}s, hold ${hold}s, idle RSS ${rss0} kB"
-	local tag="$name-$conns-room$room"
+	local tag="$name-$conns-room$room-r$round"
 	local frames0
 	frames0=$(metric presenced_frames_sent_total)
 	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + hold))s" \
@@ -202,6 +222,8 @@ run_one() {
 	[[ $rc -ne 0 ]] && verdict="exit $rc"
 	ROWS+=("| $label | $conns | $connected | $per_conn | $per_conn_end | $cpu_per_k | ${cpu:-?} s / ${ka:-?} | $p50 / $p99 / $max | $sc / $si | $fc | $slow | $sent / $recv (${fpc:-?}) | $verdict |")
 	RESULT["$name,$conns,$room"]="$per_conn $per_conn_end $p99 $sc $si $fc ${slow%% *}"
+	COST["$name,$conns,$round"]="$cpu_per_k $(awk -v a="$rss1" -v b="$rss0" -v n="$connected" 'BEGIN{ if (n>0) printf "%.0f", (a-b)*1024/n; else print "-" }')"
+	COST["$name,$conns,$round"]+=" $(awk -v a="${rss_end:-0}" -v b="$rss0" -v n="$left" 'BEGIN{ if (n>0 && a>0) printf "%.0f", (a-b)*1024/n; else print "-" }')"
 	log "$tag: $(tail -c 400 "$OUT/$tag.json")"
 }
 
@@ -217,6 +239,30 @@ print_table() {
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 	printf '%s\n' "${ROWS[@]}"
 	targets
+	floor_ratios
+}
+
+# floor_ratios: presenced's CPU per 1k keepalives and RSS per connection over
+# the floor's, for every round and count in which both ran.
+floor_ratios() {
+	local r n p f
+	[[ " $SERVERS " == *" presenced "* && " $SERVERS " == *" floor "* ]] || return 0
+	echo
+	echo "Distance to the floor (bench/floor: epoll, one thread, ping answered from pre-encoded bytes, 16 B per connection):"
+	echo
+	echo "| round | conns | presenced CPU s / 1k | floor CPU s / 1k | CPU ratio | presenced RSS B/conn mid / end | floor RSS B/conn mid / end | RSS ratio mid / end |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for r in $(seq "$ROUNDS"); do
+		for n in $COUNTS; do
+			p=${COST["presenced,$n,$r"]:-}
+			f=${COST["floor,$n,$r"]:-}
+			[[ -n $p && -n $f ]] || continue
+			local pc pm pe fc fm fe
+			read -r pc pm pe <<<"$p"
+			read -r fc fm fe <<<"$f"
+			echo "| $r | $n | $pc | $fc | $(ratio "$pc" "$fc") | $pm / $pe | $fm / $fe | $(ratio "$pm" "$fm") / $(ratio "$pe" "$fe") |"
+		done
+	done
 }
 
 # targets: one line per count on the goals for presenced (one user per
@@ -310,13 +356,18 @@ if [[ $MODE == soak ]]; then
 fi
 largest=0
 for n in $COUNTS; do ((n > largest)) && largest=$n; done
-for n in $COUNTS; do
-	hold=$HOLD
-	((n == largest)) && hold=$HOLD_MAX
-	for s in $SERVERS; do
-		src=127.0.0.2
-		[[ $s == baseline ]] && src=127.0.0.20
-		run_one "$s" "$n" "$hold" "$src" "$ROOM"
+for round in $(seq "$ROUNDS"); do
+	for n in $COUNTS; do
+		hold=$HOLD
+		((n == largest)) && hold=$HOLD_MAX
+		for s in $SERVERS; do
+			src=127.0.0.2
+			[[ $s == baseline ]] && src=127.0.0.20
+			[[ $s == floor ]] && src=127.0.0.30
+			label=$s
+			((ROUNDS > 1)) && label="$s, round $round"
+			run_one "$s" "$n" "$hold" "$src" "$ROOM" "$label" "$round"
+		done
 	done
 done
 if ((BIG > 0)) && [[ " $SERVERS " == *" presenced "* ]]; then
