@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -126,6 +127,28 @@ func (c *conn) Close(code int, reason string) {
 	c.closeWith(code, reason, metric)
 }
 
+// pongAnswer is the answer to every ping, encoded once: its bytes are only
+// read. The writer sends it as pongPrepared, framed once too: gorilla's
+// WriteMessage allocates a writer for every message.
+var (
+	pongAnswer   = protocol.MustEncode(protocol.Pong{})
+	pongPrepared = mustPrepare(pongAnswer.Data)
+)
+
+func mustPrepare(text []byte) *websocket.PreparedMessage {
+	pm, err := websocket.NewPreparedMessage(websocket.TextMessage, text)
+	if err != nil {
+		panic(fmt.Sprintf("transport: preparing %s: %v", text, err))
+	}
+	return pm
+}
+
+// isPongAnswer reports whether f is pongAnswer itself, not a frame that
+// happens to have its type.
+func isPongAnswer(f protocol.Encoded) bool {
+	return len(f.Data) > 0 && &f.Data[0] == &pongAnswer.Data[0]
+}
+
 // reply queues a frame answering one of the client's own.
 func (c *conn) reply(f protocol.Frame) {
 	if !c.push(protocol.MustEncode(f)) {
@@ -164,6 +187,9 @@ func (c *conn) enqueue(f protocol.Encoded) bool {
 	if int(c.queued)+len(f.Data) > c.hub.queueBytes {
 		return false
 	}
+	if c.queue == nil {
+		c.queue = queues.Get().(*[queueChunk]protocol.Encoded)[:0]
+	}
 	c.queue = append(c.queue, f)
 	c.queued += int32(len(f.Data))
 	c.startWriterLocked()
@@ -173,7 +199,7 @@ func (c *conn) enqueue(f protocol.Encoded) bool {
 func (c *conn) startWriterLocked() {
 	if c.welcomed && !c.writing {
 		c.writing = true
-		c.hub.workers.do(c.writeLoop)
+		c.hub.workers.run((*writeTask)(c))
 	}
 }
 
@@ -220,7 +246,7 @@ func (c *conn) closeWith(code int, reason, metric string) {
 	c.welcomed = true // a close needs no welcome before it
 	if !c.writing {
 		c.writing = true
-		c.hub.workers.do(c.writeLoop)
+		c.hub.workers.run((*writeTask)(c))
 	}
 	c.mu.Unlock()
 	c.end(leaving)
@@ -255,6 +281,10 @@ func (c *conn) writeLoop() {
 				err = c.ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
 			case f.Data == nil:
 				err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
+			case isPongAnswer(f):
+				c.ws.SetWriteDeadline(time.Now().Add(wt))
+				tap(false, f.Data)
+				err = c.ws.WritePreparedMessage(pongPrepared)
 			default:
 				c.ws.SetWriteDeadline(time.Now().Add(wt))
 				tap(false, f.Data)
@@ -265,8 +295,20 @@ func (c *conn) writeLoop() {
 				break
 			}
 		}
+		if cap(batch) == queueChunk {
+			clear(batch[:queueChunk])
+			queues.Put((*[queueChunk]protocol.Encoded)(batch[:queueChunk]))
+		}
 	}
 }
+
+// queues are the arrays a connection queues its first frames in, pooled
+// while the queue is empty: an idle connection keeps none, and a busy one
+// does not allocate one per answer. A queue that outgrows one is left to
+// the collector.
+var queues = sync.Pool{New: func() any { return new([queueChunk]protocol.Encoded) }}
+
+const queueChunk = 4
 
 // writeFailed drops the socket of a client that could not take one frame
 // within the deadline (too slow) or is gone; the reader finishes the rest.
@@ -340,7 +382,9 @@ func (c *conn) handle(it inboxItem) {
 	}
 	switch f := it.frame.(type) {
 	case protocol.Ping:
-		c.reply(protocol.Pong{})
+		if !c.push(pongAnswer) {
+			c.closeSlow()
+		}
 	case protocol.Silence:
 		if !h.demo {
 			c.replyError(`"silence" is a demo aid, accepted only in demo mode`, "")

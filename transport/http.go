@@ -390,7 +390,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
 	if c.w.polled {
-		h.workers.do(c.serveReady) // for what came, or was woken, meanwhile
+		h.workers.run((*readTask)(c)) // for what came, or was woken, meanwhile
 		return
 	}
 	go c.readLoop()

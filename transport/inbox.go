@@ -81,7 +81,7 @@ func (c *conn) deliver(it inboxItem) {
 		c.rate.overflowed = false
 	}
 	if start && err == nil {
-		c.hub.workers.do(c.drainInbox)
+		c.hub.workers.run((*drainTask)(c))
 	}
 }
 

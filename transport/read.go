@@ -29,7 +29,7 @@ func (c *conn) wake() {
 		switch c.w.state.Load() {
 		case idle:
 			if c.w.state.CompareAndSwap(idle, running) {
-				c.hub.workers.do(c.serveReady)
+				c.hub.workers.run((*readTask)(c))
 				return
 			}
 		case running:
@@ -41,6 +41,18 @@ func (c *conn) wake() {
 		}
 	}
 }
+
+// readTask, writeTask and drainTask are a connection as the workers' task
+// that reads it, writes its queue, or handles its inbox.
+type (
+	readTask  conn
+	writeTask conn
+	drainTask conn
+)
+
+func (t *readTask) run()  { (*conn)(t).serveReady() }
+func (t *writeTask) run() { (*conn)(t).writeLoop() }
+func (t *drainTask) run() { (*conn)(t).drainInbox() }
 
 // serveReady is c's worker: it reads until the socket has nothing more and
 // exits, unless woken meanwhile.
@@ -173,6 +185,10 @@ func (c *conn) readMessage() error {
 	if !c.admit(int(n)) || mt == websocket.BinaryMessage {
 		return nil
 	}
+	if bytes.Equal(data, pingText) {
+		c.deliver(inboxItem{frame: protocol.Ping{}})
+		return nil
+	}
 	if !utf8.Valid(data) {
 		c.closeWith(protocol.CloseInvalidPayload, protocol.ReasonInvalidUTF8, reasonInvalid)
 		return nil
@@ -205,6 +221,11 @@ func namedChannel(data []byte) string {
 
 // messages hold a text message while it is parsed: deliver keeps nothing of
 // it.
+// pingText is the ping as every client sends it: recognised by its bytes,
+// it is a keepalive that costs no JSON decoding. Any other spelling of a
+// ping goes through the parser and gets the same answer.
+var pingText = []byte(`{"type":"ping"}`)
+
 var messages = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // putMessage pools buf unless a watch frame grew it past MaxMessage's size:

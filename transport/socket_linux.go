@@ -150,7 +150,8 @@ func (s *socket) write(p []byte) (int, error) {
 				// Published before the next attempt: a buffer that drains
 				// after that attempt fails finds wake and closes it.
 				wake = make(chan struct{})
-				s.writable.Store(&wake)
+				published := wake // its own variable: wake would escape every write
+				s.writable.Store(&published)
 				if s.closed() {
 					return done, net.ErrClosed
 				}

@@ -215,8 +215,11 @@ func (w *wire) release() {
 	in.fed, in.rerr, in.unitLen, in.synthetic = nil, nil, 0, false
 	switch {
 	case len(in.pending) == 0:
-		putChunk(in.pending)
-		in.pending = nil
+		// A chunk stays with its inbound in the pool: a slice put in a
+		// pool of its own costs an allocation each time.
+		if cap(in.pending) != readChunk {
+			in.pending = nil
+		}
 		w.in = nil
 		inbounds.Put(in)
 	case cap(in.pending) == readChunk:

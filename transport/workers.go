@@ -53,13 +53,23 @@ type workers struct {
 }
 
 type worker struct {
-	task chan func() // buffered: a task handed over never blocks do
+	task chan task // buffered: a task handed over never blocks run
 }
 
 type queued struct {
-	f  func()
+	f  task
 	at time.Time
 }
+
+// task is what a worker runs. A connection's tasks are the connection
+// itself under another type (readTask, writeTask, drainTask): a method
+// value would allocate at every wake.
+type task interface{ run() }
+
+// taskFunc runs a function as a task.
+type taskFunc func()
+
+func (f taskFunc) run() { f() }
 
 func newWorkers() *workers {
 	p := &workers{maxIdle: 8 * runtime.GOMAXPROCS(0), stallAfter: workerStall, slowAfter: workerSlow}
@@ -75,7 +85,10 @@ var liveWorkers atomic.Int64
 
 // do runs f on an idle worker, on a new one while fewer than max run, or
 // queues it for the next worker that finishes.
-func (p *workers) do(f func()) {
+func (p *workers) do(f func()) { p.run(taskFunc(f)) }
+
+// run is do for a task.
+func (p *workers) run(f task) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]
@@ -99,7 +112,7 @@ func (p *workers) do(f func()) {
 }
 
 // nextLocked takes the oldest queued task, or returns nil.
-func (p *workers) nextLocked() func() {
+func (p *workers) nextLocked() task {
 	if p.head == len(p.queue) {
 		return nil
 	}
@@ -143,14 +156,14 @@ func (p *workers) unstall() {
 	p.armLocked()
 }
 
-func (p *workers) work(f func()) {
+func (p *workers) work(f task) {
 	liveWorkers.Add(1)
 	defer liveWorkers.Add(-1)
-	w := &worker{task: make(chan func(), 1)}
+	w := &worker{task: make(chan task, 1)}
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()
 	for {
-		f()
+		f.run()
 		p.mu.Lock()
 		p.finished++
 		if f = p.nextLocked(); f != nil {
