@@ -13,3 +13,13 @@ stop_server() {
 	SERVER_PID=
 }
 trap stop_server EXIT
+
+# build_presenced FILE: PRESENCED_BIN copied to FILE if set, else the working
+# tree's ./cmd/presenced built there. ROOT is the repository.
+build_presenced() {
+	if [[ -n ${PRESENCED_BIN:-} ]]; then
+		cp "$PRESENCED_BIN" "$1"
+	else
+		(cd "$ROOT" && go build -o "$1" ./cmd/presenced)
+	fi
+}

@@ -82,11 +82,7 @@ log() { echo "scale: $*" >&2; }
 
 build() {
 	log "building into $OUT"
-	if [[ -n ${PRESENCED_BIN:-} ]]; then
-		cp "$PRESENCED_BIN" "$OUT/presenced"
-	else
-		(cd "$ROOT" && go build -o "$OUT/presenced" ./cmd/presenced)
-	fi
+	build_presenced "$OUT/presenced"
 	(cd "$ROOT" && go build -o "$OUT/loadgen" ./cmd/loadgen)
 	(cd "$ROOT/bench/baseline" && go build -o "$OUT/baseline" .)
 	(cd "$ROOT/bench/floor" && go build -o "$OUT/floor" .)

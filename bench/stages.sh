@@ -35,11 +35,7 @@ PORT=${PORT:-18110}
 
 log() { echo "stages: $*" >&2; }
 
-if [[ -n ${PRESENCED_BIN:-} ]]; then
-	cp "$PRESENCED_BIN" "$OUT/presenced"
-else
-	(cd "$ROOT" && go build -o "$OUT/presenced" ./cmd/presenced)
-fi
+build_presenced "$OUT/presenced"
 (cd "$ROOT" && go build -o "$OUT/loadgen" ./cmd/loadgen)
 (cd "$ROOT/bench/floor" && go build -o "$OUT/floor" .)
 
