@@ -219,13 +219,13 @@ func namedChannel(data []byte) string {
 	return f.Channel
 }
 
-// messages hold a text message while it is parsed: deliver keeps nothing of
-// it.
 // pingText is the ping as every client sends it: recognised by its bytes,
 // it is a keepalive that costs no JSON decoding. Any other spelling of a
 // ping goes through the parser and gets the same answer.
 var pingText = []byte(`{"type":"ping"}`)
 
+// messages hold a text message while it is parsed: deliver keeps nothing of
+// it.
 var messages = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // putMessage pools buf unless a watch frame grew it past MaxMessage's size:
