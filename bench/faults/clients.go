@@ -175,7 +175,7 @@ func population(n, nodes int, channels []string, seed uint64, lifetime [2]time.D
 	var tabs []*tab
 	newTab := func(uid string, home int, chans []string, churn bool) *tab {
 		return &tab{uid: uid, home: home % nodes, channels: chans, churn: churn,
-			rnd: rand.New(rand.NewPCG(seed, r.Uint64())), truth: nil, lifetime: lifetime}
+			rnd: rand.New(rand.NewPCG(seed, r.Uint64())), lifetime: lifetime}
 	}
 	pick := func() []string {
 		k := 1 + r.IntN(3)

@@ -36,6 +36,9 @@ var channels = []string{"ch0", "ch1", "ch2", "ch3", "ch4", "ch5", "ch6", "ch7"}
 
 const nodes = 3
 
+// warmup is how long clients connect before the first fault.
+const warmup = 5 * time.Second
+
 // result is a finished run: its history and what the checker found.
 type result struct {
 	history   *history
@@ -87,7 +90,6 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		}
 		wg.Go(func() { t.run(runCtx, churnCtx) })
 	}
-	const warmup = 5 * time.Second
 	faults := schedule(cfg.seed, cfg.kinds, nodes, warmup, cfg.span, cfg.gap)
 	cfg.logf("seed %d, mode %s: %d clients, %d faults over %v, logs in %s", cfg.seed, cfg.mode, cfg.clients, len(faults), cfg.span, cfg.dir)
 	w.nemesis(runCtx, start, faults)
