@@ -46,9 +46,9 @@ func TestCISeedsDrawEveryKind(t *testing.T) {
 
 // The short fixed-seed schedules: the fault kinds of ciKinds on three real
 // presenced nodes, 60 clients, then heal, settle and check. A failure
-// prints the seed and each anomaly with its timeline, and the processes'
-// logs are in the test's temporary directory (go test -v names it); go run
-// ./faults with -kinds set to the failing kind tries it at length.
+// prints the seed and each anomaly with its timeline; go run ./faults
+// -kinds K -logs DIR tries the failing kind at length and keeps the
+// processes' logs.
 func TestShortSchedule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault schedule runs for minutes")
