@@ -11,6 +11,3 @@ func (p *Proc) Freeze() error { return errNoFreeze }
 
 // Thaw resumes a process Freeze stopped.
 func (p *Proc) Thaw() error { return nil }
-
-// CanFreeze says whether Freeze works on this system.
-const CanFreeze = false

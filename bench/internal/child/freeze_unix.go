@@ -9,6 +9,3 @@ func (p *Proc) Freeze() error { return p.Signal(syscall.SIGSTOP) }
 
 // Thaw resumes a process Freeze stopped.
 func (p *Proc) Thaw() error { return p.Signal(syscall.SIGCONT) }
-
-// CanFreeze says whether Freeze works on this system.
-const CanFreeze = true
