@@ -185,7 +185,7 @@ func onOff(on bool) string {
 // of it, nor of Redis, from the fault's start to recovery after its heal.
 func (h *history) healthy(node int, t time.Time) bool {
 	for _, f := range h.faults {
-		if f.start.IsZero() || (!f.kind.touchesAll() && f.node != node) {
+		if f.start.IsZero() || f.kind.touchesNone() || (!f.kind.touchesAll() && f.node != node) {
 			continue
 		}
 		end := f.end

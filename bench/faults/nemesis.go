@@ -56,10 +56,20 @@ var durations = map[kind][2]time.Duration{
 }
 
 // touchesAll says whether a kind makes every node unhealthy (Redis itself
-// fails) rather than one.
+// fails or loses data) rather than one.
 func (k kind) touchesAll() bool {
 	switch k {
-	case redisKill, redisFlush, redisStop, clusterFailover, slotMigrate, sentinelFailover:
+	case redisKill, redisFlush, redisStop:
+		return true
+	}
+	return false
+}
+
+// touchesNone says whether a kind leaves every node healthy: a topology
+// change the cluster must ride through without a false or a missed edge.
+func (k kind) touchesNone() bool {
+	switch k {
+	case clusterFailover, slotMigrate, sentinelFailover:
 		return true
 	}
 	return false
@@ -80,7 +90,7 @@ type fault struct {
 
 func (f *fault) String() string {
 	s := string(f.kind)
-	if !f.kind.touchesAll() {
+	if !f.kind.touchesAll() && !f.kind.touchesNone() {
 		s += " " + nodeName(f.node)
 	}
 	if f.note != "" {
