@@ -28,7 +28,8 @@ type health struct {
 
 	mu         lockorder.Mutex[lockorder.Health]
 	down       bool
-	recoveries uint64 // outages ended
+	upSince    time.Time // when the last outage ended, or the first operation succeeded
+	recoveries uint64    // outages ended
 	// unwritten is why this node's last write failed; nil once one lands.
 	// A Redis Cluster answers a ping on one master while the master of
 	// another shard is gone, so a ping alone does not tell readiness.
@@ -159,11 +160,25 @@ func (h *health) ok() {
 	if was {
 		h.recoveries++
 	}
+	if was || h.upSince.IsZero() {
+		h.upSince = time.Now()
+	}
 	h.mu.Unlock()
 	if was {
 		h.gauge()
 		h.log.Info("cluster: redis reachable again")
 	}
+}
+
+// answering returns since when Redis has answered this node's operations
+// without a failure; zero while it does not, or before the first.
+func (h *health) answering() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down {
+		return time.Time{}
+	}
+	return h.upSince
 }
 
 func (h *health) isDown() bool {

@@ -46,7 +46,7 @@ func (r *router) readShard(ctx context.Context, shard int, ps *redis.PubSub) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := make(chan any, 1024)
-	go receive(ctx, ps, in, min(r.cfg.RenewEvery, 3*time.Second), silenceLimit(r.cfg.Timeout))
+	go receive(ctx, ps, in, min(r.cfg.RenewEvery, 3*time.Second), silenceLimit(r.cfg.Timeout), r.health.answering)
 	var again <-chan time.Time // snapshots of stale topics are due
 	for {
 		select {

@@ -241,6 +241,9 @@ type proxy struct {
 	// stallAfter starts a stall once a client sent it (and it went on):
 	// Redis runs that command, and its reply is held.
 	stallAfter string
+	// black holds the connections whose bytes, both ways, are thrown away
+	// for good (blackholeOpen); new ones are not.
+	black map[net.Conn]bool
 	conns      map[net.Conn]struct{}
 	sent       map[net.Conn][]byte // what each client sent, forwarded or not
 }
@@ -301,7 +304,7 @@ func (p *proxy) serve() {
 				if upward && p.stallAfter != "" && strings.Contains(string(buf[:n]), p.stallAfter) {
 					p.stalled, p.stallAfter = true, "" // from the next bytes on
 				}
-				muted := upward && p.muted
+				muted := upward && p.muted || p.black[src] || p.black[dst]
 				p.mu.Unlock()
 				if n > 0 && !muted {
 					if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -351,6 +354,18 @@ func (p *proxy) stall(on bool) {
 	defer p.mu.Unlock()
 	p.stalled, p.stallAfter = on, ""
 	p.stalls.Broadcast()
+}
+
+// blackholeOpen throws away, both ways and for good, what goes over the
+// connections open now, as a path that lost them does without a reset;
+// new connections get through.
+func (p *proxy) blackholeOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.black = map[net.Conn]bool{}
+	for c := range p.conns {
+		p.black[c] = true
+	}
 }
 
 // stallAfterSent stalls once a client sent s, right after s goes on.

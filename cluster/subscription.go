@@ -36,9 +36,12 @@ const (
 // answer in another every is reported silent (a silence), as a frozen Redis
 // or a stalled link does, and heard again (a resumed) with the next thing
 // it delivers. It is kept meanwhile, since what it delivers late is not
-// lost; past giveUp without a word it is lost (see silenceLimit): a link
-// that drops every byte fails no read.
-func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveUp time.Duration) {
+// lost, while Redis answers nobody; once Redis has answered this node's
+// other connections for every (answering: since when, zero while it does
+// not), a connection still silent is lost: a link that threw its bytes away
+// fails no read, and delivers nothing late. Past giveUp without a word it
+// is lost in any case (see silenceLimit).
+func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveUp time.Duration, answering func() time.Time) {
 	defer close(out)
 	var pinged time.Time // when the ping not answered yet was sent
 	silent := false
@@ -72,6 +75,9 @@ func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveU
 				send(fmt.Errorf("ping: %w", err))
 				return
 			}
+		case isTimeout(err) && time.Since(pinged) >= every && answersOthers(answering(), pinged, every):
+			send(fmt.Errorf("no answer to a ping within %v, while redis answers this node's other connections", time.Since(pinged).Round(time.Millisecond)))
+			return
 		case isTimeout(err) && time.Since(pinged) < giveUp:
 			if !silent {
 				silent = true
@@ -89,6 +95,19 @@ func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveU
 			return
 		}
 	}
+}
+
+// answersOthers reports whether Redis, answering other connections since
+// since (zero: it does not), has for every while a ping sent at pinged got
+// no answer.
+func answersOthers(since, pinged time.Time, every time.Duration) bool {
+	if since.IsZero() {
+		return false
+	}
+	if since.Before(pinged) {
+		since = pinged
+	}
+	return time.Since(since) >= every
 }
 
 // silence says that a subscription's connection does not answer a ping;
@@ -190,7 +209,10 @@ func (r *router) remake(run *runState, shard int, lost *redis.PubSub) {
 	r.mu.Unlock()
 	_ = lost.Close()
 	if len(names) == 0 {
-		return // the next topic followed makes a new Pub/Sub
+		// Nothing followed there to hear: the shard is not deaf, and the
+		// next topic followed makes a new Pub/Sub.
+		r.health.heard(shard)
+		return
 	}
 	r.reloadTopology(run.ctx, names[0])
 	ps := r.rdb.SSubscribe(run.ctx)

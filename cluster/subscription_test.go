@@ -6,10 +6,14 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/presence"
 )
 
 // Redis drops the node's subscription connections (as a restart, a proxy or
@@ -48,6 +52,52 @@ func TestKilledSubscriptionIsMadeAgain(t *testing.T) {
 	})
 	b.rec.waitFor(t, testWait, "b ready again", func() bool { return b.Health(ctx) == nil })
 	assert.Equal(t, 2.0, testutil.ToFloat64(b.m.subscriptionsLost))
+}
+
+// The link to Redis loses the node's connections without a word (every
+// byte thrown away, no reset), and new ones get through: the writer's new
+// connections work at once, and the subscription, silent while Redis
+// answers the others, is made again within a ping round or two, not after
+// the minute a frozen Redis would be given.
+func TestBlackholedSubscriptionIsMadeAgain(t *testing.T) {
+	srv := startRedis(t)
+	p := startProxy(t, srv.addr())
+	cb := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cb.Close() })
+	a := startNode(t, testConfig(srv.client(t), "a"))
+	b := startNode(t, testConfig(cb, "b"))
+	b.follow(t, "#room")
+	a.SetMember("room", "alice", 1, false)
+	b.rec.waitFor(t, testWait, "alice in the room on b", func() bool {
+		return slices.Equal(b.rec.membersOf("room"), []string{"alice"})
+	})
+
+	p.blackholeOpen()
+	a.SetMember("room", "bob", 1, false)
+	b.rec.waitFor(t, testWait, "bob in the room on b", func() bool {
+		return slices.Equal(b.rec.membersOf("room"), []string{"alice", "bob"})
+	})
+	b.rec.waitFor(t, testWait, "b ready again", func() bool { return b.Health(context.Background()) == nil })
+}
+
+// A shard whose subscription is lost, and whose last topic is dropped
+// before the subscription could be made again, has nothing to hear: it
+// does not keep the node unready once Redis is back.
+func TestLostSubscriptionOfNoTopicIsNotDeaf(t *testing.T) {
+	srv := startRedis(t)
+	b := startNode(t, testConfig(srv.client(t), "b"))
+	b.follow(t, "#room")
+	srv.kill()
+	b.rec.waitFor(t, testWait, "the loss seen", func() bool { return testutil.ToFloat64(b.m.subscriptionsLost) >= 1 })
+	b.Unfollow([]presence.Topic{{Channel: "room"}})
+	eventually(t, "room no longer followed", func(c *assert.CollectT) {
+		b.r.mu.Lock()
+		defer b.r.mu.Unlock()
+		assert.Empty(c, b.r.topics)
+	})
+	srv.start()
+	b.rec.waitFor(t, testWait, "b ready", func() bool { return b.Health(context.Background()) == nil })
 }
 
 // Readiness names what is wrong: a failed write, then a deaf shard; it is
