@@ -244,8 +244,8 @@ type proxy struct {
 	// black holds the connections whose bytes, both ways, are thrown away
 	// for good (blackholeOpen); new ones are not.
 	black map[net.Conn]bool
-	conns      map[net.Conn]struct{}
-	sent       map[net.Conn][]byte // what each client sent, forwarded or not
+	conns map[net.Conn]struct{}
+	sent  map[net.Conn][]byte // what each client sent, forwarded or not
 }
 
 func startProxy(t *testing.T, target string) *proxy {
