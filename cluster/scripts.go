@@ -166,12 +166,14 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- A call may run while its reply is lost (a timeout, a broken connection:
 -- Redis runs what it read, however late), and a client may send the same
 -- call again. So a node numbers its calls (v, rising per shard) and the
--- shard keeps the replies of the node's recent calls, from the lowest one
--- whose reply the node may still lack (from): T:done, node -> JSON {v ->
--- {h = head, e = edges}}. A call whose number has a reply there ran already:
--- it answers that reply again and changes nothing. One numbered at or below
--- the newest the shard has seen of the node (T:ver) without a reply there
--- was overtaken by a later call: it changes nothing. And a call lists the
+-- shard keeps the replies of the node's recent calls that made edges, from
+-- the lowest one whose reply the node may still lack (from): T:done, node
+-- -> JSON {v -> {h = head, e = edges}}. A call whose number has a reply
+-- there ran already: it answers that reply again and changes nothing. One
+-- numbered at or below the newest the shard has seen of the node (T:ver)
+-- without a reply there ran already without an edge, or was overtaken by a
+-- later call: it changes nothing (its node writes what it held again, as
+-- for any write not applied, which makes no edge if it had landed). And a call lists the
 -- numbers whose replies its node lost (unknown, comma-separated): their
 -- edges come first in its reply, so an edge made by a call whose reply
 -- was lost reaches its node's Produced all the same, once. A call
@@ -197,17 +199,29 @@ local function recall(node, v, from, unknown)
 end
 
 -- reply returns head and then the edges of this call (those of lost
--- replies first), keeping head and this call's own edges in T:done.
-local function reply(head)
+-- replies first), keeping head and this call's own edges in T:done if it
+-- made any, or if keep (a reply the node must hear even if it ran twice:
+-- Redis lost the node's writes).
+local function reply(head, keep)
   local e = {}
   for i = own + 1, #produced do e[#e + 1] = produced[i] end
   if callV > 0 and callFrom >= 0 then
-    local keep = {}
+    local kept, n, changed = {}, 0, false
     for k, c in pairs(calls) do
-      if tonumber(k) >= callFrom then keep[k] = c end
+      if tonumber(k) >= callFrom then
+        kept[k], n = c, n + 1
+      else
+        changed = true
+      end
     end
-    keep[tostring(callV)] = {h = head, e = e}
-    redis.call('HSET', K('done'), callNode, cjson.encode(keep))
+    if #e > 0 or keep then
+      kept[tostring(callV)], n, changed = {h = head, e = e}, n + 1, true
+    end
+    if changed and n > 0 then
+      redis.call('HSET', K('done'), callNode, cjson.encode(kept))
+    elseif changed then
+      redis.call('HDEL', K('done'), callNode)
+    end
   end
   local out = {}
   for _, x in ipairs(head) do out[#out + 1] = x end
@@ -526,7 +540,7 @@ if (ARGV[8] == 'a' or ARGV[8] == 'r') and state ~= 1 and state ~= 2 then
   back = 0
 end
 trimSeen()
-return reply({back, state, math.max(0, till - now)})
+return reply({back, state, math.max(0, till - now)}, state == 2)
 `)
 
 // claimScript renews the claiming node, marks the nodes whose liveness
@@ -564,7 +578,7 @@ local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
 local back = alive(by, ttl)
 local lost, till = check(by, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
-if lost then return reply({0, 2, 0}) end
+if lost then return reply({0, 2, 0}, true) end
 if now - last > tonumber(ARGV[5]) then
   redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
   return reply({back, 1, 0})
