@@ -99,7 +99,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 			back[shards[i]] = true
 		}
 		if edges := res[3:]; len(edges) > 0 {
-			w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/4)
+			w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/edgeValues)
 			made = append(made, edges...)
 		}
 		if flag(res[2]) {
@@ -108,7 +108,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 	}
 	t1 := time.Now()
 	w.m.reaped.Add(float64(w.produced(made)))
-	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/4, "scripts", tScripts, "produced", time.Since(t1))
+	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/edgeValues, "scripts", tScripts, "produced", time.Since(t1))
 	if firstErr != nil {
 		w.health.fail("claim", firstErr)
 		return nil, anyPaused, firstErr
@@ -181,11 +181,15 @@ func init() {
 	}
 }
 
-// produced hands the edges one round of script calls made (kind, uid,
-// channel, ms, outbox id, ...) to the Relay's Produced and returns how many were
-// offline edges. Each edge is made once, by one script call, so it reaches
-// one node's Produced. At is the Redis clock's, as every node's last-seen
-// time is.
+// edgeValues is how many values a script returns per edge: kind, uid,
+// channel, ms, outbox id.
+const edgeValues = 5
+
+// produced hands the edges one round of script calls made to the Relay's
+// Produced and returns how many were offline edges. Each edge is made once,
+// by one script call, so it reaches one node's Produced (and, kept in the
+// outbox, that of a node that claims this one before it was delivered). At
+// is the Redis clock's, as every node's last-seen time is.
 //
 // A user's records and its memberships live in different shards, so one
 // round's calls made a user's edges in shard order, not in the order they
@@ -195,7 +199,7 @@ func init() {
 // offline), each kind in the order the scripts made them.
 func (w *writer) produced(vals []any) int {
 	var edges []presence.Edge
-	for i := 0; i+4 < len(vals); i += 5 {
+	for i := 0; i+edgeValues <= len(vals); i += edgeValues {
 		name, _ := vals[i].(string)
 		kind, ok := edgeKinds[name]
 		if !ok {

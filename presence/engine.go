@@ -115,7 +115,8 @@ type Relay interface {
 	ActivityChanged(uid string, away bool)
 	// Produced reports an edge that this node's change (or its claim of a
 	// dead node's records) produced: each edge reaches Produced on exactly
-	// one node.
+	// one node, or, where the engine keeps edges until they are delivered
+	// (Edge.ID set), on a node that claims that one too.
 	Produced(e Edge)
 	MemberChanged(channel, uid string, joined bool)
 	// MemberActivity reports a member's away or active edge in channel.
