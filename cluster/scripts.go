@@ -173,12 +173,13 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- numbered at or below the newest the shard has seen of the node (T:ver)
 -- without a reply there ran already without an edge, or was overtaken by a
 -- later call: it changes nothing (its node writes what it held again, as
--- for any write not applied, which makes no edge if it had landed). And a call lists the
--- numbers whose replies its node lost (unknown, comma-separated): their
--- edges come first in its reply, so an edge made by a call whose reply
--- was lost reaches its node's Produced all the same, once. A call
--- numbered 0 (a test's, or one run by hand), or from -1 (a renewal, which
--- makes no edge and is the same run twice), keeps and finds nothing.
+-- for any write not applied, which makes no edge if it had landed). And a
+-- call lists the numbers whose replies its node lost (unknown,
+-- comma-separated): their edges come first in its reply, so an edge made
+-- by a call whose reply was lost reaches its node's Produced all the same,
+-- once. A call numbered 0 (a test's, or one run by hand), or from -1 (a
+-- renewal, which makes no edge and is the same run twice), keeps and finds
+-- nothing.
 local calls, own, callNode, callV, callFrom = {}, 0, nil, 0, 0
 local function recall(node, v, from, unknown)
   callNode, callV, callFrom = node, v, from
