@@ -181,6 +181,14 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- renewal, which makes no edge and is the same run twice), keeps and finds
 -- nothing.
 local calls, own, callNode, callV, callFrom = {}, 0, nil, 0, 0
+
+-- verOf reads node's T:ver once per call; check updates it.
+local vers = {}
+local function verOf(node)
+  if vers[node] == nil then vers[node] = num(redis.call('HGET', K('ver'), node)) end
+  return vers[node]
+end
+
 local function recall(node, v, from, unknown)
   callNode, callV, callFrom = node, v, from
   if v <= 0 or from < 0 then return 'new' end
@@ -195,7 +203,7 @@ local function recall(node, v, from, unknown)
   own = #produced
   local c = calls[tostring(v)]
   if c then return 'replay', c end
-  if v <= num(redis.call('HGET', K('ver'), node)) then return 'stale' end
+  if v <= verOf(node) then return 'stale' end
   return 'new'
 end
 
@@ -445,6 +453,7 @@ local function reap(node, budget, membersOnly)
   local taken = not keeps(node) or redis.call('ZSCORE', K('alive'), node)
   if not holdsRecords(node) and taken and redis.call('SREM', K('dead'), node) == 1 then
     redis.call('HDEL', K('ver'), node)
+    vers[node] = 0
     redis.call('SREM', K('owe'), node)
     redis.call('ZADD', K('reaped'), now, node)
   end
@@ -472,9 +481,10 @@ end
 -- restore.
 -- Returns lost, and the end of the window (ms).
 local function check(node, landed, v, window, late)
-  local stored = tonumber(redis.call('HGET', K('ver'), node) or '0')
+  local stored = verOf(node)
   local reaped = stored == 0 and redis.call('ZREM', K('reaped'), node) == 1
   redis.call('HSET', K('ver'), node, math.max(stored, v))
+  vers[node] = math.max(stored, v)
   local till = num(redis.call('HGET', K('clock'), 'restore'))
   if landed == 0 or stored >= landed or reaped then return false, till end
   if now >= till + late then
@@ -589,10 +599,10 @@ if now < pause or now < till then return reply({back, 1, 0}) end
 -- replies kept for its calls.
 local gone = redis.call('ZRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
 if #gone > 0 then
+  redis.call('ZREM', K('reaped'), unpack(gone))
   redis.call('HDEL', K('done'), unpack(gone))
   redis.call('HDEL', K('ver'), unpack(gone))
 end
-redis.call('ZREMRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
   redis.call('ZREM', K('alive'), node)
   redis.call('SADD', K('dead'), node)
@@ -628,7 +638,7 @@ seenTTL = tonumber(ARGV[4])
 local seen, c = recall(node, num(ARGV[6]), num(ARGV[7]), ARGV[8])
 if seen == 'replay' then return replayed(c) end
 if seen == 'stale' then return unapplied({1}) end
-redis.call('HSET', K('ver'), node, math.max(num(redis.call('HGET', K('ver'), node)), num(ARGV[6])))
+redis.call('HSET', K('ver'), node, math.max(verOf(node), num(ARGV[6])))
 redis.call('SADD', K('dead'), node)
 local membersOnly = ARGV[5] == 'm'
 local more = 0
