@@ -1,0 +1,110 @@
+package cluster
+
+import "github.com/redis/go-redis/v9"
+
+// claimScript renews the claiming node, marks the nodes whose liveness
+// expired as dead and reaps up to ARGV[4] of their records. The script is
+// atomic, so when several nodes claim at once each record is dropped, and
+// each edge emitted, by exactly one of them.
+//
+// A long gap since the last claim by any node means nobody reached Redis
+// meanwhile (Redis stalled or was cut off from all nodes): every node may
+// look expired then, though it is alive and about to renew. So after a gap of
+// ARGV[5] ms claims pause for ARGV[6] ms, one renewal round. That also
+// covers a claim sent before a stall and run by Redis only after it.
+// Claims also pause while a restore window is open (see check): a node
+// not restored yet is not dead.
+// A user's memberships and its record live in different shards, so a
+// claim goes in two phases over every shard: "m" reaps memberships alone
+// until no dead node has one left, then "a" reaps the rest; a user's
+// leaves are then made before its offline, as when it really leaves.
+// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
+// ms, the claimer's landed writes, this write's number, restore window ms,
+// phase ("m" or "a"), from and unknown (see recall). Returns {1 if the
+// claimer had been taken for dead, 1 if paused (2 if paused as Redis lost
+// the claimer's writes: it must restore), 1 if more is left to reap in
+// this phase, then kind, uid, channel, ms, outbox id per edge made}. A stale call
+// (see recall) is paused.
+var claimScript = redis.NewScript(luaPrelude + `
+local by = ARGV[2]
+local ttl = tonumber(ARGV[3])
+seenTTL = tonumber(ARGV[7])
+local seen, c = recall(by, num(ARGV[9]), num(ARGV[12]), ARGV[13])
+if seen == 'replay' then return replayed(c) end
+if seen == 'stale' then return unapplied({0, 1, 0}) end
+local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
+local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
+redis.call('HSET', K('clock'), 'last', now)
+local back = alive(by, ttl)
+local lost, till = check(by, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
+if lost then return reply({0, 2, 0}, true) end
+if now - last > tonumber(ARGV[5]) then
+  redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
+  return reply({back, 1, 0})
+end
+if now < pause or now < till then return reply({back, 1, 0}) end
+-- A node reaped longer ago than the last-seen TTL is forgotten, with the
+-- replies kept for its calls.
+local gone = redis.call('ZRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
+if #gone > 0 then
+  redis.call('ZREM', K('reaped'), unpack(gone))
+  redis.call('HDEL', K('done'), unpack(gone))
+  redis.call('HDEL', K('ver'), unpack(gone))
+end
+for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
+  redis.call('ZREM', K('alive'), node)
+  redis.call('SADD', K('dead'), node)
+end
+local budget = tonumber(ARGV[4])
+local membersOnly = ARGV[11] == 'm'
+for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
+  budget = reap(node, budget, membersOnly)
+  if budget <= 0 then break end
+end
+trimSeen()
+local more = 0
+for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
+  if not membersOnly or #recordsOf('m', node, 1) > 0 then
+    more = 1
+    break
+  end
+end
+return reply({back, 0, more})
+`)
+
+// leaveScript drops up to ARGV[3] of the node's own records, for a node that
+// shuts down; once none is left it drops the node's liveness too.
+// It goes in the two phases of claimScript, memberships first.
+// ARGV: tag, node, limit, last-seen TTL ms, phase ("m" or "a"), this
+// call's number, from and unknown (see recall). Returns {1 if more is left
+// in this phase, then kind, uid, channel, ms, outbox id per edge made}. A node gone
+// this way is kept in T:reaped, for the last-seen TTL, as the replies of
+// its calls are.
+var leaveScript = redis.NewScript(luaPrelude + `
+local node = ARGV[2]
+seenTTL = tonumber(ARGV[4])
+local seen, c = recall(node, num(ARGV[6]), num(ARGV[7]), ARGV[8])
+if seen == 'replay' then return replayed(c) end
+if seen == 'stale' then return unapplied({1}) end
+redis.call('HSET', K('ver'), node, math.max(verOf(node), num(ARGV[6])))
+redis.call('SADD', K('dead'), node)
+local membersOnly = ARGV[5] == 'm'
+local more = 0
+reap(node, tonumber(ARGV[3]), membersOnly)
+if membersOnly then
+  if #recordsOf('m', node, 1) > 0 then more = 1 end
+elseif holdsRecords(node) then
+  more = 1
+end
+if not holdsRecords(node) then
+  -- Edges it made and has not delivered yet: its lease runs on, and a
+  -- claim takes them over if it dies before it delivers them.
+  if not keeps(node) then redis.call('ZREM', K('alive'), node) end
+  redis.call('SREM', K('dead'), node)
+  redis.call('SREM', K('owe'), node)
+  redis.call('ZADD', K('reaped'), now, node)
+  more = 0
+end
+trimSeen()
+return reply({more})
+`)
