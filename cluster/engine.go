@@ -357,7 +357,7 @@ func (e *Engine) SetMember(channel, uid string, n int, away bool) {
 	// A user that turns invisible and joins at once joins invisible: the
 	// join is shown when Redis has it, after the set, not at once with
 	// the record the router knew before it.
-	if e.w.setMember(channel, uid, n > 0, away) && n > 0 && !e.w.hides(uid) {
+	if e.w.setMember(channel, uid, n > 0, away) && n > 0 {
 		e.r.own(presence.Topic{Channel: channel}, uid, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
 	}
 }

@@ -83,9 +83,7 @@ func TestScriptsAnswerACallOnce(t *testing.T) {
 func TestAWriteWhoseReplyIsLostLosesNoEdge(t *testing.T) {
 	srv := startRedis(t)
 	p := startProxy(t, srv.addr())
-	ca := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = ca.Close() })
+	ca := p.client(t)
 	a := startNode(t, testConfig(ca, "a"))
 	const users = 20
 	uid := func(i int) string { return "u" + strconv.Itoa(i) }

@@ -169,13 +169,6 @@ func (o recordOp) args() []any {
 // hides reports whether o is a set to invisible.
 func (o recordOp) hides() bool { return o.kind == opSet && o.set.Mode == protocol.ModeInvisible }
 
-// hides reports whether a set of uid's to invisible is not written yet.
-func (w *writer) hides(uid string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.hiding[uid] > 0
-}
-
 // addRecordOp queues a record change behind the changes handed over before
 // it; false once halted.
 func (w *writer) addRecordOp(op recordOp) bool {

@@ -263,6 +263,14 @@ func startProxy(t *testing.T, target string) *proxy {
 
 func (p *proxy) addr() string { return p.l.Addr().String() }
 
+// client is a Redis client through p, closed when the test ends.
+func (p *proxy) client(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 func (p *proxy) serve() {
 	for {
 		c, err := p.l.Accept()

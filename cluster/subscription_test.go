@@ -6,10 +6,8 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,9 +60,7 @@ func TestKilledSubscriptionIsMadeAgain(t *testing.T) {
 func TestBlackholedSubscriptionIsMadeAgain(t *testing.T) {
 	srv := startRedis(t)
 	p := startProxy(t, srv.addr())
-	cb := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: 1,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = cb.Close() })
+	cb := p.client(t)
 	a := startNode(t, testConfig(srv.client(t), "a"))
 	b := startNode(t, testConfig(cb, "b"))
 	b.follow(t, "#room")

@@ -130,13 +130,16 @@ func (w *writer) setUser(uid string, n, away int) bool {
 }
 
 // setMember records whether this node holds uid's membership of channel,
-// and whether it says the member is away; false once halted.
+// and whether it says the member is away; false once halted, or while a set
+// of uid's to invisible is not written yet (see hiding): then the change is
+// recorded, but not to be shown before Redis has it.
 func (w *writer) setMember(channel, uid string, on, away bool) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
+	show := w.hiding[uid] == 0
 	away = away && on
 	w.pending.add(record{uid: uid, channel: channel, n: b2i(on), away: b2i(away)})
 	w.counted++
@@ -154,7 +157,7 @@ func (w *writer) setMember(channel, uid string, on, away bool) bool {
 	w.countPendingLocked()
 	w.mu.Unlock()
 	w.poke()
-	return true
+	return show
 }
 
 func (w *writer) countPendingLocked() {
