@@ -116,11 +116,18 @@ func (r *router) decideRecord(ts *topicState, ev wireEvent, touched *[]int) {
 	if ts.t.Channel != "" {
 		uid, v = ev.UID, ev.RV
 	}
-	kr, news := r.learn(uid, v, ev.H, ev.At, ev.R, false)
+	r.relayRecord(uid, v, ev.H, ev.At, ev.R, ts.t.Channel == "", touched)
+}
+
+// relayRecord relays uid's record at version v if it is news, and with
+// own (it came from the user's own topic, or this node wrote it) copies it
+// on to the channels this node holds the user in. Called with r.mu held.
+func (r *router) relayRecord(uid string, v, hid, at int64, raw string, own bool, touched *[]int) {
+	kr, news := r.learn(uid, v, hid, at, raw, false)
 	if !news {
 		return
 	}
-	if ts.t.Channel == "" {
+	if own {
 		r.w.queueRepublish(uid, kr)
 	}
 	r.m.relayed.WithLabelValues("record").Inc()
@@ -133,12 +140,7 @@ func (r *router) decideRecord(ts *topicState, ev wireEvent, touched *[]int) {
 func (r *router) wroteRecord(uid string, v, hid, at int64, raw string) {
 	var touched []int
 	r.mu.Lock()
-	kr, news := r.learn(uid, v, hid, at, raw, false)
-	if news {
-		r.w.queueRepublish(uid, kr)
-		r.m.relayed.WithLabelValues("record").Inc()
-		r.postRecord(uid, kr.rec, kr.changedAt(), &touched)
-	}
+	r.relayRecord(uid, v, hid, at, raw, true, &touched)
 	r.mu.Unlock()
 	for _, s := range touched {
 		r.deliver(s)
