@@ -31,12 +31,14 @@ func (w *writer) claim(ctx context.Context) error {
 	gap := (w.cfg.Timeout - w.cfg.RenewEvery) / 2
 	pause := w.cfg.RenewEvery + w.retry
 	back := map[int]bool{}
+	dead := make(deadNodes, len(w.keys))
+	paused := false
 	for _, phase := range reapPhases {
-		paused := false
 		for shards := w.allShards(); len(shards) > 0 && ctx.Err() == nil; {
 			var p bool
 			var err error
-			if shards, p, err = w.claimRound(ctx, phase, shards, gap, pause, back); err != nil {
+			if shards, p, err = w.claimRound(ctx, phase, shards, gap, pause, back, dead); err != nil {
+				w.handClaimed(false)
 				return err
 			}
 			paused = paused || p
@@ -48,6 +50,7 @@ func (w *writer) claim(ctx context.Context) error {
 			break
 		}
 	}
+	w.handClaimed(!paused && ctx.Err() == nil)
 	w.health.ok()
 	if err := w.restoreLost(ctx); err != nil {
 		return err
@@ -59,15 +62,16 @@ func (w *writer) claim(ctx context.Context) error {
 }
 
 // claimRound runs one claim call in each of shards, in phase, and returns
-// the shards with more to reap, and whether a shard paused claims; shards
-// that had taken this node for dead are added to back.
-func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap, pause time.Duration, back map[int]bool) ([]int, bool, error) {
+// the shards with more to reap (or to tell of a node dead elsewhere), and
+// whether a shard paused claims; shards that had taken this node for dead
+// are added to back.
+func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap, pause time.Duration, back map[int]bool, dead deadNodes) ([]int, bool, error) {
 	calls := make([]scriptCall, len(shards))
 	for i, s := range shards {
 		w.writes++
 		calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
 			min(w.cfg.Batch, reapBudget), gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
-			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase}}
+			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase}, tail: append([]any{dead.tell(s)}, w.reaped.args(s)...)}
 	}
 	var more []int
 	var made []any
@@ -77,7 +81,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 	cmds := w.runScripts(ctx, claimScript, calls)
 	tScripts := time.Since(start)
 	for i, cmd := range cmds {
-		res, err := scriptResult(cmd, 3)
+		res, err := scriptResult(cmd, claimHead)
 		if err != nil {
 			// The others' edges are handed on all the same; this call's,
 			// if it ran, come back with the next call in its shard.
@@ -85,20 +89,21 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 			continue
 		}
 		w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
+		now, _ := res[3].(int64)
+		reaped, _ := res[4].(string)
+		forgot, _ := res[5].(string)
+		found, _ := res[6].(string)
+		w.reaped.update(shards[i], now, reaped, forgot)
+		dead.found(shards[i], found)
 		p, _ := res[1].(int64)
 		anyPaused = anyPaused || p != 0
 		if p == 2 {
-			// Redis lost this node's writes: restore them, and write no
-			// change for a restore window.
-			w.restore[shards[i]] = true
-			if until := time.Now().Add(w.restoreWindow()); until.After(w.holdUntil) {
-				w.holdUntil = until
-			}
+			w.lost(shards[i], w.restoreWindow())
 		}
 		if flag(res[0]) {
 			back[shards[i]] = true
 		}
-		if edges := res[3:]; len(edges) > 0 {
+		if edges := res[claimHead:]; len(edges) > 0 {
 			w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/edgeValues)
 			made = append(made, edges...)
 		}
@@ -106,9 +111,9 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 			more = append(more, shards[i])
 		}
 	}
-	t1 := time.Now()
-	w.m.reaped.Add(float64(w.produced(made)))
-	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/edgeValues, "scripts", tScripts, "produced", time.Since(t1))
+	more = dead.untold(more)
+	w.claimed = append(w.claimed, w.edges(made)...)
+	w.log.Debug("cluster: claim round", "phase", phase, "shards", len(calls), "edges", len(made)/edgeValues, "scripts", tScripts)
 	if firstErr != nil {
 		w.health.fail("claim", firstErr)
 		return nil, anyPaused, firstErr
@@ -119,6 +124,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 // leave reaps this node's own records in every shard, once the loop has
 // stopped.
 func (w *writer) leave(ctx context.Context) error {
+	w.handClaimed(true)
 	for _, phase := range reapPhases {
 		for shards := w.allShards(); len(shards) > 0; {
 			var err error
@@ -181,6 +187,9 @@ func init() {
 	}
 }
 
+// claimHead is how many values claimScript returns before its edges.
+const claimHead = 7
+
 // edgeValues is how many values a script returns per edge: kind, uid,
 // channel, ms, outbox id.
 const edgeValues = 5
@@ -198,6 +207,30 @@ const edgeValues = 5
 // the edges go in that order (online, away or active, join or leave,
 // offline), each kind in the order the scripts made them.
 func (w *writer) produced(vals []any) int {
+	edges := w.edges(vals)
+	slices.SortStableFunc(edges, byKind)
+	return w.hand(edges)
+}
+
+// handClaimed hands on the edges of a claim. A claim that paused or failed
+// in some shard may have handed on, in the others, a dead node's kept
+// joins and leaves (see takeOver in the scripts) whose user's kept online
+// waits in the paused shard: with the outbox, its edges wait here for the
+// next claim, safe in Redis meanwhile, unless complete. They then go as
+// produced orders one round's.
+func (w *writer) handClaimed(complete bool) {
+	if len(w.claimed) == 0 || (!complete && w.cfg.Outbox) {
+		return
+	}
+	edges := w.claimed
+	w.claimed = nil
+	slices.SortStableFunc(edges, byKind)
+	w.m.reaped.Add(float64(w.hand(edges)))
+}
+
+// edges reads the edges a script returned: kind, uid, channel, ms, outbox id
+// per edge.
+func (w *writer) edges(vals []any) []presence.Edge {
 	var edges []presence.Edge
 	for i := 0; i+edgeValues <= len(vals); i += edgeValues {
 		name, _ := vals[i].(string)
@@ -215,7 +248,12 @@ func (w *writer) produced(vals []any) int {
 		}
 		edges = append(edges, e)
 	}
-	slices.SortStableFunc(edges, func(a, b presence.Edge) int { return edgeRank[a.Kind] - edgeRank[b.Kind] })
+	return edges
+}
+
+// hand relays edges to Produced in their order and returns how many were
+// offline edges.
+func (w *writer) hand(edges []presence.Edge) int {
 	r := w.relay()
 	offline := 0
 	for _, e := range edges {
@@ -227,6 +265,8 @@ func (w *writer) produced(vals []any) int {
 	}
 	return offline
 }
+
+func byKind(a, b presence.Edge) int { return edgeRank[a.Kind] - edgeRank[b.Kind] }
 
 // edgeRank orders the kinds of one round's edges; see produced.
 var edgeRank = map[presence.EdgeKind]int{presence.EdgeOnline: 0, presence.EdgeAway: 1, presence.EdgeActive: 1,
@@ -275,7 +315,13 @@ func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []script
 		args := append(append(slices.Clip(c.args), f, list), c.tail...)
 		runs[i] = scriptRun{s, w.keys[c.shard].keys, args}
 	}
+	sent := time.Now()
 	cmds := runScripts(ctx, w.rdb, runs)
+	for i, c := range calls {
+		if cmds[i].Err() == nil {
+			w.heard(c.shard, sent)
+		}
+	}
 	for s, a := range asks {
 		if cmds[a.call].Err() == nil {
 			w.unknown[s] = slices.Clone(w.unknown[s][a.n:])

@@ -18,31 +18,78 @@ import "github.com/redis/go-redis/v9"
 // claim goes in two phases over every shard: "m" reaps memberships alone
 // until no dead node has one left, then "a" reaps the rest; a user's
 // leaves are then made before its offline, as when it really leaves.
+//
+// A claimer remembers the nodes it reaped in full (see remark): ARGV from
+// the 15th are pairs of such a node and when it was reaped.
+//
 // ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
 // ms, the claimer's landed writes, this write's number, restore window ms,
-// phase ("m" or "a"), from and unknown (see recall). Returns {1 if the
-// claimer had been taken for dead, 1 if paused (2 if paused as Redis lost
-// the claimer's writes: it must restore), 1 if more is left to reap in
-// this phase, then kind, uid, channel, ms, outbox id per edge made}. A stale call
-// (see recall) is paused.
+// phase ("m" or "a"), from and unknown (see recall), the nodes other
+// shards found dead in this claim (comma-separated), then the remembered
+// pairs. Returns {1 if the claimer had been taken for dead, 1 if paused (2
+// if paused as Redis lost the claimer's writes: it must restore), 1 if
+// more is left to reap in this phase, Redis's time (ms), the nodes reaped
+// in full by this call, those to forget, and, unless paused, the nodes
+// dead here (comma-separated), then kind, uid, channel, ms, outbox id per
+// edge made}. A stale call (see recall) is paused.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
 seenTTL = tonumber(ARGV[7])
+local forgot = {}
+local function head(back, paused, more)
+  local dead = {}
+  if paused == 0 then
+    dead = redis.call('SMEMBERS', K('dead'))
+    for _, node in ipairs(reapedNow) do dead[#dead + 1] = node end
+  end
+  return {back, paused, more, now, table.concat(reapedNow, ','), table.concat(forgot, ','), table.concat(dead, ',')}
+end
+
+-- remark writes back what Redis lost of the claimer's reaps. A node
+-- reaped in full is marked in T:reaped, so that when it comes back it
+-- writes its records again with their online and join edges (see alive).
+-- Redis that restarted empty, or a replica that missed the mark, lost it:
+-- the node, cut off while it was reaped, would put its records back
+-- quietly, as after any loss, and its users' offline edges would be the
+-- last ones sent. So the claimer, which remembers, marks it again while the
+-- node is away; if the node came back and put its records back quietly
+-- after the reap (T:rq), they are dropped quietly and the node owes them,
+-- with their edges. A node back otherwise needs nothing: the claimer
+-- forgets it.
+local function remark(node, at)
+  if at < now - seenTTL then
+    forgot[#forgot + 1] = node
+  elseif redis.call('ZSCORE', K('reaped'), node) then
+    return -- the mark is there: the node has not come back
+  elseif redis.call('ZSCORE', K('alive'), node) then
+    local q = redis.call('ZSCORE', K('rq'), node)
+    if q and tonumber(q) >= at then
+      redis.call('ZREM', K('rq'), node)
+      dropQuietly(node)
+      redis.call('SADD', K('owe'), node)
+    end
+    forgot[#forgot + 1] = node
+  elseif redis.call('SISMEMBER', K('dead'), node) == 0 then
+    redis.call('ZADD', K('reaped'), at, node)
+  end
+end
+
 local seen, c = recall(by, num(ARGV[9]), num(ARGV[12]), ARGV[13])
 if seen == 'replay' then return replayed(c) end
-if seen == 'stale' then return unapplied({0, 1, 0}) end
+if seen == 'stale' then return unapplied(head(0, 1, 0)) end
 local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
 local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
 local back = alive(by, ttl)
 local lost, till = check(by, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
-if lost then return reply({0, 2, 0}, true) end
+for i = 15, #ARGV - 1, 2 do remark(ARGV[i], tonumber(ARGV[i + 1])) end
+if lost then return reply(head(0, 2, 0), true) end
 if now - last > tonumber(ARGV[5]) then
   redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
-  return reply({back, 1, 0})
+  return reply(head(back, 1, 0))
 end
-if now < pause or now < till then return reply({back, 1, 0}) end
+if now < pause or now < till then return reply(head(back, 1, 0)) end
 -- A node reaped longer ago than the last-seen TTL is forgotten, with the
 -- replies kept for its calls.
 local gone = redis.call('ZRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
@@ -54,6 +101,13 @@ end
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
   redis.call('ZREM', K('alive'), node)
   redis.call('SADD', K('dead'), node)
+end
+-- A node is dead everywhere once its liveness ran out in one shard: it
+-- renews every shard in one round, so the others run out within moments,
+-- and a shard that took it for dead a claim later would make its edges
+-- out of order with the others' (a join after its user's offline).
+for node in string.gmatch(ARGV[14] or '', '[^,]+') do
+  if redis.call('ZREM', K('alive'), node) == 1 then redis.call('SADD', K('dead'), node) end
 end
 local budget = tonumber(ARGV[4])
 local membersOnly = ARGV[11] == 'm'
@@ -69,7 +123,7 @@ for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
     break
   end
 end
-return reply({back, 0, more})
+return reply(head(back, 0, more))
 `)
 
 // leaveScript drops up to ARGV[3] of the node's own records, for a node that

@@ -162,7 +162,7 @@ func TestALeaveAsksForTheEdgesOfACutOffClaim(t *testing.T) {
 	}
 	claimCall(1) // the shard's first claim pauses
 	res := claimCall(2)
-	require.Equal(t, []any{"offline", "x"}, res[3:5], "the claim reaped x")
+	require.Equal(t, []any{"offline", "x"}, res[claimHead:claimHead+2], "the claim reaped x")
 
 	// The reply of call 2 never reached b; its leave is call 3.
 	res, err := scriptResult(leaveScript.Run(ctx, c, k.keys, k.tag, "b", 100, time.Hour.Milliseconds(), "a", int64(3),

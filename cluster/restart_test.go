@@ -66,7 +66,7 @@ func claimSome(t *testing.T, c redis.UniversalClient, shards, limit int) []strin
 			res = run()
 		}
 		require.False(t, flag(res[1]), "the claim paused")
-		for i := 3; i+4 < len(res); i += 5 {
+		for i := claimHead; i+4 < len(res); i += 5 {
 			e := res[i].(string) + " " + res[i+1].(string)
 			if ch := res[i+2].(string); ch != "" {
 				e += " " + ch

@@ -20,6 +20,7 @@ import "github.com/redis/go-redis/v9"
 //	T:ver     HASH  node -> the newest write of the node this shard has seen
 //	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
 //	T:owe     SET   nodes taken for dead that have not written their records again yet
+//	T:rq      ZSET  node -> when it last put its records back quietly after Redis lost them (see remark)
 //	T:done    HASH  node -> the replies of its recent calls, so a call run twice answers once (see recall)
 //	T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
 //	T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
@@ -423,6 +424,10 @@ local function dropMember(node, rec)
   setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
 end
 
+-- reapedNow lists the nodes this call reaped in full, for the claimer to
+-- remember (see remark).
+local reapedNow = {}
+
 -- reap hands on node's kept edges (takeOver), then drops up to budget of
 -- its records, its memberships first, and returns what is left of budget;
 -- with membersOnly it drops memberships alone. The node leaves the dead set
@@ -447,8 +452,18 @@ local function reap(node, budget, membersOnly)
     vers[node] = 0
     redis.call('SREM', K('owe'), node)
     redis.call('ZADD', K('reaped'), now, node)
+    reapedNow[#reapedNow + 1] = node
   end
   return budget
+end
+
+-- dropQuietly drops every record of node without an edge or a word: their
+-- edges were made already, or are about to be made again.
+local function dropQuietly(node)
+  quiet, hushed = true, true
+  for _, uid in ipairs(recordsOf('ui', node)) do setUser(node, uid, 0, 0) end
+  for _, rec in ipairs(recordsOf('m', node)) do dropMember(node, rec) end
+  quiet, hushed = false, false
 end
 
 -- check tells whether Redis lost writes of node that had landed: T:ver
@@ -482,10 +497,7 @@ local function check(node, landed, v, window, late)
     till = now + window
     redis.call('HSET', K('clock'), 'restore', till)
   end
-  quiet, hushed = true, true
-  for _, uid in ipairs(recordsOf('ui', node)) do setUser(node, uid, 0, 0) end
-  for _, rec in ipairs(recordsOf('m', node)) do dropMember(node, rec) end
-  quiet, hushed = false, false
+  dropQuietly(node)
   return true, till
 end
 `
@@ -520,6 +532,12 @@ if lost then
   state = 2
 elseif ARGV[8] == 'r' then
   state, quiet = 3, now < till
+  if quiet then
+    -- Noted for remark: a claimer may know this node's users went offline
+    -- before the loss. Old notes go with new ones, as losses are rare.
+    redis.call('ZREMRANGEBYSCORE', K('rq'), '-inf', '(' .. (now - seenTTL))
+    redis.call('ZADD', K('rq'), now, node)
+  end
 elseif now < till then
   state = 1
 end

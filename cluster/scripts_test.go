@@ -81,7 +81,7 @@ func claim(c redis.UniversalClient, k shardKeys, by string, limit int, gap, paus
 	if err != nil {
 		return nil, nil, err
 	}
-	return []bool{flag(res[0]), flag(res[1]), flag(res[2])}, userEdges(res[3:]), nil
+	return []bool{flag(res[0]), flag(res[1]), flag(res[2])}, userEdges(res[claimHead:]), nil
 }
 
 // channelMembers reads channel's members from the shard's T:c.

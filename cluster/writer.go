@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/lockorder"
+	"github.com/presenced/presenced/presence"
 )
 
 // writer keeps what this node holds and writes it to Redis. SetUser and
@@ -64,6 +65,13 @@ type writer struct {
 	// were lost (in rising order): the next call there asks for their
 	// edges (see recall in the scripts).
 	unknown [][]int64
+	// answered is when the last answered call to each shard was sent, and
+	// lapsed whether the one before it was longer ago than the lease (see
+	// heard); reaped is what this node's claims reaped (see reaps).
+	answered []time.Time
+	lapsed   []bool
+	reaped   reaps
+	claimed  []presence.Edge // a claim's edges not handed on yet: see handClaimed
 
 	stop context.CancelFunc
 	done chan struct{} // closed when loop returns
@@ -85,6 +93,9 @@ func newWriter(b *base) *writer {
 		heldMembers:  make(map[membership]bool),
 		landed:       make([]int64, len(b.keys)),
 		unknown:      make([][]int64, len(b.keys)),
+		answered:     make([]time.Time, len(b.keys)),
+		lapsed:       make([]bool, len(b.keys)),
+		reaped:       make(reaps, len(b.keys)),
 		restore:      make(map[int]bool),
 		done:         make(chan struct{}),
 	}
@@ -569,13 +580,12 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			}
 			continue
 		case setHeldBack, setLost:
-			if state == setLost {
-				w.restore[c.shard] = true
-			}
 			if mode != modeRestore {
 				failed = append(failed, c.recs...)
 			}
-			if until := time.Now().Add(time.Duration(left) * time.Millisecond); until.After(w.holdUntil) {
+			if state == setLost {
+				w.lost(c.shard, time.Duration(left)*time.Millisecond)
+			} else if until := time.Now().Add(time.Duration(left) * time.Millisecond); until.After(w.holdUntil) {
 				w.holdUntil = until
 			}
 			continue

@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// maxReaps bounds the nodes a claimer remembers per shard: a node's
+// reaps are rare, and the oldest is the least likely to come back.
+const maxReaps = 64
+
+// reaps remembers, per shard, the nodes this node's claims reaped in full
+// and when (Redis's clock, ms), until they come back or the last-seen TTL
+// has passed. Redis marks such a node in T:reaped, so that it writes its
+// records again with edges when it returns; a Redis that lost its data has
+// lost the mark too, and each claim hands these back for the script to
+// write again (see remark in the scripts). Owned by the loop.
+type reaps []map[string]int64
+
+// args returns shard's remembered reaps as the claim script's trailing
+// arguments: node, ms, node, ms, ...
+func (r reaps) args(shard int) []any {
+	var out []any
+	for node, at := range r[shard] {
+		out = append(out, node, at)
+	}
+	return out
+}
+
+// update takes in what a claim call in shard reported: the nodes it reaped
+// in full at now, and those to forget (comma-separated lists).
+func (r reaps) update(shard int, now int64, reaped, forgot string) {
+	m := r[shard]
+	for node := range strings.SplitSeq(forgot, ",") {
+		delete(m, node)
+	}
+	for node := range strings.SplitSeq(reaped, ",") {
+		if node == "" {
+			continue
+		}
+		if m == nil {
+			m = make(map[string]int64)
+			r[shard] = m
+		}
+		m[node] = now
+	}
+	for len(m) > maxReaps {
+		oldest, at := "", int64(0)
+		for node, t := range m {
+			if oldest == "" || t < at {
+				oldest, at = node, t
+			}
+		}
+		delete(m, oldest)
+	}
+}
+
+// heard notes that a call to shard sent at sent was answered, and whether
+// this node had gone longer than its lease without an answer there before
+// it: another node may have reaped it meanwhile.
+func (w *writer) heard(shard int, sent time.Time) {
+	last := w.answered[shard]
+	w.lapsed[shard] = !last.IsZero() && sent.Sub(last) > w.cfg.Timeout
+	w.answered[shard] = sent
+}
+
+// lost notes that Redis lost this node's writes in shard: they are put back
+// (restoreLost), and nothing that can make an edge is written until the
+// restore window, left, has passed. If this node's lease had lapsed there,
+// a claimer may have reaped it before the loss and says so with its next
+// claim (see remark in the scripts), which drops what this node put back so
+// that it writes it again with edges: the hold lasts two claim rounds more,
+// so that no change of its users is written before that.
+func (w *writer) lost(shard int, left time.Duration) {
+	w.restore[shard] = true
+	if w.lapsed[shard] {
+		left += 2 * w.cfg.ClaimEvery
+	}
+	if until := time.Now().Add(left); until.After(w.holdUntil) {
+		w.holdUntil = until
+	}
+}
+
+// deadNodes gathers, over one claim, the nodes some shard found dead, and
+// what each shard knows of them: found there, or told. A node is dead in
+// every shard once it is dead in one (see the claim script), so each shard
+// is told of the others' before the claim goes on to its next phase.
+type deadNodes []map[string]bool
+
+// found takes in the dead nodes shard reported (comma-separated).
+func (d deadNodes) found(shard int, nodes string) {
+	for node := range strings.SplitSeq(nodes, ",") {
+		if node == "" {
+			continue
+		}
+		if d[shard] == nil {
+			d[shard] = make(map[string]bool)
+		}
+		d[shard][node] = true
+	}
+}
+
+// all returns every node some shard found dead, sorted.
+func (d deadNodes) all() []string {
+	var out []string
+	for _, m := range d {
+		for node := range m {
+			if !slices.Contains(out, node) {
+				out = append(out, node)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tell returns, for shard's next call, the nodes found dead elsewhere, and
+// counts them as known there.
+func (d deadNodes) tell(shard int) string {
+	all := d.all()
+	d.found(shard, strings.Join(all, ","))
+	return strings.Join(all, ",")
+}
+
+// untold adds to more the shards that do not know of every dead node yet.
+func (d deadNodes) untold(more []int) []int {
+	all := d.all()
+	for s, m := range d {
+		if len(m) < len(all) && !slices.Contains(more, s) {
+			more = append(more, s)
+		}
+	}
+	return more
+}

@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// A claimer remembers the nodes it reaped until told to forget them, the
+// oldest first out past maxReaps.
+func TestReapsRememberUntilForgotten(t *testing.T) {
+	r := make(reaps, 2)
+	r.update(1, 100, "a#1,b#2", "")
+	r.update(1, 200, "", "a#1")
+	assert.Equal(t, []any{"b#2", int64(100)}, r.args(1))
+	assert.Empty(t, r.args(0))
+	for i := range maxReaps + 5 {
+		r.update(0, int64(1000+i), "n"+string(rune('A'+i)), "")
+	}
+	assert.Len(t, r[0], maxReaps)
+	assert.NotContains(t, r[0], "nA", "the oldest went first")
+	assert.Contains(t, r[0], "n"+string(rune('A'+maxReaps+4)))
+}
+
+// A loss found after this node went longer than its lease without an
+// answer holds its changes two claim rounds past the restore window: a
+// claimer may yet say it reaped the node before the loss.
+func TestALossAfterALapsedLeaseHoldsLonger(t *testing.T) {
+	cfg := Config{Timeout: time.Second, ClaimEvery: 100 * time.Millisecond}
+	for _, tc := range []struct {
+		name  string
+		quiet time.Duration // between the last two answers
+		extra time.Duration
+	}{
+		{name: "answered within the lease", quiet: 500 * time.Millisecond},
+		{name: "lease lapsed", quiet: 3 * time.Second, extra: 2 * cfg.ClaimEvery},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWriter(&base{cfg: cfg, keys: make([]shardKeys, 1)})
+			start := time.Now()
+			w.heard(0, start)
+			w.heard(0, start.Add(tc.quiet))
+			before := time.Now()
+			w.lost(0, 300*time.Millisecond)
+			assert.True(t, w.restore[0])
+			held := w.holdUntil.Sub(before)
+			assert.GreaterOrEqual(t, held, 300*time.Millisecond+tc.extra)
+			assert.Less(t, held, 300*time.Millisecond+tc.extra+time.Second)
+		})
+	}
+}
+
+// A claim tells every shard of the nodes found dead in any, once, and runs
+// again the shards that were not told yet.
+func TestDeadNodesAreToldToEveryShard(t *testing.T) {
+	d := make(deadNodes, 3)
+	assert.Empty(t, d.tell(0))
+	d.found(0, "x#1")
+	assert.ElementsMatch(t, []int{1, 2}, d.untold(nil), "shards 1 and 2 do not know of x#1")
+	assert.Equal(t, "x#1", d.tell(1))
+	d.found(2, "x#1,y#2")
+	assert.ElementsMatch(t, []int{0, 1}, d.untold([]int{1}), "y#2 is news to 0 and 1")
+	assert.Equal(t, "x#1,y#2", d.tell(0))
+	assert.Equal(t, "x#1,y#2", d.tell(1))
+	assert.Empty(t, d.untold(nil))
+}
