@@ -45,6 +45,12 @@ func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveU
 	defer close(out)
 	var pinged time.Time // when the ping not answered yet was sent
 	silent := false
+	// lastLook is set once the ping looks lost while Redis answers others:
+	// one more short read first, as an answer may be waiting unread after
+	// this goroutine was kept from running past its read's deadline (a
+	// busy machine), which is no reason to drop a subscription and the
+	// messages published while it is made again.
+	lastLook := false
 	send := func(v any) bool {
 		select {
 		case out <- v:
@@ -54,10 +60,14 @@ func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveU
 		}
 	}
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, every)
+		wait := every
+		if lastLook {
+			wait = every / 2
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
 		switch {
 		case err == nil:
-			pinged = time.Time{}
+			pinged, lastLook = time.Time{}, false
 			if silent {
 				silent = false
 				if !send(resumed{}) {
@@ -75,7 +85,9 @@ func receive(ctx context.Context, ps *redis.PubSub, out chan<- any, every, giveU
 				send(fmt.Errorf("ping: %w", err))
 				return
 			}
-		case isTimeout(err) && time.Since(pinged) >= every && answersOthers(answering(), pinged, every):
+		case isTimeout(err) && !lastLook && time.Since(pinged) >= every && answersOthers(answering(), pinged, every):
+			lastLook = true
+		case isTimeout(err) && lastLook:
 			send(fmt.Errorf("no answer to a ping within %v, while redis answers this node's other connections", time.Since(pinged).Round(time.Millisecond)))
 			return
 		case isTimeout(err) && time.Since(pinged) < giveUp:
