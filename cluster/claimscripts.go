@@ -37,12 +37,9 @@ local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
 seenTTL = tonumber(ARGV[7])
 local forgot = {}
-local function head(back, paused, more)
-  local dead = {}
-  if paused == 0 then
-    dead = redis.call('SMEMBERS', K('dead'))
-    for _, node in ipairs(reapedNow) do dead[#dead + 1] = node end
-  end
+local function head(back, paused, more, dead)
+  dead = dead or {}
+  for _, node in ipairs(reapedNow) do dead[#dead + 1] = node end
   return {back, paused, more, now, table.concat(reapedNow, ','), table.concat(forgot, ','), table.concat(dead, ',')}
 end
 
@@ -117,13 +114,14 @@ for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
 end
 trimSeen()
 local more = 0
-for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
+local dead = redis.call('SMEMBERS', K('dead'))
+for _, node in ipairs(dead) do
   if not membersOnly or #recordsOf('m', node, 1) > 0 then
     more = 1
     break
   end
 end
-return reply(head(back, 0, more))
+return reply(head(back, 0, more, dead))
 `)
 
 // leaveScript drops up to ARGV[3] of the node's own records, for a node that
