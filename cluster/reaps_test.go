@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A claimer remembers the nodes it reaped until told to forget them, the
@@ -64,4 +66,21 @@ func TestDeadNodesAreToldToEveryShard(t *testing.T) {
 	assert.Equal(t, "x#1,y#2", d.tell(0))
 	assert.Equal(t, "x#1,y#2", d.tell(1))
 	assert.Empty(t, d.untold(nil))
+}
+
+// A held record that could not be written again is queued as what the node
+// holds now, not as it was held: a tab closed while the node was taken for
+// dead, its change already on its way, is not written back online after it.
+func TestRequeuedHeldRecordsAreWhatTheNodeHoldsNow(t *testing.T) {
+	e, err := New(Config{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Node: "n"})
+	require.NoError(t, err)
+	w := e.w
+	w.setUser("u", 1, 0)
+	w.setMember("room", "u", true, false)
+	w.pending.take(w.counted) // written: held
+	w.setUser("u", 0, 0)
+	w.setMember("room", "u", false, false)
+	w.pending.take(w.counted) // on its way
+	w.requeueHeld([]record{u("u", 1, 0), m("room", "u", 1, 0)})
+	assert.Equal(t, []string{"[/u=0.0 room/u=0.0]"}, roundsOf(w.pending.take(w.counted)[0].rounds))
 }

@@ -635,8 +635,13 @@ func (w *writer) hold(r record) {
 	}
 }
 
-// requeueHeld puts held records that could not be written again in
-// pending, unless a newer change is there: that one says what to write.
+// requeueHeld puts in pending what this node holds now of the keys of
+// held records that could not be written again, unless a newer change is
+// there: that one says what to write. Not the held records themselves: a
+// change of the key may be on its way already (taken by the write whose
+// reply said this node was taken for dead), and a held record queued
+// after it would undo it, for good: a tab closed during a stall written
+// back online.
 func (w *writer) requeueHeld(recs []record) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -645,7 +650,17 @@ func (w *writer) requeueHeld(recs []record) {
 	}
 	for _, r := range recs {
 		if !w.pending.has(r.key()) {
-			w.pending.add(r)
+			w.pending.add(w.localRecord(r.key()))
 		}
 	}
+}
+
+// localRecord is what this node holds now of k. Called with w.mu held.
+func (w *writer) localRecord(k recordKey) record {
+	if k.channel == "" {
+		c := w.localUsers[k.uid]
+		return record{uid: k.uid, n: c.n, away: c.away}
+	}
+	away, ok := w.localMembers[k.channel][k.uid]
+	return record{uid: k.uid, channel: k.channel, n: b2i(ok), away: b2i(ok && away)}
 }
