@@ -212,12 +212,12 @@ func (w *writer) produced(vals []any) int {
 	return w.hand(edges)
 }
 
-// handClaimed hands on the edges of a claim. A claim that paused or failed
-// in some shard may have handed on, in the others, a dead node's kept
-// joins and leaves (see takeOver in the scripts) whose user's kept online
-// waits in the paused shard: with the outbox, its edges wait here for the
-// next claim, safe in Redis meanwhile, unless complete. They then go as
-// produced orders one round's.
+// handClaimed hands on a claim's edges, in the order produced gives one
+// round's. With the outbox, a claim that paused or failed in some shard
+// (not complete) keeps them for the next claim, as they are safe in Redis
+// meanwhile: the other shards may have handed on a dead node's kept join
+// (see takeOver in the scripts) while its user's kept online waits in the
+// paused shard.
 func (w *writer) handClaimed(complete bool) {
 	if len(w.claimed) == 0 || (!complete && w.cfg.Outbox) {
 		return

@@ -77,9 +77,7 @@ func (w *writer) lost(shard int, left time.Duration) {
 	if w.lapsed[shard] {
 		left += 2 * w.cfg.ClaimEvery
 	}
-	if until := time.Now().Add(left); until.After(w.holdUntil) {
-		w.holdUntil = until
-	}
+	w.holdFor(left)
 }
 
 // deadNodes gathers, over one claim, the nodes some shard found dead, and

@@ -504,6 +504,14 @@ func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 // a retry, as nodes renew at once when Redis answers again.
 func (w *writer) restoreWindow() time.Duration { return w.cfg.RenewEvery + 2*w.retry }
 
+// holdFor writes no change that can make an edge for d from now, or until
+// a later end already set.
+func (w *writer) holdFor(d time.Duration) {
+	if until := time.Now().Add(d); until.After(w.holdUntil) {
+		w.holdUntil = until
+	}
+}
+
 // batches splits shard's records among recs into setScript calls.
 func (w *writer) batches(shard int, recs []record, mode int) []scriptCall {
 	var rs []record
@@ -585,8 +593,8 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			}
 			if state == setLost {
 				w.lost(c.shard, time.Duration(left)*time.Millisecond)
-			} else if until := time.Now().Add(time.Duration(left) * time.Millisecond); until.After(w.holdUntil) {
-				w.holdUntil = until
+			} else {
+				w.holdFor(time.Duration(left) * time.Millisecond)
 			}
 			continue
 		}
