@@ -92,7 +92,7 @@ if now < pause or now < till then return reply(head(back, 1, 0)) end
 local gone = redis.call('ZRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
 if #gone > 0 then
   redis.call('ZREM', K('reaped'), unpack(gone))
-  redis.call('HDEL', K('done'), unpack(gone))
+  for _, node in ipairs(gone) do forgetCalls(node) end
   redis.call('HDEL', K('ver'), unpack(gone))
 end
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do

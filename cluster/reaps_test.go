@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -72,9 +72,9 @@ func TestDeadNodesAreToldToEveryShard(t *testing.T) {
 // holds now, not as it was held: a tab closed while the node was taken for
 // dead, its change already on its way, is not written back online after it.
 func TestRequeuedHeldRecordsAreWhatTheNodeHoldsNow(t *testing.T) {
-	e, err := New(Config{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Node: "n"})
+	met, err := newMetrics(prometheus.NewRegistry(), "")
 	require.NoError(t, err)
-	w := e.w
+	w := newWriter(&base{m: met, keys: make([]shardKeys, 4)}) // no loop: the test is the loop
 	w.setUser("u", 1, 0)
 	w.setMember("room", "u", true, false)
 	w.pending.take(w.counted) // written: held

@@ -21,7 +21,8 @@ import "github.com/redis/go-redis/v9"
 //	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
 //	T:owe     SET   nodes taken for dead that have not written their records again yet
 //	T:rq      ZSET  node -> when it last put its records back quietly after Redis lost them (see remark)
-//	T:done    HASH  node -> the replies of its recent calls, so a call run twice answers once (see recall)
+//	T:done    HASH  "node v" -> the reply of the node's call v, kept a while, so a call run twice answers once (see recall)
+//	T:dk      ZSET  "node v", score 0: T:done's fields in order, per node
 //	T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
 //	T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
 //	T:u       HASH  "node uid" -> connections the node holds, for users of this shard
@@ -159,20 +160,44 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- Redis runs what it read, however late), and a client may send the same
 -- call again. So a node numbers its calls (v, rising per shard) and the
 -- shard keeps the replies of the node's recent calls that made edges, from
--- the lowest one whose reply the node may still lack (from): T:done, node
--- -> JSON {v -> {h = head, e = edges}}. A call whose number has a reply
--- there ran already: it answers that reply again and changes nothing. One
--- numbered at or below the newest the shard has seen of the node (T:ver)
--- without a reply there ran already without an edge, or was overtaken by a
--- later call: it changes nothing (its node writes what it held again, as
--- for any write not applied, which makes no edge if it had landed). And a
--- call lists the numbers whose replies its node lost (unknown,
+-- the lowest one whose reply the node may still lack (from): T:done,
+-- "node v" -> JSON {h = head, e = edges}, one field per call (a burst of
+-- calls then costs each call its own reply, not all the others'), and
+-- T:dk, "node v" by v (padded, so that lexical order is numeric order),
+-- to find those below from. A call whose number has a reply there ran
+-- already: it answers that reply again and changes nothing. One numbered
+-- at or below the newest the shard has seen of the node (T:ver) without a
+-- reply there ran already without an edge, or was overtaken by a later
+-- call: it changes nothing (its node writes what it held again, as for
+-- any write not applied, which makes no edge if it had landed). And a call
+-- lists the numbers whose replies its node lost (unknown,
 -- comma-separated): their edges come first in its reply, so an edge made
 -- by a call whose reply was lost reaches its node's Produced all the same,
 -- once. A call numbered 0 (a test's, or one run by hand), or from -1 (a
 -- renewal, which makes no edge and is the same run twice), keeps and finds
 -- nothing.
-local calls, own, callNode, callV, callFrom = {}, 0, nil, 0, 0
+local own, callNode, callV, callFrom = 0, nil, 0, 0
+
+local function doneField(node, v) return node .. ' ' .. string.format('%015d', v) end
+
+-- dropAll runs cmd on key with every one of list, a few hundred at a time
+-- (Lua's unpack has a limit).
+local function dropAll(cmd, key, list)
+  for i = 1, #list, 500 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))
+  end
+end
+
+-- forgetCalls drops node's kept replies numbered below from (all if nil).
+local function forgetCalls(node, from)
+  local upTo = '(' .. node .. '!'
+  if from then upTo = '(' .. doneField(node, from) end
+  local old = redis.call('ZRANGEBYLEX', K('dk'), '[' .. node .. ' ', upTo)
+  if #old > 0 then
+    dropAll('HDEL', K('done'), old)
+    dropAll('ZREM', K('dk'), old)
+  end
+end
 
 -- verOf reads node's T:ver once per call; check updates it.
 local vers = {}
@@ -184,17 +209,15 @@ end
 local function recall(node, v, from, unknown)
   callNode, callV, callFrom = node, v, from
   if v <= 0 or from < 0 then return 'new' end
-  local raw = redis.call('HGET', K('done'), node)
-  if raw then calls = cjson.decode(raw) end
   for u in string.gmatch(unknown or '', '[^,]+') do
-    local c = calls[u]
-    if c then
-      for _, x in ipairs(c.e) do produced[#produced + 1] = x end
+    local raw = redis.call('HGET', K('done'), doneField(node, tonumber(u)))
+    if raw then
+      for _, x in ipairs(cjson.decode(raw).e) do produced[#produced + 1] = x end
     end
   end
   own = #produced
-  local c = calls[tostring(v)]
-  if c then return 'replay', c end
+  local raw = redis.call('HGET', K('done'), doneField(node, v))
+  if raw then return 'replay', cjson.decode(raw) end
   if v <= verOf(node) then return 'stale' end
   return 'new'
 end
@@ -206,23 +229,14 @@ end
 local function reply(head, keep)
   local e = {}
   for i = own + 1, #produced do e[#e + 1] = produced[i] end
-  if callV > 0 and callFrom >= 0 then
-    local kept, n, changed = {}, 0, false
-    for k, c in pairs(calls) do
-      if tonumber(k) >= callFrom then
-        kept[k], n = c, n + 1
-      else
-        changed = true
-      end
-    end
-    if #e > 0 or keep then
-      kept[tostring(callV)], n, changed = {h = head, e = e}, n + 1, true
-    end
-    if changed and n > 0 then
-      redis.call('HSET', K('done'), callNode, cjson.encode(kept))
-    elseif changed then
-      redis.call('HDEL', K('done'), callNode)
-    end
+  -- Only a call that keeps a reply forgets the old ones: nothing is kept
+  -- but by such calls, and calls at rest (claims that find nothing) pay
+  -- nothing.
+  if callV > 0 and callFrom >= 0 and (#e > 0 or keep) then
+    forgetCalls(callNode, callFrom)
+    local f = doneField(callNode, callV)
+    redis.call('HSET', K('done'), f, cjson.encode({h = head, e = e}))
+    redis.call('ZADD', K('dk'), 0, f)
   end
   local out = {}
   for _, x in ipairs(head) do out[#out + 1] = x end
