@@ -20,6 +20,7 @@ type config struct {
 	seed     uint64
 	mode     string // single, cluster or sentinel
 	kinds    []kind
+	plan     []step // a fixed schedule; nil: faults drawn from kinds
 	span     time.Duration    // the schedule's length
 	gap      [2]time.Duration // between a fault's heal and the next one
 	clients  int
@@ -48,6 +49,9 @@ type result struct {
 // run starts the world, the clients, the receiver and the nemesis, runs
 // the schedule, heals, settles, and checks.
 func run(ctx context.Context, cfg config) (*result, error) {
+	if cfg.plan != nil {
+		cfg.kinds = plannedKinds(cfg.plan)
+	}
 	for _, k := range cfg.kinds {
 		if !slices.Contains(modeKinds[cfg.mode], k) {
 			return nil, fmt.Errorf("fault kind %q does not apply to mode %q (it takes %v)", k, cfg.mode, modeKinds[cfg.mode])
@@ -90,8 +94,11 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		}
 		wg.Go(func() { t.run(runCtx, churnCtx) })
 	}
-	faults := schedule(cfg.seed, cfg.kinds, nodes, warmup, cfg.span, cfg.gap)
-	cfg.logf("seed %d, mode %s: %d clients, %d faults over %v, logs in %s", cfg.seed, cfg.mode, cfg.clients, len(faults), cfg.span, cfg.dir)
+	faults, over := schedule(cfg.seed, cfg.kinds, nodes, warmup, cfg.span, cfg.gap), "drawn over "+cfg.span.String()
+	if cfg.plan != nil {
+		faults, over = planned(cfg.seed, cfg.plan, nodes, warmup, cfg.gap), "fixed"
+	}
+	cfg.logf("seed %d, mode %s: %d clients, %d faults %s, logs in %s", cfg.seed, cfg.mode, cfg.clients, len(faults), over, cfg.dir)
 	w.nemesis(runCtx, start, faults)
 	if err := ctx.Err(); err != nil {
 		return nil, err
