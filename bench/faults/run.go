@@ -20,7 +20,7 @@ type config struct {
 	seed     uint64
 	mode     string // single, cluster or sentinel
 	kinds    []kind
-	plan     []step // a fixed schedule; nil: faults drawn from kinds
+	plan     []step           // a fixed schedule; nil: faults drawn from kinds
 	span     time.Duration    // the schedule's length
 	gap      [2]time.Duration // between a fault's heal and the next one
 	clients  int
