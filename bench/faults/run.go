@@ -60,23 +60,12 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	if len(cfg.kinds) == 0 {
 		return nil, errors.New("no fault kinds")
 	}
-	key := make([]byte, 24)
-	kr := rand.New(rand.NewPCG(cfg.seed, 4))
-	for i := range key {
-		key[i] = byte(kr.Uint32())
-	}
-	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	rc, err := newReceiver(secret, 0.05, cfg.seed)
+	w, rc, err := startWorld(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.close()
-	w := &world{mode: cfg.mode, bin: cfg.bin, redisServer: cfg.redis, redisCLI: cfg.redisCLI, dir: cfg.dir,
-		hook: rc.url, secret: secret, logf: cfg.logf}
 	defer w.stop()
-	if err := w.start(ctx, nodes); err != nil {
-		return nil, err
-	}
 
 	tr := &truth{}
 	tabs := population(cfg.clients, nodes, channels, cfg.seed, cfg.lifetime)
@@ -111,6 +100,30 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	stopAll()
 	stayers.Wait()
 	return &result{history: h, anomalies: h.check()}, nil
+}
+
+// startWorld starts the webhook receiver (its secret and its refusals
+// drawn from the seed) and the world of cfg.mode with its nodes on it. The
+// caller stops both; an error leaves nothing running.
+func startWorld(ctx context.Context, cfg config) (*world, *receiver, error) {
+	key := make([]byte, 24)
+	kr := rand.New(rand.NewPCG(cfg.seed, 4))
+	for i := range key {
+		key[i] = byte(kr.Uint32())
+	}
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	rc, err := newReceiver(secret, 0.05, cfg.seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &world{mode: cfg.mode, bin: cfg.bin, redisServer: cfg.redis, redisCLI: cfg.redisCLI, dir: cfg.dir,
+		hook: rc.url, secret: secret, logf: cfg.logf}
+	if err := w.start(ctx, nodes); err != nil {
+		w.stop()
+		rc.close()
+		return nil, nil, err
+	}
+	return w, rc, nil
 }
 
 // settle waits a recovery after the last fault, then for every node to be
