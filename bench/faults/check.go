@@ -37,7 +37,10 @@ type history struct {
 	edges   map[string][]event // by key, in order of at
 	tabs    map[string][]interval
 	found   []anomaly
-	counted struct{ posts, refused, redelivered, repeatedIDs, events int }
+	counted struct {
+		posts, refused, redelivered, repeatedIDs, events int
+		offInReach                                       int // off edges while live, every live tab within a fault's reach
+	}
 }
 
 func keyOf(e event) string {
@@ -200,7 +203,9 @@ func (h *history) healthy(node int, t time.Time) bool {
 }
 
 // checkFalseOffline: no off edge while a tab of the key had been live on a
-// healthy node for lag, and stayed live a little after.
+// healthy node for lag, and stayed live a little after. Such edges within a
+// fault's reach are counted, not judged: a node cut off past its lease is
+// rightly taken for dead.
 func (h *history) checkFalseOffline() {
 	for k, es := range h.edges {
 		for _, e := range es {
@@ -208,11 +213,18 @@ func (h *history) checkFalseOffline() {
 				continue
 			}
 			t := time.UnixMilli(e.At)
+			live, healthy := false, false
 			for _, iv := range h.tabs[k] {
-				if !iv.from.After(t.Add(-lag)) && iv.to.After(t.Add(500*time.Millisecond)) && h.healthy(iv.node, t) {
-					h.add(t, k, "false "+e.Type, "%s %s while live on healthy node %s since %s", e.Type, e.ID, nodeName(iv.node), h.rel(iv.from))
-					break
+				if !iv.from.After(t.Add(-lag)) && iv.to.After(t.Add(500*time.Millisecond)) {
+					live = true
+					if healthy = h.healthy(iv.node, t); healthy {
+						h.add(t, k, "false "+e.Type, "%s %s while live on healthy node %s since %s", e.Type, e.ID, nodeName(iv.node), h.rel(iv.from))
+						break
+					}
 				}
+			}
+			if live && !healthy {
+				h.counted.offInReach++
 			}
 		}
 	}
