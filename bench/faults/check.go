@@ -39,7 +39,7 @@ type history struct {
 	found   []anomaly
 	counted struct {
 		posts, refused, redelivered, repeatedIDs, events int
-		offInReach                                       int // off edges while live, every live tab within a fault's reach
+		offInReach                                       int // off edges while connected throughout, within a fault's reach
 	}
 }
 
@@ -204,11 +204,12 @@ func (h *history) healthy(node int, t time.Time) bool {
 
 // checkFalseOffline: no off edge while a tab of the key had been live on a
 // healthy node for lag, and stayed live a little after. Such edges within a
-// fault's reach are counted, not judged: a node cut off past its lease is
-// rightly taken for dead.
+// fault's reach, for a key connected throughout since its last on edge, are
+// counted, not judged: a node cut off past its lease is rightly taken for
+// dead.
 func (h *history) checkFalseOffline() {
 	for k, es := range h.edges {
-		for _, e := range es {
+		for i, e := range es {
 			if isOn(e.Type) {
 				continue
 			}
@@ -223,8 +224,12 @@ func (h *history) checkFalseOffline() {
 					}
 				}
 			}
-			if live && !healthy {
-				h.counted.offInReach++
+			// Counted only if the key stayed connected since its last on
+			// edge: else the edge may be a real departure, learnt late.
+			if live && !healthy && i > 0 {
+				if all, _ := connected(h.tabs[k], time.UnixMilli(es[i-1].At), t); all {
+					h.counted.offInReach++
+				}
 			}
 		}
 	}

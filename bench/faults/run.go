@@ -99,7 +99,11 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	h := &history{start: start, end: end, ivs: tr.snapshot(end), posts: rc.log(), faults: faults, found: found}
 	stopAll()
 	stayers.Wait()
-	return &result{history: h, anomalies: h.check()}, nil
+	found = h.check()
+	if err := h.save(cfg.dir); err != nil {
+		cfg.logf("saving the history: %v", err)
+	}
+	return &result{history: h, anomalies: found}, nil
 }
 
 // startWorld starts the webhook receiver (its secret and its refusals
