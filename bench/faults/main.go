@@ -41,7 +41,7 @@ func main() {
 	flag.StringVar(&cfg.mode, "mode", "single", "topology: single (one redis-server, links the nemesis breaks), cluster (Redis Cluster) or sentinel")
 	flag.StringVar(&kinds, "kinds", "", "comma-separated fault kinds to draw; empty: every kind of the mode")
 	flag.StringVar(&plan, "schedule", "", "a fixed schedule instead of drawn faults: kind[@node][:duration][*count],... such as redis-stop:6s*3 (-minutes and -kinds do not apply)")
-	flag.IntVar(&killN, "kill-after-connects", 0, "instead of a schedule: this many users connect to node A, A is SIGKILLed 0-50 ms (drawn) after the last welcome, and each user's online and offline must reach the webhook once")
+	flag.IntVar(&killN, "kill-after-connects", 0, "instead of a schedule: this many users connect to node A, A is SIGKILLed 0-50 ms (drawn) after the last welcome, and each user's online and offline must reach the webhook once (single mode; -schedule, -kinds and -minutes do not apply)")
 	flag.DurationVar(&gap, "gap", 10*time.Second, "least time between a fault's heal and the next; the most is three times it")
 	flag.StringVar(&cfg.bin, "bin", "", "presenced binary; empty: build ./cmd/presenced")
 	flag.StringVar(&cfg.redis, "redis-server", "redis-server", "redis-server binary")
