@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -66,14 +65,7 @@ var killSeeds = []uint64{1, 2, 3}
 // every user's online and join reach the webhook once, then its offline
 // and leave, whether A delivered them or its claimer took them over.
 func TestKillRightAfterConnects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts Redis and three nodes per seed")
-	}
-	server, cli := lookBin(t, "redis-server"), lookBin(t, "redis-cli")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin, err := buildPresenced(ctx, t.TempDir())
-	require.NoError(t, err)
+	ctx, bin, server, cli := processes(t, "starts Redis and three nodes per seed", 5*time.Minute)
 	for _, seed := range killSeeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			cfg := config{seed: seed, bin: bin, redis: server, redisCLI: cli, dir: t.TempDir(), logf: t.Logf}
