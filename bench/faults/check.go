@@ -39,7 +39,7 @@ type history struct {
 	found   []anomaly
 	counted struct {
 		posts, refused, redelivered, repeatedIDs, events int
-		offInReach                                       int // off edges while connected throughout, within a fault's reach
+		offInReach                                       int // off edges within a fault's reach, connected since before it
 	}
 }
 
@@ -186,7 +186,12 @@ func onOff(on bool) string {
 
 // healthy says whether node was out of every fault's reach at t: no fault
 // of it, nor of Redis, from the fault's start to recovery after its heal.
-func (h *history) healthy(node int, t time.Time) bool {
+func (h *history) healthy(node int, t time.Time) bool { return h.hitBy(node, t) == nil }
+
+// hitBy is the fault, of those whose reach holds node at t, that began
+// first; nil when node was healthy at t.
+func (h *history) hitBy(node int, t time.Time) *fault {
+	var first *fault
 	for _, f := range h.faults {
 		if f.start.IsZero() || f.kind.touchesNone() || (!f.kind.touchesAll() && f.node != node) {
 			continue
@@ -195,41 +200,44 @@ func (h *history) healthy(node int, t time.Time) bool {
 		if !f.finished {
 			end = h.end
 		}
-		if !t.Before(f.start) && !t.After(end.Add(recovery)) {
-			return false
+		if !t.Before(f.start) && !t.After(end.Add(recovery)) && (first == nil || f.start.Before(first.start)) {
+			first = f
 		}
 	}
-	return true
+	return first
 }
 
 // checkFalseOffline: no off edge while a tab of the key had been live on a
 // healthy node for lag, and stayed live a little after. Such edges within a
-// fault's reach, for a key connected throughout since its last on edge, are
-// counted, not judged: a node cut off past its lease is rightly taken for
-// dead.
+// fault's reach, for a key connected throughout since lag before that fault
+// began, are counted, not judged: a node cut off past its lease is rightly
+// taken for dead, while after a freeze of Redis there should be none. (An
+// off edge of a key that came and went during the fault may be a real
+// departure learnt late.)
 func (h *history) checkFalseOffline() {
 	for k, es := range h.edges {
-		for i, e := range es {
+		for _, e := range es {
 			if isOn(e.Type) {
 				continue
 			}
 			t := time.UnixMilli(e.At)
-			live, healthy := false, false
+			var since time.Time // when the faults over the live tabs began
 			for _, iv := range h.tabs[k] {
-				if !iv.from.After(t.Add(-lag)) && iv.to.After(t.Add(500*time.Millisecond)) {
-					live = true
-					if healthy = h.healthy(iv.node, t); healthy {
-						h.add(t, k, "false "+e.Type, "%s %s while live on healthy node %s since %s", e.Type, e.ID, nodeName(iv.node), h.rel(iv.from))
-						break
-					}
+				if iv.from.After(t.Add(-lag)) || !iv.to.After(t.Add(500*time.Millisecond)) {
+					continue
+				}
+				f := h.hitBy(iv.node, t)
+				if f == nil {
+					h.add(t, k, "false "+e.Type, "%s %s while live on healthy node %s since %s", e.Type, e.ID, nodeName(iv.node), h.rel(iv.from))
+					since = time.Time{}
+					break
+				}
+				if since.IsZero() || f.start.Before(since) {
+					since = f.start
 				}
 			}
-			// Counted only if the key stayed connected since its last on
-			// edge: else the edge may be a real departure, learnt late.
-			if live && !healthy && i > 0 {
-				if all, _ := connected(h.tabs[k], time.UnixMilli(es[i-1].At), t); all {
-					h.counted.offInReach++
-				}
+			if all, _ := connected(h.tabs[k], since.Add(-lag), t.Add(500*time.Millisecond)); !since.IsZero() && all {
+				h.counted.offInReach++
 			}
 		}
 	}

@@ -30,7 +30,7 @@ func (h *history) report(seed uint64, mode string) string {
 	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		fk = append(fk, fmt.Sprintf("%s %d", k, byKind[k]))
 	}
-	fmt.Fprintf(&b, "seed %d, mode %s, %.0f s: %d connections, %d edges (%d POSTs, %d answered 503, %d batches redelivered, %d event ids repeated, %d offs while connected throughout, within a fault's reach); faults: %s\n",
+	fmt.Fprintf(&b, "seed %d, mode %s, %.0f s: %d connections, %d edges (%d POSTs, %d answered 503, %d batches redelivered, %d event ids repeated, %d offs within a fault's reach while connected since before it); faults: %s\n",
 		seed, mode, h.end.Sub(h.start).Seconds(), len(h.ivs), h.counted.events, h.counted.posts, h.counted.refused,
 		h.counted.redelivered, h.counted.repeatedIDs, h.counted.offInReach, strings.Join(fk, ", "))
 	if len(h.found) == 0 {
