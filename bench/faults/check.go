@@ -37,7 +37,10 @@ type history struct {
 	edges   map[string][]event // by key, in order of at
 	tabs    map[string][]interval
 	found   []anomaly
-	counted struct{ posts, refused, redelivered, repeatedIDs, events int }
+	counted struct {
+		posts, refused, redelivered, repeatedIDs, events int
+		offInReach                                       int // off edges within a fault's reach, connected since before it
+	}
 }
 
 func keyOf(e event) string {
@@ -183,7 +186,12 @@ func onOff(on bool) string {
 
 // healthy says whether node was out of every fault's reach at t: no fault
 // of it, nor of Redis, from the fault's start to recovery after its heal.
-func (h *history) healthy(node int, t time.Time) bool {
+func (h *history) healthy(node int, t time.Time) bool { return h.hitBy(node, t) == nil }
+
+// hitBy is the fault, of those whose reach holds node at t, that began
+// first; nil when node was healthy at t.
+func (h *history) hitBy(node int, t time.Time) *fault {
+	var first *fault
 	for _, f := range h.faults {
 		if f.start.IsZero() || f.kind.touchesNone() || (!f.kind.touchesAll() && f.node != node) {
 			continue
@@ -192,15 +200,20 @@ func (h *history) healthy(node int, t time.Time) bool {
 		if !f.finished {
 			end = h.end
 		}
-		if !t.Before(f.start) && !t.After(end.Add(recovery)) {
-			return false
+		if !t.Before(f.start) && !t.After(end.Add(recovery)) && (first == nil || f.start.Before(first.start)) {
+			first = f
 		}
 	}
-	return true
+	return first
 }
 
 // checkFalseOffline: no off edge while a tab of the key had been live on a
-// healthy node for lag, and stayed live a little after.
+// healthy node for lag, and stayed live a little after. Such edges within a
+// fault's reach, for a key connected throughout since lag before that fault
+// began, are counted, not judged: a node cut off past its lease is rightly
+// taken for dead, while after a freeze of Redis there should be none. (An
+// off edge of a key that came and went during the fault may be a real
+// departure learnt late.)
 func (h *history) checkFalseOffline() {
 	for k, es := range h.edges {
 		for _, e := range es {
@@ -208,11 +221,23 @@ func (h *history) checkFalseOffline() {
 				continue
 			}
 			t := time.UnixMilli(e.At)
+			var since time.Time // when the faults over the live tabs began
 			for _, iv := range h.tabs[k] {
-				if !iv.from.After(t.Add(-lag)) && iv.to.After(t.Add(500*time.Millisecond)) && h.healthy(iv.node, t) {
+				if iv.from.After(t.Add(-lag)) || !iv.to.After(t.Add(500*time.Millisecond)) {
+					continue
+				}
+				f := h.hitBy(iv.node, t)
+				if f == nil {
 					h.add(t, k, "false "+e.Type, "%s %s while live on healthy node %s since %s", e.Type, e.ID, nodeName(iv.node), h.rel(iv.from))
+					since = time.Time{}
 					break
 				}
+				if since.IsZero() || f.start.Before(since) {
+					since = f.start
+				}
+			}
+			if all, _ := connected(h.tabs[k], since.Add(-lag), t.Add(500*time.Millisecond)); !since.IsZero() && all {
+				h.counted.offInReach++
 			}
 		}
 	}

@@ -107,6 +107,36 @@ func TestCheckMemberships(t *testing.T) {
 	}
 }
 
+// An offline while the user's only tab is within a fault's reach is
+// counted, not judged, if the user stayed connected since before the
+// fault; one on a healthy node is an anomaly, not counted.
+func TestCheckCountsOffsInAFaultsReach(t *testing.T) {
+	stays := []interval{{uid: "u", node: 0, from: sec(1), to: sec(60)}}
+	p := edges("w1", "u", "online@1.1", "offline@5", "online@7")
+	tests := []struct {
+		name   string
+		fault  *fault
+		counts int
+		found  int
+	}{
+		{"its node cut off", &fault{kind: linkCut, node: 0, start: sec(4), end: sec(6), finished: true}, 1, 0},
+		{"another node cut off", &fault{kind: linkCut, node: 1, start: sec(4), end: sec(6), finished: true}, 0, 1},
+	}
+	moved := []interval{{uid: "u", node: 0, from: sec(0), to: sec(2.5)}, {uid: "u", node: 1, from: sec(2.8), to: sec(60)}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &history{start: t0, end: sec(60), ivs: stays, posts: []post{p}, faults: []*fault{tt.fault}}
+			assert.Len(t, h.check(), tt.found)
+			assert.Equal(t, tt.counts, h.counted.offInReach)
+		})
+	}
+	t.Run("a departure learnt late", func(t *testing.T) {
+		h := &history{start: t0, end: sec(60), ivs: moved, posts: []post{p}, faults: []*fault{{kind: redisStop, start: sec(2), end: sec(4.5), finished: true}}}
+		assert.Empty(t, h.check())
+		assert.Zero(t, h.counted.offInReach)
+	})
+}
+
 func TestSchedule(t *testing.T) {
 	kinds := modeKinds["single"]
 	a := schedule(7, kinds, 3, 5*time.Second, 10*time.Minute, [2]time.Duration{10 * time.Second, 30 * time.Second})

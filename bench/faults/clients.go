@@ -122,22 +122,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // connectOnce dials node, logs the live interval, and returns when the
 // connection ends: true when the tab closed it (stop or timer).
 func (t *tab) connectOnce(node int, stop <-chan struct{}, timer <-chan time.Time) bool {
-	q := url.Values{"uid": {t.uid}}
-	if len(t.channels) > 0 {
-		q.Set("channels", strings.Join(t.channels, ","))
-	}
-	ws, _, err := dialer.Dial("ws://"+t.nodes[node]+"/ws?"+q.Encode(), nil)
+	ws, err := connect(t.nodes[node], t.uid, t.channels)
 	if err != nil {
 		return false
 	}
 	defer ws.Close()
-	// Live once the welcome arrived: the server holds the connection.
-	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var welcome struct{ Type, UID string }
-	if _, b, err := ws.ReadMessage(); err != nil || json.Unmarshal(b, &welcome) != nil || welcome.Type != "welcome" || welcome.UID != t.uid {
-		return false
-	}
-	_ = ws.SetReadDeadline(time.Time{})
 	iv := t.truth.open(t.uid, node, t.channels, time.Now())
 	ended := make(chan struct{})
 	go func() {
@@ -164,6 +153,35 @@ func (t *tab) connectOnce(node int, stop <-chan struct{}, timer <-chan time.Time
 	case <-time.After(2 * time.Second):
 	}
 	return true
+}
+
+// connect dials addr as uid in channels and returns once the welcome
+// arrived: from then on the server holds the connection, and the user is
+// live.
+func connect(addr, uid string, channels []string) (*websocket.Conn, error) {
+	q := url.Values{"uid": {uid}}
+	if len(channels) > 0 {
+		q.Set("channels", strings.Join(channels, ","))
+	}
+	ws, _, err := dialer.Dial("ws://"+addr+"/ws?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var welcome struct{ Type, UID string }
+	_, b, err := ws.ReadMessage()
+	if err == nil {
+		err = json.Unmarshal(b, &welcome)
+	}
+	if err == nil && (welcome.Type != "welcome" || welcome.UID != uid) {
+		err = fmt.Errorf("first frame %.100s, want a welcome for %s", b, uid)
+	}
+	if err != nil {
+		ws.Close()
+		return nil, fmt.Errorf("%s as %s: %w", addr, uid, err)
+	}
+	_ = ws.SetReadDeadline(time.Time{})
+	return ws, nil
 }
 
 // population is the clients of a run, split as in production: stable

@@ -45,14 +45,7 @@ func TestCISeedsDrawEveryKind(t *testing.T) {
 // -kinds K -logs DIR tries the failing kind at length and keeps the
 // processes' logs.
 func TestShortSchedule(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the fault schedule runs for minutes")
-	}
-	server, cli := lookBin(t, "redis-server"), lookBin(t, "redis-cli")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	bin, err := buildPresenced(ctx, t.TempDir())
-	require.NoError(t, err)
+	ctx, bin, server, cli := processes(t, "the fault schedule runs for minutes", 8*time.Minute)
 	for _, seed := range ciSeeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			cfg := ciConfig(seed)
@@ -67,6 +60,22 @@ func TestShortSchedule(t *testing.T) {
 			assert.GreaterOrEqual(t, len(res.history.ivs), 60, "connections")
 		})
 	}
+}
+
+// processes prepares a test that runs Redis and presenced for up to d: it
+// skips with why in -short mode, finds Redis's binaries and builds
+// presenced; ctx ends after d.
+func processes(t *testing.T, why string, d time.Duration) (ctx context.Context, bin, server, cli string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	server, cli = lookBin(t, "redis-server"), lookBin(t, "redis-cli")
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	bin, err := buildPresenced(ctx, t.TempDir())
+	require.NoError(t, err)
+	return ctx, bin, server, cli
 }
 
 // lookBin finds a binary; without it the test skips, unless CI is set.

@@ -6,6 +6,8 @@
 // API against the clients' truth.
 //
 //	cd bench && go run ./faults -seed 1 -minutes 10 -clients 300
+//	cd bench && go run ./faults -schedule redis-stop:6s*3   # a fixed schedule
+//	cd bench && go run ./faults -kill-after-connects 100 -seed 1
 //
 // It builds cmd/presenced, runs the schedule, heals, settles, checks, and
 // prints the counts; a failing run prints its seed and each anomaly with a
@@ -29,6 +31,8 @@ func main() {
 		cfg     config
 		minutes float64
 		kinds   string
+		plan    string
+		killN   int
 		gap     time.Duration
 	)
 	flag.Uint64Var(&cfg.seed, "seed", 1, "seed of the schedule and of the clients' choices")
@@ -36,6 +40,8 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 300, "users: half stable, a tenth with a tab on each of two nodes, the rest churning")
 	flag.StringVar(&cfg.mode, "mode", "single", "topology: single (one redis-server, links the nemesis breaks), cluster (Redis Cluster) or sentinel")
 	flag.StringVar(&kinds, "kinds", "", "comma-separated fault kinds to draw; empty: every kind of the mode")
+	flag.StringVar(&plan, "schedule", "", "a fixed schedule instead of drawn faults: kind[@node][:duration][*count],... such as redis-stop:6s*3 (-minutes and -kinds do not apply)")
+	flag.IntVar(&killN, "kill-after-connects", 0, "instead of a schedule: this many users connect to node A, A is SIGKILLed 0-50 ms (drawn) after the last welcome, and each user's online and offline must reach the webhook once (single mode; -schedule, -kinds and -minutes do not apply)")
 	flag.DurationVar(&gap, "gap", 10*time.Second, "least time between a fault's heal and the next; the most is three times it")
 	flag.StringVar(&cfg.bin, "bin", "", "presenced binary; empty: build ./cmd/presenced")
 	flag.StringVar(&cfg.redis, "redis-server", "redis-server", "redis-server binary")
@@ -56,8 +62,22 @@ func main() {
 			cfg.kinds = append(cfg.kinds, kind(strings.TrimSpace(k)))
 		}
 	}
+	if plan != "" {
+		if kinds != "" {
+			fmt.Fprintln(os.Stderr, "faults: -schedule and -kinds: give one")
+			os.Exit(2)
+		}
+		var err error
+		if cfg.plan, err = parsePlan(plan, nodes); err != nil {
+			fmt.Fprintf(os.Stderr, "faults: -schedule: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if killN > 0 {
+		os.Exit(runKill(ctx, &cfg, killN))
+	}
 	var res *result
 	err := setUp(ctx, &cfg)
 	if err == nil {
@@ -97,4 +117,23 @@ func setUp(ctx context.Context, cfg *config) error {
 		cfg.bin = bin
 	}
 	return nil
+}
+
+// runKill runs the kill right after connects and prints what it found;
+// it returns the exit code.
+func runKill(ctx context.Context, cfg *config, users int) int {
+	err := setUp(ctx, cfg)
+	var k *killed
+	if err == nil {
+		k, err = killAfterConnects(ctx, *cfg, users)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "faults: seed %d: %v\n", cfg.seed, err)
+		return 2
+	}
+	fmt.Print(k)
+	if len(k.problems) > 0 {
+		return 1
+	}
+	return 0
 }

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -25,9 +30,9 @@ func (h *history) report(seed uint64, mode string) string {
 	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		fk = append(fk, fmt.Sprintf("%s %d", k, byKind[k]))
 	}
-	fmt.Fprintf(&b, "seed %d, mode %s, %.0f s: %d connections, %d edges (%d POSTs, %d answered 503, %d batches redelivered, %d event ids repeated); faults: %s\n",
+	fmt.Fprintf(&b, "seed %d, mode %s, %.0f s: %d connections, %d edges (%d POSTs, %d answered 503, %d batches redelivered, %d event ids repeated, %d offs within a fault's reach while connected since before it); faults: %s\n",
 		seed, mode, h.end.Sub(h.start).Seconds(), len(h.ivs), h.counted.events, h.counted.posts, h.counted.refused,
-		h.counted.redelivered, h.counted.repeatedIDs, strings.Join(fk, ", "))
+		h.counted.redelivered, h.counted.repeatedIDs, h.counted.offInReach, strings.Join(fk, ", "))
 	if len(h.found) == 0 {
 		b.WriteString("no anomaly\n")
 		return b.String()
@@ -91,4 +96,55 @@ func (h *history) timeline(b *strings.Builder, a anomaly) {
 	for _, l := range ls {
 		fmt.Fprintf(b, "    %s\n", l.text)
 	}
+}
+
+// save writes the raw history into dir, one JSON object a line, to read an
+// anomaly further than its timeline: webhook.jsonl has every POST as the
+// receiver got it, clients.jsonl every live interval; times are seconds
+// from the start, an event's at too.
+func (h *history) save(dir string) error {
+	sec := func(t time.Time) float64 { return t.Sub(h.start).Seconds() }
+	write := func(name string, each func(enc *json.Encoder) error) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		bw := bufio.NewWriter(f)
+		err = each(json.NewEncoder(bw))
+		return errors.Join(err, bw.Flush(), f.Close())
+	}
+	type ev struct {
+		ID, Type, Channel, UID string
+		At                     float64
+	}
+	err := write("webhook.jsonl", func(enc *json.Encoder) error {
+		for _, p := range h.posts {
+			evs := make([]ev, len(p.events))
+			for i, e := range p.events {
+				evs[i] = ev{e.ID, e.Type, e.Channel, e.UID, sec(time.UnixMilli(e.At))}
+			}
+			if err := enc.Encode(struct {
+				Got    float64
+				ID     string
+				Status int
+				Err    string `json:",omitempty"`
+				Events []ev
+			}{sec(p.got), p.id, p.status, p.err, evs}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return errors.Join(err, write("clients.jsonl", func(enc *json.Encoder) error {
+		for _, iv := range h.ivs {
+			if err := enc.Encode(struct {
+				UID, Node string
+				Channels  []string
+				From, To  float64
+			}{iv.uid, nodeName(iv.node), iv.channels, sec(iv.from), sec(iv.to)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
 }

@@ -20,6 +20,7 @@ type config struct {
 	seed     uint64
 	mode     string // single, cluster or sentinel
 	kinds    []kind
+	plan     []step           // a fixed schedule; nil: faults drawn from kinds
 	span     time.Duration    // the schedule's length
 	gap      [2]time.Duration // between a fault's heal and the next one
 	clients  int
@@ -48,6 +49,9 @@ type result struct {
 // run starts the world, the clients, the receiver and the nemesis, runs
 // the schedule, heals, settles, and checks.
 func run(ctx context.Context, cfg config) (*result, error) {
+	if cfg.plan != nil {
+		cfg.kinds = plannedKinds(cfg.plan)
+	}
 	for _, k := range cfg.kinds {
 		if !slices.Contains(modeKinds[cfg.mode], k) {
 			return nil, fmt.Errorf("fault kind %q does not apply to mode %q (it takes %v)", k, cfg.mode, modeKinds[cfg.mode])
@@ -56,23 +60,12 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	if len(cfg.kinds) == 0 {
 		return nil, errors.New("no fault kinds")
 	}
-	key := make([]byte, 24)
-	kr := rand.New(rand.NewPCG(cfg.seed, 4))
-	for i := range key {
-		key[i] = byte(kr.Uint32())
-	}
-	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	rc, err := newReceiver(secret, 0.05, cfg.seed)
+	w, rc, err := startWorld(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.close()
-	w := &world{mode: cfg.mode, bin: cfg.bin, redisServer: cfg.redis, redisCLI: cfg.redisCLI, dir: cfg.dir,
-		hook: rc.url, secret: secret, logf: cfg.logf}
 	defer w.stop()
-	if err := w.start(ctx, nodes); err != nil {
-		return nil, err
-	}
 
 	tr := &truth{}
 	tabs := population(cfg.clients, nodes, channels, cfg.seed, cfg.lifetime)
@@ -90,8 +83,11 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		}
 		wg.Go(func() { t.run(runCtx, churnCtx) })
 	}
-	faults := schedule(cfg.seed, cfg.kinds, nodes, warmup, cfg.span, cfg.gap)
-	cfg.logf("seed %d, mode %s: %d clients, %d faults over %v, logs in %s", cfg.seed, cfg.mode, cfg.clients, len(faults), cfg.span, cfg.dir)
+	faults, over := schedule(cfg.seed, cfg.kinds, nodes, warmup, cfg.span, cfg.gap), "drawn over "+cfg.span.String()
+	if cfg.plan != nil {
+		faults, over = planned(cfg.seed, cfg.plan, nodes, warmup, cfg.gap), "fixed"
+	}
+	cfg.logf("seed %d, mode %s: %d clients, %d faults %s, logs in %s", cfg.seed, cfg.mode, cfg.clients, len(faults), over, cfg.dir)
 	w.nemesis(runCtx, start, faults)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -103,7 +99,35 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	h := &history{start: start, end: end, ivs: tr.snapshot(end), posts: rc.log(), faults: faults, found: found}
 	stopAll()
 	stayers.Wait()
-	return &result{history: h, anomalies: h.check()}, nil
+	found = h.check()
+	if err := h.save(cfg.dir); err != nil {
+		cfg.logf("saving the history: %v", err)
+	}
+	return &result{history: h, anomalies: found}, nil
+}
+
+// startWorld starts the webhook receiver (its secret and its refusals
+// drawn from the seed) and the world of cfg.mode with its nodes on it. The
+// caller stops both; an error leaves nothing running.
+func startWorld(ctx context.Context, cfg config) (*world, *receiver, error) {
+	key := make([]byte, 24)
+	kr := rand.New(rand.NewPCG(cfg.seed, 4))
+	for i := range key {
+		key[i] = byte(kr.Uint32())
+	}
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	rc, err := newReceiver(secret, 0.05, cfg.seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &world{mode: cfg.mode, bin: cfg.bin, redisServer: cfg.redis, redisCLI: cfg.redisCLI, dir: cfg.dir,
+		hook: rc.url, secret: secret, logf: cfg.logf}
+	if err := w.start(ctx, nodes); err != nil {
+		w.stop()
+		rc.close()
+		return nil, nil, err
+	}
+	return w, rc, nil
 }
 
 // settle waits a recovery after the last fault, then for every node to be
