@@ -128,14 +128,14 @@ func (n *Node) step(took time.Duration) {
 		}
 	}
 	for _, nd := range n.v.dueNotes(time.Now()) {
-		n.queueOpLocked(engineOp{kind: opExpire, uid: nd.uid, rec: &recordOp{until: nd.until}})
+		n.queueLocked(Change{Kind: ChangeExpireNote, UID: nd.uid, Until: nd.until})
 	}
 	n.mu.Unlock()
 	if _, ok := n.engine.(*memoryEngine); ok {
 		// The in-memory engine keeps records as long as last seen; it drops
 		// them in order with the user's other changes.
 		for _, uid := range n.seen.step() {
-			n.queueOpLocked(engineOp{kind: opForget, uid: uid})
+			n.queueLocked(Change{Kind: changeForget, UID: uid})
 		}
 	} else {
 		n.seen.step()

@@ -2,7 +2,6 @@ package presence
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/presenced/presenced/internal/lockorder"
@@ -29,8 +28,8 @@ type memoryEngine struct {
 	relay Relay // set once by Attach, before any other call
 
 	// mu guards the state below. It is never held while calling the Relay:
-	// the Node makes one SetUser or SetMember call at a time, so edges
-	// reach the Relay in the order they happened without it.
+	// the Node applies one change at a time, so edges reach the Relay in
+	// the order they happened without it.
 	mu       lockorder.Mutex[lockorder.Store]
 	online   sortedset.Set  // the users online, in order for listings
 	multi    map[string]int // uid -> connections, for the users online with more than one
@@ -59,7 +58,29 @@ func (e *memoryEngine) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (e *memoryEngine) SetUser(uid string, n, away int) {
+// Apply makes c's edges at once, on the caller's goroutine.
+func (e *memoryEngine) Apply(c Change) {
+	switch c.Kind {
+	case ChangeUser:
+		e.setUser(c.UID, c.N, c.Away)
+	case ChangeMember:
+		e.setMember(c.Channel, c.UID, c.N, c.Away == 1)
+	case ChangeInfo:
+		e.change(c.UID, false, func(r *protocol.Record) { r.Info = c.Info })
+	case ChangeSet:
+		e.change(c.UID, true, func(r *protocol.Record) { applySet(r, c.Set) })
+	case ChangeExpireNote:
+		e.change(c.UID, true, func(r *protocol.Record) {
+			if r.Note != nil && r.Note.Until == c.Until && c.Until <= time.Now().UnixMilli() {
+				r.Note = nil
+			}
+		})
+	case changeForget:
+		e.forgetRecord(c.UID)
+	}
+}
+
+func (e *memoryEngine) setUser(uid string, n, away int) {
 	e.mu.Lock()
 	var was bool
 	if n > 0 {
@@ -108,7 +129,7 @@ func (e *memoryEngine) SetUser(uid string, n, away int) {
 	}
 }
 
-func (e *memoryEngine) SetMember(channel, uid string, n int, away bool) {
+func (e *memoryEngine) setMember(channel, uid string, n int, away bool) {
 	e.mu.Lock()
 	members := e.channels[channel]
 	var changed bool
@@ -207,22 +228,6 @@ func (e *memoryEngine) recordLocked(uid string) *memRecord {
 	return nil
 }
 
-func (e *memoryEngine) SetInfo(uid string, info json.RawMessage) {
-	e.change(uid, false, func(r *protocol.Record) { r.Info = info })
-}
-
-func (e *memoryEngine) SetRecord(uid string, set protocol.Set) {
-	e.change(uid, true, func(r *protocol.Record) { applySet(r, set) })
-}
-
-func (e *memoryEngine) ExpireNote(uid string, until int64) {
-	e.change(uid, true, func(r *protocol.Record) {
-		if r.Note != nil && r.Note.Until == until && until <= time.Now().UnixMilli() {
-			r.Note = nil
-		}
-	})
-}
-
 // applySet applies set to r, as every engine does.
 func applySet(r *protocol.Record, set protocol.Set) {
 	switch set.Mode {
@@ -277,8 +282,8 @@ func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 	}
 }
 
-// forgetRecord drops uid's record if uid is offline: the Node calls it once
-// its last-seen record ran out. The Relay hears of it as an empty record,
+// forgetRecord drops uid's record if uid is offline: the Node asks for it
+// (changeForget) once its last-seen record ran out. The Relay hears of it as an empty record,
 // with no edge: a view that kept an invisible user's record lets it go.
 func (e *memoryEngine) forgetRecord(uid string) {
 	e.mu.Lock()

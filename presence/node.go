@@ -169,10 +169,10 @@ type Node struct {
 	usersPeak int
 	infosPeak int
 	refs      followers // followed topics, counted
-	// out holds the Engine calls the changes made, in order: pushed under
-	// mu, made after it (sendOps), so the Node calls the Engine without
-	// holding its lock.
-	out     queue.Queue[engineOp]
+	// out holds the changes for the Engine, in the order they were made:
+	// pushed under mu, applied after it (sendOps), so the Node calls the
+	// Engine without holding its lock.
+	out     queue.Queue[Change]
 	closing bool
 
 	v view
