@@ -98,7 +98,9 @@ type Config struct {
 	// LastSeenTTL is how long Redis keeps when a user last went offline,
 	// for Status; default presence.DefaultLastSeenTTL (24 hours). The
 	// records live in one sorted set per shard, trimmed by the offline
-	// edges that add to it.
+	// edges that add to it. Give the presence.Node the same: its clock
+	// says when an offline user's last seen ran out (presence.ChangeForget),
+	// and the engine then forgets the copy of the user's record it keeps.
 	LastSeenTTL time.Duration
 	// Outbox keeps every edge this node produces in Redis until Delivered
 	// says it reached its receiver (a webhook): if the node dies first, the
@@ -366,6 +368,8 @@ func (e *Engine) Apply(c presence.Change) {
 		// once, if it is still the one that runs out at Until and Until has
 		// passed by this node's clock or Redis's.
 		e.w.addRecordOp(recordOp{kind: opExpire, uid: c.UID, until: c.Until})
+	case presence.ChangeForget:
+		e.r.forget(c.UID)
 	}
 }
 

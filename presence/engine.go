@@ -75,6 +75,11 @@ const (
 	// out at Until, and Until has passed. Of the changes every node makes
 	// for one note, at most one clears it.
 	ChangeExpireNote
+	// ChangeForget says the node's last seen of UID ran out, LastSeenTTL
+	// after UID went offline: what an engine keeps of an offline user for
+	// as long (a record, or a copy of one) may go now. It changes nothing
+	// shared; an engine that keeps nothing so ignores it.
+	ChangeForget
 )
 
 // A Change is one change a node made, for Store.Apply: its Kind says which

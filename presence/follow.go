@@ -170,10 +170,6 @@ func (n *Node) settled(topics []Topic, done chan struct{}) {
 	}
 }
 
-// changeForget is the in-memory engine's own kind of change, which the
-// Node makes for it alone: a user's record ran out with its last seen.
-const changeForget ChangeKind = 255
-
 // setUserLocked queues u's counts for the Engine. was is whether u was
 // away here before the change: if that turned, each of its memberships
 // carries the news to its channel.

@@ -20,7 +20,7 @@ func NewMemoryEngine() Engine {
 		away:     make(map[string]struct{}),
 		channels: make(map[string]*sortedset.Set),
 		awayIn:   make(map[membership]struct{}),
-		records:  make(map[string]*memRecord),
+		records:  make(map[string]protocol.Record),
 	}
 }
 
@@ -35,17 +35,11 @@ type memoryEngine struct {
 	multi    map[string]int // uid -> connections, for the users online with more than one
 	away     map[string]struct{}
 	channels map[string]*sortedset.Set
-	awayIn   map[membership]struct{} // the memberships of away users
-	records  map[string]*memRecord   // the users that have a record
-	hidden   sortedset.Set           // the invisible users, online or not
+	awayIn   map[membership]struct{}    // the memberships of away users
+	records  map[string]protocol.Record // the users that have a record
+	hidden   sortedset.Set              // the invisible users, online or not
 
 	multiPeak, awayPeak, channelsPeak, awayInPeak, recordsPeak int
-}
-
-// memRecord is a user's record and when it turned invisible, while it is.
-type memRecord struct {
-	rec      protocol.Record
-	hiddenAt time.Time
 }
 
 type membership struct{ channel, uid string }
@@ -75,7 +69,7 @@ func (e *memoryEngine) Apply(c Change) {
 				r.Note = nil
 			}
 		})
-	case changeForget:
+	case ChangeForget:
 		e.forgetRecord(c.UID)
 	}
 }
@@ -102,14 +96,13 @@ func (e *memoryEngine) setUser(uid string, n, away int) {
 		delete(e.away, uid)
 		e.away = shrink.Map(e.away, &e.awayPeak)
 	}
-	var rec *memRecord
-	if n > 0 && !was {
-		rec = e.recordLocked(uid)
-	}
+	rec, hasRec := e.records[uid]
+	hasRec = hasRec && n > 0 && !was
 	e.mu.Unlock()
 	now := time.Now()
-	if rec != nil {
-		e.relay.RecordChanged(uid, rec.rec, rec.hiddenAt)
+	if hasRec {
+		// As it stands: the Node's book knows since when it is invisible.
+		e.relay.RecordChanged(uid, rec, time.Time{})
 	}
 	if was != (n > 0) {
 		kind := EdgeOffline
@@ -175,15 +168,12 @@ func (e *memoryEngine) setMember(channel, uid string, n int, away bool) {
 func (e *memoryEngine) Follow(ctx context.Context, topics []Topic) error { return nil }
 func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 
-// Status keeps no last-seen records: the Node does, for every edge of this
-// engine.
+// Status keeps no last seen or hidden-at: the Node does, for every edge and
+// record of this engine.
 func (e *memoryEngine) Status(ctx context.Context, uid string) (UserStatus, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var st UserStatus
-	if r := e.records[uid]; r != nil {
-		st.Record, st.HiddenAt = r.rec, r.hiddenAt
-	}
+	st := UserStatus{Record: e.records[uid]}
 	_, st.Away = e.away[uid]
 	if n, ok := e.multi[uid]; ok {
 		st.Conns = n
@@ -219,15 +209,6 @@ func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	return nil
 }
 
-// recordLocked returns a copy of uid's record, or nil if it has none.
-func (e *memoryEngine) recordLocked(uid string) *memRecord {
-	if r := e.records[uid]; r != nil {
-		c := *r
-		return &c
-	}
-	return nil
-}
-
 // applySet applies set to r, as every engine does.
 func applySet(r *protocol.Record, set protocol.Set) {
 	switch set.Mode {
@@ -247,28 +228,17 @@ func applySet(r *protocol.Record, set protocol.Set) {
 func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 	now := time.Now()
 	e.mu.Lock()
-	r := e.records[uid]
-	var old protocol.Record
-	if r != nil {
-		old = r.rec
-	}
+	old := e.records[uid]
 	rec := old
 	f(&rec)
 	if rec.Equal(old) {
 		e.mu.Unlock()
 		return
 	}
-	if r == nil {
-		r = new(memRecord)
-		e.records[uid] = r
-	}
-	r.rec = rec
-	switch {
-	case rec.Mode == protocol.ModeInvisible && old.Mode != protocol.ModeInvisible:
-		r.hiddenAt = now
+	e.records[uid] = rec
+	if rec.Mode == protocol.ModeInvisible {
 		e.hidden.Add(uid)
-	case rec.Mode != protocol.ModeInvisible && old.Mode == protocol.ModeInvisible:
-		r.hiddenAt = time.Time{}
+	} else {
 		e.hidden.Remove(uid)
 	}
 	if rec.IsZero() {
@@ -283,7 +253,7 @@ func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 }
 
 // forgetRecord drops uid's record if uid is offline: the Node asks for it
-// (changeForget) once its last-seen record ran out. The Relay hears of it as an empty record,
+// (ChangeForget) once its last seen ran out. The Relay hears of it as an empty record,
 // with no edge: a view that kept an invisible user's record lets it go.
 func (e *memoryEngine) forgetRecord(uid string) {
 	e.mu.Lock()
@@ -304,8 +274,8 @@ func (e *memoryEngine) Records(ctx context.Context, uids []string) (map[string]p
 	defer e.mu.Unlock()
 	out := make(map[string]protocol.Record)
 	for _, uid := range uids {
-		if r := e.records[uid]; r != nil {
-			out[uid] = r.rec
+		if r, ok := e.records[uid]; ok {
+			out[uid] = r
 		}
 	}
 	return out, nil

@@ -25,7 +25,7 @@ func See(viewer, uid string, st UserStatus) UserStatus {
 		return st
 	}
 	seen := UserStatus{Conns: st.Conns, Away: st.Away, LastSeen: st.LastSeen, Record: st.Record.Public()}
-	if st.Record.Mode == protocol.ModeInvisible {
+	if st.Record.Mode == protocol.ModeInvisible || !st.HiddenAt.IsZero() {
 		// HiddenAt is zero only where no node knows when: saying the real
 		// last seen instead would tell when it really left.
 		seen.Conns, seen.Away, seen.LastSeen = 0, false, st.HiddenAt
@@ -38,22 +38,22 @@ func See(viewer, uid string, st UserStatus) UserStatus {
 	return seen
 }
 
-// statusLocked is the truth of uid as the view knows it, for See: online
-// counts as one connection, since the view counts users, not connections,
-// and so does a membership, whose edge may come before the online one.
+// statusLocked is the truth of uid as the view and the book know it, for
+// See: online counts as one connection, since the view counts users, not
+// connections, and so does a membership, whose edge may come before the
+// online one. The book knows an invisible user that went offline after
+// the view let its record go.
 func (v *view) statusLocked(uid string) UserStatus {
 	u := v.users[uid]
-	st := UserStatus{Away: u.away}
+	t := v.book.get(uid)
+	st := UserStatus{Away: u.away, HiddenAt: t.hiddenAt()}
 	if u.online || u.member > 0 {
 		st.Conns = 1
-	} else if at, ok := v.offSeenLocked(uid); ok {
-		st.LastSeen = time.UnixMilli(at)
+	} else {
+		st.LastSeen, _ = t.lastSeen()
 	}
 	if r := v.records[uid]; r != nil {
 		st.Record = r.rec
-		if r.hiddenAt != 0 {
-			st.HiddenAt = time.UnixMilli(r.hiddenAt)
-		}
 	}
 	return st
 }
