@@ -141,7 +141,7 @@ func (n *Node) VisibleUsers(ctx context.Context, limit int) (int, []string, erro
 		return 0, nil, err
 	}
 	users = without(users, hidden)
-	return count - len(hidden), users[:min(limit, len(users))], nil
+	return countSeen("", count, slices.Values(hidden)), users[:min(limit, len(users))], nil
 }
 
 // VisibleMembers is Members as a client sees them: without invisible
@@ -159,7 +159,7 @@ func (n *Node) VisibleMembers(ctx context.Context, channel, after string, limit 
 		return 0, nil, "", err
 	}
 	members, next = cutPage(without(members, hidden), limit)
-	return count - len(hidden), members, next, nil
+	return countSeen("", count, slices.Values(hidden)), members, next, nil
 }
 
 // without returns the sorted list uids without those in drop (sorted).

@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -461,10 +462,11 @@ func (v *view) subscribe(c Client, uid, channel string) {
 		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
-	count, members := cv.members.Len(), cv.members.First(v.memberList)
+	count := countSeen(uid, cv.members.Len()+len(cv.hidden), maps.Keys(cv.hidden))
+	members := cv.members.First(v.memberList)
 	own := ""
 	if cv.isHidden(uid) {
-		own, count = uid, count+1
+		own = uid
 		members = withOwn(members, uid, v.memberList, cv.members.Len() > len(members))
 	}
 	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(count)}

@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"iter"
 	"time"
 
 	"github.com/presenced/presenced/protocol"
@@ -36,6 +37,23 @@ func See(viewer, uid string, st UserStatus) UserStatus {
 		seen.Record = protocol.Record{Info: st.Record.Info}
 	}
 	return seen
+}
+
+// invisibleMember is a user in a group (online, or a member of a channel)
+// that is invisible, as countSeen asks See about it.
+var invisibleMember = UserStatus{Conns: 1, Record: protocol.Record{Mode: protocol.ModeInvisible}}
+
+// countSeen is how many of a group (the users online, a channel's members)
+// viewer sees, of total, hidden being the invisible ones: See's rule for
+// each of those, which shows one to itself alone. It costs O(hidden),
+// whatever the group's size.
+func countSeen(viewer string, total int, hidden iter.Seq[string]) int {
+	for uid := range hidden {
+		if See(viewer, uid, invisibleMember).Conns == 0 {
+			total--
+		}
+	}
+	return total
 }
 
 // statusLocked is the truth of uid as the view and the book know it, for
