@@ -18,7 +18,8 @@ const DefaultLastSeenTTL = 24 * time.Hour
 // the Engine does not keep. An offline user's entry lasts ttl after it went
 // (an invisible one's, ttl after the node heard of it), on a ring of the
 // Node's clock, so keeping millions costs no timer and dropping them no
-// scan; an online user's lasts while it is invisible.
+// scan; an online user's lasts while it is invisible, or until the view
+// lets the user go (letGo).
 type seenBook struct {
 	ring *tracker.Tracker[string] // the offline users' deadlines; stepped by the Node
 	ttl  time.Duration
@@ -92,10 +93,25 @@ func (s *seenBook) hide(uid string, t time.Time, online bool) {
 		t = time.Now()
 	}
 	e.hid = t.UnixMilli()
-	if !online && e.off == 0 {
+	s.at[uid] = e
+	if !online {
+		s.dueLocked(uid)
+	}
+}
+
+// letGo gives uid's entry a deadline if it has none: the view no longer
+// hears of uid (it went offline, or left the channels that showed it,
+// with no edge of its own), so nothing else would end it.
+func (s *seenBook) letGo(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dueLocked(uid)
+}
+
+func (s *seenBook) dueLocked(uid string) {
+	if _, ok := s.at[uid]; ok && !s.ring.Online(uid) {
 		s.ring.TouchFor(uid, s.ttl)
 	}
-	s.at[uid] = e
 }
 
 // unhide notes that uid is not invisible.

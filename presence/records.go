@@ -107,6 +107,7 @@ func (v *view) forgetRecordLocked(uid string) {
 		return
 	}
 	v.dropRecordLocked(uid)
+	v.book.letGo(uid)
 }
 
 func (v *view) dropRecordLocked(uid string) {
