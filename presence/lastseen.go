@@ -126,12 +126,7 @@ func (s *seenBook) unhide(uid string) {
 
 // putLocked stores e, or drops it when it holds nothing.
 func (s *seenBook) putLocked(uid string, e seenTimes) {
-	if e != (seenTimes{}) {
-		s.at[uid] = e
-		return
-	}
-	delete(s.at, uid)
-	s.at = shrink.Map(s.at, &s.peak)
+	s.at = shrink.Put(s.at, uid, e, &s.peak)
 }
 
 // get returns what the book keeps of uid.

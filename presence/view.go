@@ -394,12 +394,7 @@ func (v *view) Deliver(m Message) {
 // putUser stores what the view keeps of uid, or forgets uid if it is
 // neither online nor has a client here.
 func (v *view) putUser(uid string, u userView) {
-	if u != (userView{}) {
-		v.users[uid] = u
-		return
-	}
-	delete(v.users, uid)
-	v.users = shrink.Map(v.users, &v.usersPeak)
+	v.users = shrink.Put(v.users, uid, u, &v.usersPeak)
 }
 
 func (v *view) addClient(c Client, uid string) {
