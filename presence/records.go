@@ -32,10 +32,14 @@ type userRecord struct {
 	in  []string
 }
 
-// hiddenLocked reports whether uid is invisible.
+// hiddenLocked reports whether uid is invisible: by its record, or, for a
+// user whose record the view let go (it was offline and a member of
+// nothing), by the book.
 func (v *view) hiddenLocked(uid string) bool {
-	r := v.records[uid]
-	return r != nil && r.rec.Mode == protocol.ModeInvisible
+	if r := v.records[uid]; r != nil {
+		return r.rec.Mode == protocol.ModeInvisible
+	}
+	return v.book.get(uid).hid != 0
 }
 
 // visibleLocked reports whether other clients see uid online.
@@ -122,9 +126,10 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.notes.setLocked(uid, rec.Note)
+	wasHidden, isHidden := v.hiddenLocked(uid), rec.Mode == protocol.ModeInvisible
 	r := v.records[uid]
 	if r == nil {
-		if rec.IsZero() {
+		if rec.IsZero() && !wasHidden {
 			return
 		}
 		r = &userRecord{}
@@ -135,7 +140,6 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 	}
 	old := r.rec
 	r.rec = rec
-	wasHidden, isHidden := old.Mode == protocol.ModeInvisible, rec.Mode == protocol.ModeInvisible
 	if isHidden {
 		u := v.users[uid]
 		v.book.hide(uid, at, u.online || u.member > 0)

@@ -172,14 +172,19 @@ func (v *view) UserChanged(uid string, online bool, at time.Time) {
 	if u.online == online {
 		return
 	}
+	if online {
+		// Its record, if it has one, came first: a user that comes back
+		// without one, invisible before, is not now (the record ran out),
+		// and the channels that hid it show it, before its watchers hear.
+		r := v.records[uid]
+		if r == nil && u.member > 0 && v.hiddenLocked(uid) {
+			v.turnLocked(uid, &userRecord{in: v.channelsOfLocked(uid)}, true, at)
+		}
+		v.book.online(uid, r != nil && r.rec.Mode == protocol.ModeInvisible)
+	}
 	wasAway := u.away
 	u.online, u.away = online, false
 	v.putUser(uid, u)
-	if online {
-		// Its record, if it has one, came first: a user that comes back
-		// without one, invisible before, is not now (the record ran out).
-		v.book.online(uid, v.hiddenLocked(uid))
-	}
 	if !v.hiddenLocked(uid) {
 		v.logUserOnlineLocked(uid, online, wasAway, at)
 	}
