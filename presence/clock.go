@@ -133,7 +133,9 @@ func (n *Node) step(took time.Duration) {
 	n.mu.Unlock()
 	// An engine keeps records as long as last seen; it drops them in
 	// order with the user's other changes.
-	for _, uid := range n.v.book.step() {
+	dropped := n.v.book.step()
+	n.v.forgetExpired(dropped)
+	for _, uid := range dropped {
 		n.queueLocked(Change{Kind: ChangeForget, UID: uid})
 	}
 	n.v.stepTyping()

@@ -166,10 +166,25 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 	switch {
 	case rec.IsZero():
 		v.dropRecordLocked(uid)
-	case !at.IsZero():
+	case !at.IsZero() && !isHidden:
 		// A change of a user nobody here sees (a note that ran out while
 		// it was offline) is not kept; a record delivered as it stands, with
-		// no time, comes before the user's online edge or snapshot.
+		// no time, comes before the user's online edge or snapshot. An
+		// invisible user's comes with its hidden-at, also before those: it
+		// is kept until the book lets the user go (forgetExpired).
+		v.forgetRecordLocked(uid)
+	}
+}
+
+// forgetExpired drops the records of those of uids, whose entries the
+// book just dropped, that nobody here sees.
+func (v *view) forgetExpired(uids []string) {
+	if len(uids) == 0 {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, uid := range uids {
 		v.forgetRecordLocked(uid)
 	}
 }
