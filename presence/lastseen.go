@@ -41,21 +41,19 @@ func (s *seenBook) init(ring *tracker.Tracker[string], ttl time.Duration) {
 	s.at = make(map[string]seenTimes)
 }
 
-// offline notes that uid went offline at t (zero: not known), and starts
-// its entry's deadline.
+// offline notes that uid went offline at t, and starts its entry's
+// deadline, ttl after t. A zero t (not known) gives an entry the view
+// keeps a deadline if it has none.
 func (s *seenBook) offline(uid string, t time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.at[uid]
 	if t.IsZero() {
-		if !ok {
-			return
-		}
-		t = time.Now()
-	} else {
-		e.off = t.UnixMilli()
-		s.at[uid] = e
+		s.dueLocked(uid)
+		return
 	}
+	e := s.at[uid]
+	e.off = t.UnixMilli()
+	s.at[uid] = e
 	// Under mu: step's check that the entry was not renewed must see the
 	// deadline of every entry it can see.
 	s.ring.TouchFor(uid, min(max(s.ttl-time.Since(t), 0), s.ttl))

@@ -48,6 +48,11 @@ func TestSeenBookLifetimes(t *testing.T) {
 	}{
 		{"offline", func(b *seenBook) { b.offline("u", now) }, 3, seenTimes{off: now.UnixMilli()}},
 		{"offline, time not known", func(b *seenBook) { b.offline("u", time.Time{}) }, 0, seenTimes{}},
+		{"offline, then a topic dropped", func(b *seenBook) {
+			b.offline("u", now)
+			b.step()
+			b.offline("u", time.Time{}) // keeps the deadline it has
+		}, 2, seenTimes{off: now.UnixMilli()}},
 		{"invisible online", func(b *seenBook) { b.hide("u", now, true) }, 0, seenTimes{hid: now.UnixMilli()}},
 		{"invisible online, let go", func(b *seenBook) { b.hide("u", now, true); b.letGo("u") }, 3, seenTimes{hid: now.UnixMilli()}},
 		{"invisible, heard offline", func(b *seenBook) { b.hide("u", now, false) }, 3, seenTimes{hid: now.UnixMilli()}},
