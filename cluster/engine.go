@@ -98,7 +98,9 @@ type Config struct {
 	// LastSeenTTL is how long Redis keeps when a user last went offline,
 	// for Status; default presence.DefaultLastSeenTTL (24 hours). The
 	// records live in one sorted set per shard, trimmed by the offline
-	// edges that add to it.
+	// edges that add to it. Give the presence.Node the same: its clock
+	// says when an offline user's last seen ran out (presence.ChangeForget),
+	// and the engine then forgets the copy of the user's record it keeps.
 	LastSeenTTL time.Duration
 	// Outbox keeps every edge this node produces in Redis until Delivered
 	// says it reached its receiver (a webhook): if the node dies first, the
@@ -337,28 +339,37 @@ func (e *Engine) Attach(r presence.Relay) { e.relayP.Store(&relayBox{r}) }
 // Called by presence.Node; an embedder does not call it.
 func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
 
-// SetUser records that this node holds n connections of uid, away of which
-// are away. It never blocks on Redis: changes are coalesced and written in
-// batches. A user arriving on this node is in the Relay when it returns, if
-// the node follows the user; its activity edges come from Redis, which sums
-// every node's. Called by presence.Node; an embedder does not call it.
-func (e *Engine) SetUser(uid string, n, away int) {
-	if e.w.setUser(uid, n, away) && n > 0 {
-		e.r.own(presence.Topic{UID: uid}, uid, func(r presence.Relay) { r.UserChanged(uid, true, time.Now()) })
-	}
-}
-
-// SetMember records that n of this node's connections of uid joined
-// channel, and whether this node says the member is away; like SetUser, it
-// never blocks on Redis, and a membership arriving on this node is in the
-// Relay when it returns. Called by presence.Node; an embedder does not call
-// it.
-func (e *Engine) SetMember(channel, uid string, n int, away bool) {
-	// A user that turns invisible and joins at once joins invisible: the
-	// join is shown when Redis has it, after the set, not at once with
-	// the record the router knew before it.
-	if e.w.setMember(channel, uid, n > 0, away) && n > 0 {
-		e.r.own(presence.Topic{Channel: channel}, uid, func(r presence.Relay) { r.MemberChanged(channel, uid, true) })
+// Apply records a change this node made. It never blocks on Redis: the
+// writer's goroutine writes the changes in the order they were handed
+// over, counts coalesced and batched, a record change after the counts
+// handed over before it. A user or a membership arriving on this node is
+// in the Relay when it returns, if the node follows its topic; activity
+// edges come from Redis, which sums every node's. Called by presence.Node;
+// an embedder does not call it.
+func (e *Engine) Apply(c presence.Change) {
+	switch c.Kind {
+	case presence.ChangeUser:
+		if e.w.setUser(c.UID, c.N, c.Away) && c.N > 0 {
+			e.r.own(presence.Topic{UID: c.UID}, c.UID, func(r presence.Relay) { r.UserChanged(c.UID, true, time.Now()) })
+		}
+	case presence.ChangeMember:
+		// A user that turns invisible and joins at once joins invisible:
+		// the join is shown when Redis has it, after the set, not at once
+		// with the record the router knew before it.
+		if e.w.setMember(c.Channel, c.UID, c.N > 0, c.Away == 1) && c.N > 0 {
+			e.r.own(presence.Topic{Channel: c.Channel}, c.UID, func(r presence.Relay) { r.MemberChanged(c.Channel, c.UID, true) })
+		}
+	case presence.ChangeInfo:
+		e.w.addRecordOp(recordOp{kind: opInfo, uid: c.UID, info: c.Info})
+	case presence.ChangeSet:
+		e.w.addRecordOp(recordOp{kind: opSet, uid: c.UID, set: c.Set})
+	case presence.ChangeExpireNote:
+		// Every node whose clients see the note asks; the script clears it
+		// once, if it is still the one that runs out at Until and Until has
+		// passed by this node's clock or Redis's.
+		e.w.addRecordOp(recordOp{kind: opExpire, uid: c.UID, until: c.Until})
+	case presence.ChangeForget:
+		e.r.forget(c.UID)
 	}
 }
 

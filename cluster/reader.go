@@ -215,12 +215,10 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 				on := state > 0 || r.w.holds("", uid)
 				away := state == 2 && !r.w.holdsActive("", uid)
 				var at time.Time
-				if on {
-					seen = 0
-				} else if seen > 0 {
+				if !on && seen > 0 {
 					at = time.UnixMilli(seen) // for a watching frame's last_seen
 				}
-				r.wentOffline(uid, seen)
+				r.wentOffline(uid, !on)
 				r.post(shard, func(rl presence.Relay) {
 					rl.UserChanged(uid, on, at)
 					if on {
@@ -347,10 +345,8 @@ func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(prese
 	on, at := ev.On == 1, time.Time{}
 	if on {
 		r.postKnown(t.UID, touched) // the Relay forgot it when the user went
-		r.wentOffline(t.UID, 0)
-	} else if ev.At > 0 {
-		r.wentOffline(t.UID, ev.At)
 	}
+	r.wentOffline(t.UID, !on)
 	if ev.At > 0 {
 		at = time.UnixMilli(ev.At)
 	}

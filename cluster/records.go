@@ -14,29 +14,6 @@ import (
 	"github.com/presenced/presenced/protocol"
 )
 
-// SetInfo records that info is uid's info now. Like SetUser, it never
-// blocks on Redis: the change is written by the writer's goroutine, after
-// the SetUser and SetMember calls made before it. Called by presence.Node;
-// an embedder does not call it.
-func (e *Engine) SetInfo(uid string, info json.RawMessage) {
-	e.w.addRecordOp(recordOp{kind: opInfo, uid: uid, info: info})
-}
-
-// SetRecord applies a client's set to uid's record, in Redis, where the
-// last set applied wins across nodes; a set that changes nothing publishes
-// nothing. Called by presence.Node; an embedder does not call it.
-func (e *Engine) SetRecord(uid string, set protocol.Set) {
-	e.w.addRecordOp(recordOp{kind: opSet, uid: uid, set: set})
-}
-
-// ExpireNote clears uid's note if it is still the one that runs out at
-// until and until has passed (by this node's clock or Redis's). Every node
-// whose clients see the note asks; one clears it. Called by presence.Node;
-// an embedder does not call it.
-func (e *Engine) ExpireNote(uid string, until int64) {
-	e.w.addRecordOp(recordOp{kind: opExpire, uid: uid, until: until})
-}
-
 // Records returns the records of those of uids that have one, in one round
 // trip per shard. Called by presence.Node; an embedder does not call it.
 func (e *Engine) Records(ctx context.Context, uids []string) (map[string]protocol.Record, error) {

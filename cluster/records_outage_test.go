@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/protocol"
 )
 
@@ -132,6 +133,9 @@ func TestRecordsEndWithTheLastSeenTTL(t *testing.T) {
 		assert.Equal(ct, protocol.Record{Mode: protocol.ModeDND}, st.Record, "kept within the TTL")
 	})
 	time.Sleep(cfg.LastSeenTTL + 100*time.Millisecond)
+	for _, n := range []*node{a, b} { // as each Node's clock does
+		n.Apply(presence.Change{Kind: presence.ChangeForget, UID: "alice"})
+	}
 	recs, err := a.Records(context.Background(), []string{"alice"})
 	require.NoError(t, err)
 	assert.Empty(t, recs)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/protocol"
 )
 
 // redisServer is a real redis-server on a free loopback port, without
@@ -188,6 +190,28 @@ func startNodeRelay(t *testing.T, cfg Config, wrap func(*Engine, *recorder) pres
 		t.Fatalf("node %s did not start reading", cfg.Node)
 	}
 	return n
+}
+
+// SetUser, SetMember, SetInfo and SetRecord apply one change as a Node
+// would: the tests' shorthand for Apply.
+func (n *node) SetUser(uid string, conns, away int) {
+	n.Apply(presence.Change{Kind: presence.ChangeUser, UID: uid, N: conns, Away: away})
+}
+
+func (n *node) SetMember(channel, uid string, conns int, away bool) {
+	c := presence.Change{Kind: presence.ChangeMember, Channel: channel, UID: uid, N: conns}
+	if away {
+		c.Away = 1
+	}
+	n.Apply(c)
+}
+
+func (n *node) SetInfo(uid string, info json.RawMessage) {
+	n.Apply(presence.Change{Kind: presence.ChangeInfo, UID: uid, Info: info})
+}
+
+func (n *node) SetRecord(uid string, set protocol.Set) {
+	n.Apply(presence.Change{Kind: presence.ChangeSet, UID: uid, Set: set})
 }
 
 // follow makes the node follow users (and channels "#name"), as a Node

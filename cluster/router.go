@@ -25,8 +25,8 @@ import (
 // calls already: one goroutine at a time per shard, in queue order (see
 // deliver). So a snapshot and the edges of the same topic reach the Relay in
 // the order they were decided, the seq filtering stays exact, no lock is held
-// while the Relay works, and a node's own edge, decided by SetUser's caller,
-// is in the Relay when SetUser returns, without waiting behind a shard reader
+// while the Relay works, and a node's own edge, decided by Apply's caller,
+// is in the Relay when Apply returns, without waiting behind a shard reader
 // that is reading a snapshot from Redis.
 type router struct {
 	*base
@@ -96,7 +96,7 @@ func (r *router) post(shard int, call func(presence.Relay)) {
 // before it was called are made. One goroutine at a time makes a shard's
 // calls, in order; the others wait, which is brief, as Relay methods do not
 // block. So a caller's decisions have reached the Relay when it returns: a
-// node's own edge is in the Relay when SetUser returns, a snapshot when
+// node's own edge is in the Relay when Apply returns, a snapshot when
 // Follow does. Called without r.mu.
 func (r *router) deliver(shard int) {
 	r.out[shard].Flush(func(call func(presence.Relay)) { call(r.relay()) })

@@ -154,7 +154,7 @@ type callbackRelay struct {
 
 func (r *callbackRelay) Deliver(m presence.Message) {
 	if m.Kind == presence.MessageDisconnect {
-		r.e.SetUser(m.UID, 1, 0)
+		r.e.Apply(presence.Change{Kind: presence.ChangeUser, UID: m.UID, N: 1})
 	}
 	r.recorder.Deliver(m)
 }

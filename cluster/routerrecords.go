@@ -29,9 +29,9 @@ type knownRecord struct {
 	raw  string // the record's JSON, as Redis wrote it
 	rec  protocol.Record
 	seen time.Time // when it was last relayed or read, to sweep it
-	// off is when the user went offline (ms), while it is: the record
-	// runs out a last-seen TTL after.
-	off int64
+	// gone says the user was offline when last heard of: when the Node's
+	// last seen of it runs out (forget), so does the record in Redis.
+	gone bool
 }
 
 // hiddenAt is the time to relay with a record that is not news of a
@@ -151,21 +151,26 @@ func (r *router) wroteRecord(uid string, v, hid, at int64, raw string) {
 // shows the user (a join, a snapshot): the Relay may have forgotten it.
 // Called with r.mu held.
 func (r *router) postKnown(uid string, touched *[]int) {
-	kr := r.known[uid]
-	if kr != nil && kr.off > 0 && time.Now().UnixMilli()-kr.off > r.cfg.LastSeenTTL.Milliseconds() {
-		delete(r.known, uid) // ran out in Redis too
-		return
-	}
-	if kr != nil && !kr.rec.IsZero() {
+	if kr := r.known[uid]; kr != nil && !kr.rec.IsZero() {
 		r.postRecord(uid, kr.rec, kr.hiddenAt(), touched)
 	}
 }
 
-// wentOffline notes when uid went offline (ms; 0: it is online), for its
-// known record's end. Called with r.mu held.
-func (r *router) wentOffline(uid string, at int64) {
+// wentOffline notes whether uid is offline, for its known record's end.
+// Called with r.mu held.
+func (r *router) wentOffline(uid string, gone bool) {
 	if kr := r.known[uid]; kr != nil {
-		kr.off = at
+		kr.gone = gone
+	}
+}
+
+// forget drops uid's known record if uid is offline: the Node's last seen
+// of it ran out, and the record in Redis with it.
+func (r *router) forget(uid string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if kr := r.known[uid]; kr != nil && kr.gone {
+		delete(r.known, uid)
 	}
 }
 

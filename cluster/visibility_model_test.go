@@ -31,6 +31,10 @@ func TestVisibilityModelTwoNodes(t *testing.T) {
 		Steps: 60, Seeds: seeds,
 		HideJoin:  true,
 		ShrinkFor: time.Minute,
+		Regressions: []vismodel.Regression{
+			{Seed: 1795903781110932588, Steps: 60},  // an invisible user's record let go by a node that then saw its join
+			{Seed: 1795904696002386651, Steps: 100}, // an invisible user's record, delivered with its hidden-at before its online edge, let go
+		},
 		NewEnv: func() (vismodel.Env, func()) {
 			prefix := fmt.Sprintf("vis%d", runs.Add(1)) // a fresh store for each run
 			ctx, cancel := context.WithCancel(context.Background())

@@ -9,8 +9,8 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-// writer keeps what this node holds and writes it to Redis. SetUser and
-// SetMember only record a change and wake the writer's goroutine (loop),
+// writer keeps what this node holds and writes it to Redis. Engine.Apply
+// only records a change and wakes the writer's goroutine (loop),
 // which is the only one to write this node's records, so the changes for a
 // user (or membership) reach Redis in the order they were made. The loop
 // also renews the node's liveness, writes its records again where Redis lost
@@ -35,7 +35,7 @@ type writer struct {
 	recOps      []recordOp
 	recInflight int
 	repub       []republish
-	// counted numbers the SetUser and SetMember changes handed over, taken
+	// counted numbers the count changes (users, memberships) handed over, taken
 	// the last of them a flush wrote: a record change waits for the counts
 	// handed over before it (recordOp.after) to be written.
 	counted, taken int64
@@ -45,7 +45,7 @@ type writer struct {
 	learned  func(uid string, v, hid, at int64, raw string)
 	// hiding counts, per user, the sets to invisible not written yet: until
 	// they are, the router does not know the user is invisible, and a join
-	// of the user is not shown before Redis has it (see Engine.SetMember).
+	// of the user is not shown before Redis has it (see Engine.Apply).
 	hiding map[string]int
 
 	// Owned by loop: what Redis holds for this node, i.e. the state whose

@@ -41,7 +41,7 @@ func (n *Node) makeClock(slots int, tick, lastSeenTTL, typingTTL time.Duration) 
 	if err != nil {
 		return err
 	}
-	n.seen.init(seen, lastSeenTTL)
+	n.v.book.init(seen, lastSeenTTL)
 	typing, err := tracker.New(tracker.Config[typingKey]{Slots: slots, Tick: tick})
 	if err != nil {
 		return err
@@ -128,17 +128,15 @@ func (n *Node) step(took time.Duration) {
 		}
 	}
 	for _, nd := range n.v.dueNotes(time.Now()) {
-		n.queueOpLocked(engineOp{kind: opExpire, uid: nd.uid, rec: &recordOp{until: nd.until}})
+		n.queueLocked(Change{Kind: ChangeExpireNote, UID: nd.uid, Until: nd.until})
 	}
 	n.mu.Unlock()
-	if _, ok := n.engine.(*memoryEngine); ok {
-		// The in-memory engine keeps records as long as last seen; it drops
-		// them in order with the user's other changes.
-		for _, uid := range n.seen.step() {
-			n.queueOpLocked(engineOp{kind: opForget, uid: uid})
-		}
-	} else {
-		n.seen.step()
+	// An engine keeps records as long as last seen; it drops them in
+	// order with the user's other changes.
+	dropped := n.v.book.step()
+	n.v.forgetExpired(dropped)
+	for _, uid := range dropped {
+		n.queueLocked(Change{Kind: ChangeForget, UID: uid})
 	}
 	n.v.stepTyping()
 	n.sendOps()

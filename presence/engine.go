@@ -26,19 +26,18 @@ type Engine interface {
 	Run(ctx context.Context) error
 }
 
-// A Store counts users and members over the connections each node holds.
-// The Node calls SetUser and SetMember in the order the counts changed for
-// a user (and channel), one at a time, holding no lock; they must not block
-// on I/O (a networked store batches). A user is away while online with
-// every connection, on every node, away; a channel knows its away members
-// from its own records.
+// A Store counts users and members over the connections each node holds,
+// and keeps users' records. A user is away while online with every
+// connection, on every node, away; a channel knows its away members from
+// its own records.
 type Store interface {
-	// SetUser says this node holds n live connections of uid, away of them
-	// away.
-	SetUser(uid string, n, away int)
-	// SetMember says n of them joined channel, and whether all of the
-	// node's connections of uid are away.
-	SetMember(channel, uid string, n int, away bool)
+	// Apply takes one change this node made to what it holds. The Node
+	// calls it one change at a time, in the order the changes were made,
+	// holding no lock: a user's record changes and its count changes come
+	// in one stream, so an engine that keeps the stream's order in what it
+	// writes and delivers shows them in the order they were made. It must
+	// not block on I/O (a networked store batches).
+	Apply(c Change)
 	// Status is uid on all nodes; LastSeen if the store keeps it.
 	Status(ctx context.Context, uid string) (UserStatus, error)
 	// Users counts the users online and lists up to limit, in order.
@@ -46,27 +45,53 @@ type Store interface {
 	// Members counts channel's members and lists up to limit of those
 	// after after ("": from the first), in order.
 	Members(ctx context.Context, channel, after string, limit int) (count int, members []string, err error)
-
-	// A user's record (info, mode, note) lives while the user is online
-	// and for Config.LastSeenTTL after. Its changes reach the Relay as
-	// RecordChanged, and Produced as EdgeUpdate once cluster-wide. The
-	// three calls below come in order with SetUser and never block on I/O.
-
-	// SetInfo says info (a JSON object, checked) is uid's info now: that
-	// of its newest connection that brought one.
-	SetInfo(uid string, info json.RawMessage)
-	// SetRecord applies a client's set to uid's record; the last set wins
-	// across nodes. A set that changes nothing makes no edge.
-	SetRecord(uid string, set protocol.Set)
-	// ExpireNote clears uid's note if it is still the note that runs out
-	// at until, and until has passed. Of the calls every node makes for
-	// one note, at most one clears it.
-	ExpireNote(uid string, until int64)
 	// Records returns the records of those of uids that have one.
 	Records(ctx context.Context, uids []string) (map[string]protocol.Record, error)
 	// Hidden lists in order the invisible users online (channel "") or the
 	// invisible members of channel.
 	Hidden(ctx context.Context, channel string) ([]string, error)
+}
+
+// A ChangeKind says what a Change changed.
+type ChangeKind uint8
+
+// The kinds of changes. A user's record (info, mode, note) lives while the
+// user is online and for Config.LastSeenTTL after; its changes reach the
+// Relay as RecordChanged, and Produced as EdgeUpdate once cluster-wide.
+const (
+	// ChangeUser: this node holds N live connections of UID, Away of them
+	// away.
+	ChangeUser ChangeKind = iota + 1
+	// ChangeMember: N of them joined Channel; Away is 1 if all of the
+	// node's connections of UID are away, else 0.
+	ChangeMember
+	// ChangeInfo: Info (a JSON object, checked) is UID's info now, that
+	// of its newest connection that brought one.
+	ChangeInfo
+	// ChangeSet applies a client's Set to UID's record; the last set wins
+	// across nodes. A set that changes nothing makes no edge.
+	ChangeSet
+	// ChangeExpireNote clears UID's note if it is still the note that runs
+	// out at Until, and Until has passed. Of the changes every node makes
+	// for one note, at most one clears it.
+	ChangeExpireNote
+	// ChangeForget says the node's last seen of UID ran out, LastSeenTTL
+	// after UID went offline: what an engine keeps of an offline user for
+	// as long (a record, or a copy of one) may go now. It changes nothing
+	// shared; an engine that keeps nothing so ignores it.
+	ChangeForget
+)
+
+// A Change is one change a node made, for Store.Apply: its Kind says which
+// of the other fields it carries.
+type Change struct {
+	Kind    ChangeKind
+	UID     string
+	Channel string          // ChangeMember
+	N, Away int             // ChangeUser, ChangeMember
+	Info    json.RawMessage // ChangeInfo
+	Set     protocol.Set    // ChangeSet
+	Until   int64           // ChangeExpireNote
 }
 
 // A Router delivers what happens to the topics its node follows.

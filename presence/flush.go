@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/presenced/presenced/protocol"
@@ -47,16 +48,14 @@ func reuse[S ~[]E, E any](s S) S {
 }
 
 func (v *view) flushChannel(cv *channelView) {
-	count := cv.members.Len()
+	total := cv.members.Len() + len(cv.hidden)
+	count := countSeen("", total, maps.Keys(cv.hidden))
 	lists := count <= v.presenceLists
 	own := v.ownSubsLocked(cv)
 	frames := make(map[int]*protocol.Encoded) // by base with lists, by count seen without
 	for c, s := range cv.subs {
 		if uid, ok := own[c]; ok {
-			ownCount := count
-			if cv.isHidden(uid) {
-				ownCount++
-			}
+			ownCount := countSeen(uid, total, maps.Keys(cv.hidden))
 			if frame := v.diffFor(cv, s, uid, ownCount, lists); frame != nil {
 				c.Send(*frame)
 			}

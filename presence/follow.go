@@ -2,10 +2,8 @@ package presence
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/presenced/presenced/internal/shrink"
-	"github.com/presenced/presenced/protocol"
 )
 
 // followers counts each topic's followers on this node: its connections
@@ -172,39 +170,11 @@ func (n *Node) settled(topics []Topic, done chan struct{}) {
 	}
 }
 
-// engineOp is one Store call, queued under Node.mu and made after it: a
-// SetUser (channel "") or SetMember, where away is the connections away, or
-// for a membership 1 if the user is away here; or a change of a record.
-type engineOp struct {
-	kind         opKind
-	channel, uid string
-	n, away      int
-	rec          *recordOp // opInfo, opSet, opExpire: apart, as most ops are counts
-}
-
-// recordOp is what a change of a record carries.
-type recordOp struct {
-	info  json.RawMessage // opInfo
-	set   protocol.Set    // opSet
-	until int64           // opExpire
-}
-
-// opKind says which Store call an engineOp is.
-type opKind uint8
-
-const (
-	opCount  opKind = iota // SetUser or SetMember
-	opInfo                 // SetInfo
-	opSet                  // SetRecord
-	opExpire               // ExpireNote
-	opForget               // the in-memory engine's forgetRecord
-)
-
 // setUserLocked queues u's counts for the Engine. was is whether u was
 // away here before the change: if that turned, each of its memberships
 // carries the news to its channel.
 func (n *Node) setUserLocked(uid string, u *userState, was bool) {
-	n.queueOpLocked(engineOp{uid: uid, n: u.count(), away: u.awayCount()})
+	n.queueLocked(Change{Kind: ChangeUser, UID: uid, N: u.count(), Away: u.awayCount()})
 	if u.isAway() != was {
 		for _, ch := range u.channels() {
 			n.setMemberLocked(ch, uid, u)
@@ -213,43 +183,22 @@ func (n *Node) setUserLocked(uid string, u *userState, was bool) {
 }
 
 func (n *Node) setMemberLocked(channel, uid string, u *userState) {
-	op := engineOp{channel: channel, uid: uid, n: u.memberCount(channel)}
+	c := Change{Kind: ChangeMember, Channel: channel, UID: uid, N: u.memberCount(channel)}
 	if u.isAway() {
-		op.away = 1
+		c.Away = 1
 	}
-	n.queueOpLocked(op)
+	n.queueLocked(c)
 }
 
-func (n *Node) queueOpLocked(op engineOp) {
-	_, _ = n.out.Push(op) // unbounded and never closed: no error
+// queueLocked queues c for the Engine, behind the changes made before it.
+func (n *Node) queueLocked(c Change) {
+	_, _ = n.out.Push(c) // unbounded and never closed: no error
 }
 
-// sendOps hands the queued Engine calls over, one goroutine at a time and in
-// order, and returns once those queued before it was called are made: what
-// the caller changed is then in the Engine and, for the in-memory one, in
-// the view.
+// sendOps hands the queued changes to the Engine, one goroutine at a time
+// and in order, and returns once those queued before it was called are
+// applied: what the caller changed is then in the Engine and, for the
+// in-memory one, in the view.
 func (n *Node) sendOps() {
-	n.out.Flush(n.sendOp)
-}
-
-func (n *Node) sendOp(op engineOp) {
-	switch op.kind {
-	case opInfo:
-		n.engine.SetInfo(op.uid, op.rec.info)
-		return
-	case opSet:
-		n.engine.SetRecord(op.uid, op.rec.set)
-		return
-	case opExpire:
-		n.engine.ExpireNote(op.uid, op.rec.until)
-		return
-	case opForget:
-		n.engine.(*memoryEngine).forgetRecord(op.uid)
-		return
-	}
-	if op.channel == "" {
-		n.engine.SetUser(op.uid, op.n, op.away)
-	} else {
-		n.engine.SetMember(op.channel, op.uid, op.n, op.away == 1)
-	}
+	n.out.Flush(n.engine.Apply)
 }

@@ -2,7 +2,6 @@ package presence
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/presenced/presenced/internal/lockorder"
@@ -21,7 +20,7 @@ func NewMemoryEngine() Engine {
 		away:     make(map[string]struct{}),
 		channels: make(map[string]*sortedset.Set),
 		awayIn:   make(map[membership]struct{}),
-		records:  make(map[string]*memRecord),
+		records:  make(map[string]protocol.Record),
 	}
 }
 
@@ -29,24 +28,18 @@ type memoryEngine struct {
 	relay Relay // set once by Attach, before any other call
 
 	// mu guards the state below. It is never held while calling the Relay:
-	// the Node makes one SetUser or SetMember call at a time, so edges
-	// reach the Relay in the order they happened without it.
+	// the Node applies one change at a time, so edges reach the Relay in
+	// the order they happened without it.
 	mu       lockorder.Mutex[lockorder.Store]
 	online   sortedset.Set  // the users online, in order for listings
 	multi    map[string]int // uid -> connections, for the users online with more than one
 	away     map[string]struct{}
 	channels map[string]*sortedset.Set
-	awayIn   map[membership]struct{} // the memberships of away users
-	records  map[string]*memRecord   // the users that have a record
-	hidden   sortedset.Set           // the invisible users, online or not
+	awayIn   map[membership]struct{}    // the memberships of away users
+	records  map[string]protocol.Record // the users that have a record
+	hidden   sortedset.Set              // the invisible users, online or not
 
 	multiPeak, awayPeak, channelsPeak, awayInPeak, recordsPeak int
-}
-
-// memRecord is a user's record and when it turned invisible, while it is.
-type memRecord struct {
-	rec      protocol.Record
-	hiddenAt time.Time
 }
 
 type membership struct{ channel, uid string }
@@ -59,7 +52,29 @@ func (e *memoryEngine) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (e *memoryEngine) SetUser(uid string, n, away int) {
+// Apply makes c's edges at once, on the caller's goroutine.
+func (e *memoryEngine) Apply(c Change) {
+	switch c.Kind {
+	case ChangeUser:
+		e.setUser(c.UID, c.N, c.Away)
+	case ChangeMember:
+		e.setMember(c.Channel, c.UID, c.N, c.Away == 1)
+	case ChangeInfo:
+		e.change(c.UID, false, func(r *protocol.Record) { r.Info = c.Info })
+	case ChangeSet:
+		e.change(c.UID, true, func(r *protocol.Record) { applySet(r, c.Set) })
+	case ChangeExpireNote:
+		e.change(c.UID, true, func(r *protocol.Record) {
+			if r.Note != nil && r.Note.Until == c.Until && c.Until <= time.Now().UnixMilli() {
+				r.Note = nil
+			}
+		})
+	case ChangeForget:
+		e.forgetRecord(c.UID)
+	}
+}
+
+func (e *memoryEngine) setUser(uid string, n, away int) {
 	e.mu.Lock()
 	var was bool
 	if n > 0 {
@@ -81,14 +96,13 @@ func (e *memoryEngine) SetUser(uid string, n, away int) {
 		delete(e.away, uid)
 		e.away = shrink.Map(e.away, &e.awayPeak)
 	}
-	var rec *memRecord
-	if n > 0 && !was {
-		rec = e.recordLocked(uid)
-	}
+	rec, hasRec := e.records[uid]
+	hasRec = hasRec && n > 0 && !was
 	e.mu.Unlock()
 	now := time.Now()
-	if rec != nil {
-		e.relay.RecordChanged(uid, rec.rec, rec.hiddenAt)
+	if hasRec {
+		// As it stands: the Node's book knows since when it is invisible.
+		e.relay.RecordChanged(uid, rec, time.Time{})
 	}
 	if was != (n > 0) {
 		kind := EdgeOffline
@@ -108,7 +122,7 @@ func (e *memoryEngine) SetUser(uid string, n, away int) {
 	}
 }
 
-func (e *memoryEngine) SetMember(channel, uid string, n int, away bool) {
+func (e *memoryEngine) setMember(channel, uid string, n int, away bool) {
 	e.mu.Lock()
 	members := e.channels[channel]
 	var changed bool
@@ -154,15 +168,12 @@ func (e *memoryEngine) SetMember(channel, uid string, n int, away bool) {
 func (e *memoryEngine) Follow(ctx context.Context, topics []Topic) error { return nil }
 func (e *memoryEngine) Unfollow(topics []Topic)                          {}
 
-// Status keeps no last-seen records: the Node does, for every edge of this
-// engine.
+// Status keeps no last seen or hidden-at: the Node does, for every edge and
+// record of this engine.
 func (e *memoryEngine) Status(ctx context.Context, uid string) (UserStatus, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var st UserStatus
-	if r := e.records[uid]; r != nil {
-		st.Record, st.HiddenAt = r.rec, r.hiddenAt
-	}
+	st := UserStatus{Record: e.records[uid]}
 	_, st.Away = e.away[uid]
 	if n, ok := e.multi[uid]; ok {
 		st.Conns = n
@@ -198,31 +209,6 @@ func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	return nil
 }
 
-// recordLocked returns a copy of uid's record, or nil if it has none.
-func (e *memoryEngine) recordLocked(uid string) *memRecord {
-	if r := e.records[uid]; r != nil {
-		c := *r
-		return &c
-	}
-	return nil
-}
-
-func (e *memoryEngine) SetInfo(uid string, info json.RawMessage) {
-	e.change(uid, false, func(r *protocol.Record) { r.Info = info })
-}
-
-func (e *memoryEngine) SetRecord(uid string, set protocol.Set) {
-	e.change(uid, true, func(r *protocol.Record) { applySet(r, set) })
-}
-
-func (e *memoryEngine) ExpireNote(uid string, until int64) {
-	e.change(uid, true, func(r *protocol.Record) {
-		if r.Note != nil && r.Note.Until == until && until <= time.Now().UnixMilli() {
-			r.Note = nil
-		}
-	})
-}
-
 // applySet applies set to r, as every engine does.
 func applySet(r *protocol.Record, set protocol.Set) {
 	switch set.Mode {
@@ -242,28 +228,17 @@ func applySet(r *protocol.Record, set protocol.Set) {
 func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 	now := time.Now()
 	e.mu.Lock()
-	r := e.records[uid]
-	var old protocol.Record
-	if r != nil {
-		old = r.rec
-	}
+	old := e.records[uid]
 	rec := old
 	f(&rec)
 	if rec.Equal(old) {
 		e.mu.Unlock()
 		return
 	}
-	if r == nil {
-		r = new(memRecord)
-		e.records[uid] = r
-	}
-	r.rec = rec
-	switch {
-	case rec.Mode == protocol.ModeInvisible && old.Mode != protocol.ModeInvisible:
-		r.hiddenAt = now
+	e.records[uid] = rec
+	if rec.Mode == protocol.ModeInvisible {
 		e.hidden.Add(uid)
-	case rec.Mode != protocol.ModeInvisible && old.Mode == protocol.ModeInvisible:
-		r.hiddenAt = time.Time{}
+	} else {
 		e.hidden.Remove(uid)
 	}
 	if rec.IsZero() {
@@ -277,8 +252,8 @@ func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 	}
 }
 
-// forgetRecord drops uid's record if uid is offline: the Node calls it once
-// its last-seen record ran out. The Relay hears of it as an empty record,
+// forgetRecord drops uid's record if uid is offline: the Node asks for it
+// (ChangeForget) once its last seen ran out. The Relay hears of it as an empty record,
 // with no edge: a view that kept an invisible user's record lets it go.
 func (e *memoryEngine) forgetRecord(uid string) {
 	e.mu.Lock()
@@ -299,8 +274,8 @@ func (e *memoryEngine) Records(ctx context.Context, uids []string) (map[string]p
 	defer e.mu.Unlock()
 	out := make(map[string]protocol.Record)
 	for _, uid := range uids {
-		if r := e.records[uid]; r != nil {
-			out[uid] = r.rec
+		if r, ok := e.records[uid]; ok {
+			out[uid] = r
 		}
 	}
 	return out, nil

@@ -152,7 +152,6 @@ type Node struct {
 	idle   *tracker.Tracker[Client] // active connections, due AwayAfter after their last activity
 	// stalled says when the clock last stalled: ring.Stalled.
 	stalled func() time.Time
-	seen    lastSeen // when users went offline, on a ring of its own
 
 	// Lock order (the whole server's is package lockorder's): mu, then the
 	// view's v.mu, then a connection's; out's own lock is a leaf, taken
@@ -169,10 +168,10 @@ type Node struct {
 	usersPeak int
 	infosPeak int
 	refs      followers // followed topics, counted
-	// out holds the Engine calls the changes made, in order: pushed under
-	// mu, made after it (sendOps), so the Node calls the Engine without
-	// holding its lock.
-	out     queue.Queue[engineOp]
+	// out holds the changes for the Engine, in the order they were made:
+	// pushed under mu, applied after it (sendOps), so the Node calls the
+	// Engine without holding its lock.
+	out     queue.Queue[Change]
 	closing bool
 
 	v view
@@ -214,34 +213,34 @@ func New(cfg Config) (*Node, error) {
 	n.v.notify.onPresence = cfg.OnPresence
 	n.v.notify.onActivity = cfg.OnActivity
 	n.v.notify.onEdges = cfg.OnEdges
-	n.v.seen = &n.seen
 	n.engine.Attach(&n.v)
 	return n, nil
 }
 
 // lastSeen returns when uid last went offline (its last connection closed or
-// timed out), if this node produced that edge within Config.LastSeenTTL.
-// With the in-memory engine every edge is this node's.
+// timed out), if this node heard of that within Config.LastSeenTTL. With
+// the in-memory engine it hears of every edge.
 func (n *Node) lastSeen(uid string) (t time.Time, ok bool) {
-	ms, ok := n.seen.get(uid)
-	if !ok {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(ms), true
+	return n.v.book.get(uid).lastSeen()
 }
 
 // Status returns what is known of uid on every node: its live connections,
-// whether it is away and, while it is offline, when it went offline, from
-// the Engine's records or else this node's.
+// whether it is away, while it is offline when it went offline, and while
+// it is invisible since when, from the Engine's records or else this
+// node's.
 func (n *Node) Status(ctx context.Context, uid string) (UserStatus, error) {
 	st, err := n.engine.Status(ctx, uid)
 	if err != nil {
 		return UserStatus{}, err
 	}
+	t := n.v.book.get(uid)
 	if st.Conns > 0 {
 		st.LastSeen = time.Time{}
 	} else if st.LastSeen.IsZero() {
-		st.LastSeen, _ = n.lastSeen(uid)
+		st.LastSeen, _ = t.lastSeen()
+	}
+	if st.Record.Mode == protocol.ModeInvisible && st.HiddenAt.IsZero() {
+		st.HiddenAt = t.hiddenAt()
 	}
 	return st, nil
 }

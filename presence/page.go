@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -89,9 +90,10 @@ func (v *view) page(c Client, uid, channel, after string, limit int) bool {
 		return false
 	}
 	count, members := cv.pageAt(int(s.base), after, min(limit, math.MaxInt32)+1)
+	count = countSeen(uid, count+len(cv.hidden), maps.Keys(cv.hidden))
 	own := ""
 	if cv.isHidden(uid) {
-		own, count = uid, count+1
+		own = uid
 		if uid > after {
 			members = withOwn(members, uid, min(limit, math.MaxInt32)+1, len(members) > limit)
 		}

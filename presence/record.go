@@ -36,7 +36,7 @@ type connInfo struct {
 func (n *Node) addInfoLocked(c Client, uid string, info json.RawMessage) {
 	list := slices.DeleteFunc(n.infos[uid], func(x connInfo) bool { return x.c == c })
 	n.infos[uid] = append(list, connInfo{c, info})
-	n.queueOpLocked(engineOp{kind: opInfo, uid: uid, rec: &recordOp{info: info}})
+	n.queueLocked(Change{Kind: ChangeInfo, UID: uid, Info: info})
 }
 
 // dropInfoLocked forgets c's info. When c's was its user's info and another
@@ -57,7 +57,7 @@ func (n *Node) dropInfoLocked(c Client, uid string) {
 	}
 	n.infos[uid] = list
 	if newest {
-		n.queueOpLocked(engineOp{kind: opInfo, uid: uid, rec: &recordOp{info: list[len(list)-1].info}})
+		n.queueLocked(Change{Kind: ChangeInfo, UID: uid, Info: list[len(list)-1].info})
 	}
 }
 
@@ -94,7 +94,7 @@ func (n *Node) Set(c Client, set protocol.Set) error {
 		return ErrUnknownClient
 	}
 	n.activeLocked(c, cs)
-	n.queueOpLocked(engineOp{kind: opSet, uid: cs.uid, rec: &recordOp{set: set}})
+	n.queueLocked(Change{Kind: ChangeSet, UID: cs.uid, Set: set})
 	n.mu.Unlock()
 	n.sendOps()
 	return nil
@@ -141,7 +141,7 @@ func (n *Node) VisibleUsers(ctx context.Context, limit int) (int, []string, erro
 		return 0, nil, err
 	}
 	users = without(users, hidden)
-	return count - len(hidden), users[:min(limit, len(users))], nil
+	return countSeen("", count, slices.Values(hidden)), users[:min(limit, len(users))], nil
 }
 
 // VisibleMembers is Members as a client sees them: without invisible
@@ -159,7 +159,7 @@ func (n *Node) VisibleMembers(ctx context.Context, channel, after string, limit 
 		return 0, nil, "", err
 	}
 	members, next = cutPage(without(members, hidden), limit)
-	return count - len(hidden), members, next, nil
+	return countSeen("", count, slices.Values(hidden)), members, next, nil
 }
 
 // without returns the sorted list uids without those in drop (sorted).

@@ -24,23 +24,22 @@ import (
 // where a subscriber's user is hidden, or turned visible or invisible in
 // the tick, are made for that subscriber alone (see flush.go).
 
-// userRecord is what the view keeps of a user's record: the record, when
-// the user turned invisible (while it is, Unix ms), and the channels of the
-// view it is a member of, so a change reaches them without a scan.
+// userRecord is what the view keeps of a user's record: the record and the
+// channels of the view the user is a member of, so a change reaches them
+// without a scan. When the user turned invisible is the book's (seenBook).
 type userRecord struct {
-	rec      protocol.Record
-	hiddenAt int64
-	in       []string
-	// kept marks the record of an invisible user that went offline, kept
-	// for its last seen: if the Engine does not deliver it again before
-	// the user's next online edge, the record ran out meanwhile.
-	kept bool
+	rec protocol.Record
+	in  []string
 }
 
-// hiddenLocked reports whether uid is invisible.
+// hiddenLocked reports whether uid is invisible: by its record, or, for a
+// user whose record the view let go (it was offline and a member of
+// nothing), by the book.
 func (v *view) hiddenLocked(uid string) bool {
-	r := v.records[uid]
-	return r != nil && r.rec.Mode == protocol.ModeInvisible
+	if r := v.records[uid]; r != nil {
+		return r.rec.Mode == protocol.ModeInvisible
+	}
+	return v.book.get(uid).hid != 0
 }
 
 // visibleLocked reports whether other clients see uid online.
@@ -104,32 +103,20 @@ func (v *view) channelsOfLocked(uid string) []string {
 }
 
 // forgetRecordLocked drops uid's record once nobody here sees uid: it is
-// offline and a member of nothing. An invisible user's is kept, for its
-// last seen as others know it, until the Engine drops it.
+// offline and a member of nothing. The book keeps when an invisible one
+// turned invisible, for its last seen as others know it.
 func (v *view) forgetRecordLocked(uid string) {
 	r := v.records[uid]
 	if r == nil || len(r.in) > 0 || v.users[uid].online {
 		return
 	}
-	if r.rec.Mode == protocol.ModeInvisible {
-		r.kept = true
-		return
-	}
 	v.dropRecordLocked(uid)
+	v.book.letGo(uid)
 }
 
 func (v *view) dropRecordLocked(uid string) {
 	delete(v.records, uid)
 	v.records = shrink.Map(v.records, &v.recordsPeak)
-}
-
-// onlineLocked drops the record kept for an invisible user that comes
-// online without it: it ran out while the user was away.
-func (v *view) onlineLocked(uid string) {
-	if r := v.records[uid]; r != nil && r.kept && len(r.in) == 0 {
-		v.notes.setLocked(uid, nil)
-		v.dropRecordLocked(uid)
-	}
 }
 
 // RecordChanged records uid's new record: an edgeRecord where it is
@@ -139,9 +126,10 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.notes.setLocked(uid, rec.Note)
+	wasHidden, isHidden := v.hiddenLocked(uid), rec.Mode == protocol.ModeInvisible
 	r := v.records[uid]
 	if r == nil {
-		if rec.IsZero() {
+		if rec.IsZero() && !wasHidden {
 			return
 		}
 		r = &userRecord{}
@@ -151,16 +139,12 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 		v.records[uid] = r
 	}
 	old := r.rec
-	r.rec, r.kept = rec, false
-	wasHidden, isHidden := old.Mode == protocol.ModeInvisible, rec.Mode == protocol.ModeInvisible
-	switch {
-	case isHidden && (!wasHidden || r.hiddenAt == 0):
-		if at.IsZero() {
-			at = time.Now()
-		}
-		r.hiddenAt = at.UnixMilli()
-	case !isHidden:
-		r.hiddenAt = 0
+	r.rec = rec
+	if isHidden {
+		u := v.users[uid]
+		v.book.hide(uid, at, u.online || u.member > 0)
+	} else {
+		v.book.unhide(uid)
 	}
 	if wasHidden != isHidden {
 		v.turnLocked(uid, r, !isHidden, at)
@@ -186,7 +170,21 @@ func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
 		// A change of a user nobody here sees (a note that ran out while
 		// it was offline) is not kept; a record delivered as it stands, with
 		// no time, comes before the user's online edge or snapshot. An
-		// invisible user's is kept, as delivered: fresh, not left over.
+		// invisible user's comes with its hidden-at, also before those: it
+		// is kept until the book lets the user go (forgetExpired).
+		v.forgetRecordLocked(uid)
+	}
+}
+
+// forgetExpired drops the records of those of uids, whose entries the
+// book just dropped, that nobody here sees.
+func (v *view) forgetExpired(uids []string) {
+	if len(uids) == 0 {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, uid := range uids {
 		v.forgetRecordLocked(uid)
 	}
 }
@@ -214,23 +212,6 @@ func (v *view) turnLocked(uid string, r *userRecord, visible bool, at time.Time)
 	}
 }
 
-// noteOffSeenLocked keeps when a watched user the Engine reported offline
-// went, for a watching frame; the Node's own last-seen records hold those
-// of the edges it produced.
-func (v *view) noteOffSeenLocked(uid string, at time.Time) {
-	if v.offSeen == nil {
-		v.offSeen = make(map[string]int64)
-	}
-	v.offSeen[uid] = at.UnixMilli()
-}
-
-func (v *view) dropOffSeenLocked(uid string) {
-	if _, ok := v.offSeen[uid]; ok {
-		delete(v.offSeen, uid)
-		v.offSeen = shrink.Map(v.offSeen, &v.offSeenPeak)
-	}
-}
-
 // lastSeenLocked returns when other clients saw uid go offline: when it
 // turned invisible, if it is.
 func (v *view) lastSeenLocked(uid string) (int64, bool) {
@@ -238,19 +219,6 @@ func (v *view) lastSeenLocked(uid string) (int64, bool) {
 		return at.UnixMilli(), true
 	}
 	return 0, false
-}
-
-// offSeenLocked returns when uid really went offline, as far as this node
-// knows: from the edges it produced, or else from those the Engine
-// reported to a watch.
-func (v *view) offSeenLocked(uid string) (int64, bool) {
-	if v.seen != nil {
-		if at, ok := v.seen.get(uid); ok {
-			return at, true
-		}
-	}
-	at, ok := v.offSeen[uid]
-	return at, ok
 }
 
 // recordLocked returns uid's record as the connections of own see it.

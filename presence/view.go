@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 type view struct {
 	memberList, presenceLists int
 	notify                    notifier  // OnPresence
-	seen                      *lastSeen // the Node's, for the offline edges it produced
+	book                      seenBook  // last seen and hidden-at, on a ring of the Node's clock
 	typing                    typists   // who types where, on a ring of the Node's clock
 	notes                     noteClock // when notes run out, on a ring of the Node's clock
 
@@ -38,14 +39,12 @@ type view struct {
 	offAt    map[string]int64 // when the watched users offline in userLog went, Unix ms
 	rebased  []*watchState
 
-	// records holds the records of the users online or a member here, and
-	// of invisible users: see records.go. offSeen holds when watched users
-	// the Engine reported offline went, for their watchers.
+	// records holds the records of the users online or a member here: see
+	// records.go.
 	records map[string]*userRecord
-	offSeen map[string]int64
 
 	// The peak sizes of the maps, so they give memory back after churn.
-	usersPeak, othersPeak, channelsPeak, watchersPeak, watchingPeak, recordsPeak, offSeenPeak int
+	usersPeak, othersPeak, channelsPeak, watchersPeak, watchingPeak, recordsPeak int
 }
 
 // userView is what the view keeps of a user while it is online or has a
@@ -153,8 +152,8 @@ func (v *view) init(memberList, presenceLists int) {
 // Produced passes an edge this node made on to the embedder's callbacks,
 // and records when a user went offline.
 func (v *view) Produced(e Edge) {
-	if e.Kind == EdgeOffline && v.seen != nil {
-		v.seen.record(e.UID, e.At)
+	if e.Kind == EdgeOffline {
+		v.book.offline(e.UID, e.At)
 	}
 	v.notify.push(e)
 }
@@ -164,22 +163,28 @@ func (v *view) UserChanged(uid string, online bool, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	u := v.users[uid]
-	// A watched user's offline edge, or the state of a user the Engine
-	// reports offline as its node starts following it, for a watch about to
-	// be answered: a watching frame carries when it went.
-	if !online && !at.IsZero() && (len(v.watchers[uid]) > 0 || !u.online) {
-		v.noteOffSeenLocked(uid, at)
+	// An offline edge, or the state of a user the Engine reports offline
+	// as its node starts following it: a watching frame carries when it
+	// went.
+	if !online {
+		v.book.offline(uid, at)
 	}
 	if u.online == online {
 		return
 	}
+	if online {
+		// Its record, if it has one, came first: a user that comes back
+		// without one, invisible before, is not now (the record ran out),
+		// and the channels that hid it show it, before its watchers hear.
+		r := v.records[uid]
+		if r == nil && u.member > 0 && v.hiddenLocked(uid) {
+			v.turnLocked(uid, &userRecord{in: v.channelsOfLocked(uid)}, true, at)
+		}
+		v.book.online(uid, r != nil && r.rec.Mode == protocol.ModeInvisible)
+	}
 	wasAway := u.away
 	u.online, u.away = online, false
 	v.putUser(uid, u)
-	if online {
-		v.dropOffSeenLocked(uid)
-		v.onlineLocked(uid)
-	}
 	if !v.hiddenLocked(uid) {
 		v.logUserOnlineLocked(uid, online, wasAway, at)
 	}
@@ -394,12 +399,7 @@ func (v *view) Deliver(m Message) {
 // putUser stores what the view keeps of uid, or forgets uid if it is
 // neither online nor has a client here.
 func (v *view) putUser(uid string, u userView) {
-	if u != (userView{}) {
-		v.users[uid] = u
-		return
-	}
-	delete(v.users, uid)
-	v.users = shrink.Map(v.users, &v.usersPeak)
+	v.users = shrink.Put(v.users, uid, u, &v.usersPeak)
 }
 
 func (v *view) addClient(c Client, uid string) {
@@ -462,10 +462,11 @@ func (v *view) subscribe(c Client, uid, channel string) {
 		cv = &channelView{name: channel, subs: make(map[Client]sub)}
 		v.channels[channel] = cv
 	}
-	count, members := cv.members.Len(), cv.members.First(v.memberList)
+	count := countSeen(uid, cv.members.Len()+len(cv.hidden), maps.Keys(cv.hidden))
+	members := cv.members.First(v.memberList)
 	own := ""
 	if cv.isHidden(uid) {
-		own, count = uid, count+1
+		own = uid
 		members = withOwn(members, uid, v.memberList, cv.members.Len() > len(members))
 	}
 	cv.subs[c] = sub{base: int32(len(cv.log)), seen: int32(count)}
@@ -536,7 +537,6 @@ func (v *view) unwatchLocked(c Client) []string {
 			if len(w) == 0 {
 				delete(v.watchers, uid)
 				v.watchers = shrink.Map(v.watchers, &v.watchersPeak)
-				v.dropOffSeenLocked(uid)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"iter"
 	"time"
 
 	"github.com/presenced/presenced/protocol"
@@ -25,7 +26,7 @@ func See(viewer, uid string, st UserStatus) UserStatus {
 		return st
 	}
 	seen := UserStatus{Conns: st.Conns, Away: st.Away, LastSeen: st.LastSeen, Record: st.Record.Public()}
-	if st.Record.Mode == protocol.ModeInvisible {
+	if st.Record.Mode == protocol.ModeInvisible || !st.HiddenAt.IsZero() {
 		// HiddenAt is zero only where no node knows when: saying the real
 		// last seen instead would tell when it really left.
 		seen.Conns, seen.Away, seen.LastSeen = 0, false, st.HiddenAt
@@ -38,22 +39,39 @@ func See(viewer, uid string, st UserStatus) UserStatus {
 	return seen
 }
 
-// statusLocked is the truth of uid as the view knows it, for See: online
-// counts as one connection, since the view counts users, not connections,
-// and so does a membership, whose edge may come before the online one.
+// invisibleMember is a user in a group (online, or a member of a channel)
+// that is invisible, as countSeen asks See about it.
+var invisibleMember = UserStatus{Conns: 1, Record: protocol.Record{Mode: protocol.ModeInvisible}}
+
+// countSeen is how many of a group (the users online, a channel's members)
+// viewer sees, of total, hidden being the invisible ones: See's rule for
+// each of those, which shows one to itself alone. It costs O(hidden),
+// whatever the group's size.
+func countSeen(viewer string, total int, hidden iter.Seq[string]) int {
+	for uid := range hidden {
+		if See(viewer, uid, invisibleMember).Conns == 0 {
+			total--
+		}
+	}
+	return total
+}
+
+// statusLocked is the truth of uid as the view and the book know it, for
+// See: online counts as one connection, since the view counts users, not
+// connections, and so does a membership, whose edge may come before the
+// online one. The book knows an invisible user that went offline after
+// the view let its record go.
 func (v *view) statusLocked(uid string) UserStatus {
 	u := v.users[uid]
-	st := UserStatus{Away: u.away}
+	t := v.book.get(uid)
+	st := UserStatus{Away: u.away, HiddenAt: t.hiddenAt()}
 	if u.online || u.member > 0 {
 		st.Conns = 1
-	} else if at, ok := v.offSeenLocked(uid); ok {
-		st.LastSeen = time.UnixMilli(at)
+	} else {
+		st.LastSeen, _ = t.lastSeen()
 	}
 	if r := v.records[uid]; r != nil {
 		st.Record = r.rec
-		if r.hiddenAt != 0 {
-			st.HiddenAt = time.UnixMilli(r.hiddenAt)
-		}
 	}
 	return st
 }

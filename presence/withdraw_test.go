@@ -26,20 +26,13 @@ func (e *lateEngine) later(f func()) {
 	e.mu.Unlock()
 }
 
-func (e *lateEngine) SetUser(uid string, n, away int) {
-	if n > 0 {
-		e.Engine.SetUser(uid, n, away)
+// Apply holds back the changes that end a count.
+func (e *lateEngine) Apply(c Change) {
+	if (c.Kind == ChangeUser || c.Kind == ChangeMember) && c.N == 0 {
+		e.later(func() { e.Engine.Apply(c) })
 		return
 	}
-	e.later(func() { e.Engine.SetUser(uid, n, away) })
-}
-
-func (e *lateEngine) SetMember(channel, uid string, n int, away bool) {
-	if n > 0 {
-		e.Engine.SetMember(channel, uid, n, away)
-		return
-	}
-	e.later(func() { e.Engine.SetMember(channel, uid, n, away) })
+	e.Engine.Apply(c)
 }
 
 func (e *lateEngine) Withdraw(context.Context) error {
@@ -85,7 +78,7 @@ func TestWithdrawHandsTheLastEdgesToTheCallbacks(t *testing.T) {
 	require.NoError(t, n.Withdraw(context.Background()))
 	n.Close()
 	assert.Equal(t, 1, eng.withdrawals)
-	eng.Engine.SetUser("carol", 1, 0) // after Close: nobody hears it
+	eng.Engine.Apply(Change{Kind: ChangeUser, UID: "carol", N: 1}) // after Close: nobody hears it
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -29,20 +29,13 @@ func (e *lateEngine) later(f func()) {
 	e.mu.Unlock()
 }
 
-func (e *lateEngine) SetUser(uid string, n, away int) {
-	if n > 0 {
-		e.Engine.SetUser(uid, n, away)
+// Apply holds back the changes that end a count.
+func (e *lateEngine) Apply(c presence.Change) {
+	if (c.Kind == presence.ChangeUser || c.Kind == presence.ChangeMember) && c.N == 0 {
+		e.later(func() { e.Engine.Apply(c) })
 		return
 	}
-	e.later(func() { e.Engine.SetUser(uid, n, away) })
-}
-
-func (e *lateEngine) SetMember(channel, uid string, n int, away bool) {
-	if n > 0 {
-		e.Engine.SetMember(channel, uid, n, away)
-		return
-	}
-	e.later(func() { e.Engine.SetMember(channel, uid, n, away) })
+	e.Engine.Apply(c)
 }
 
 func (e *lateEngine) Withdraw(context.Context) error {

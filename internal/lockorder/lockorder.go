@@ -10,7 +10,7 @@
 //	Node       presence: users, connections and the clock (Node.mu)
 //	View       presence: what this node's clients know (the Relay)
 //	Notify     presence: the edges waiting for the embedder's callbacks
-//	LastSeen   presence: when each user went offline
+//	LastSeen   presence: when each user went offline or turned invisible
 //	Conn       transport: one connection's write state and inbox turn
 //	Workers    transport: the worker pool's idle workers and its queue
 //	Router     cluster: the topics this node follows

@@ -23,3 +23,15 @@ func Map[K comparable, V any](m map[K]V, peak *int) map[K]V {
 	*peak = len(c)
 	return c
 }
+
+// Put stores v under k in m, or deletes k when v is the zero value, and
+// returns m as Map does: for maps where the zero value is nothing kept.
+func Put[K, V comparable](m map[K]V, k K, v V, peak *int) map[K]V {
+	var zero V
+	if v != zero {
+		m[k] = v
+		return m
+	}
+	delete(m, k)
+	return Map(m, peak)
+}

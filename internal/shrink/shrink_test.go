@@ -39,3 +39,12 @@ func TestMapGivesMemoryBack(t *testing.T) {
 	delete(small, "a")
 	assert.Equal(t, map[string]int{"b": 2}, Map(small, &p))
 }
+
+func TestPutDeletesTheZeroValue(t *testing.T) {
+	m := map[string]int{}
+	peak := 0
+	m = Put(m, "a", 1, &peak)
+	assert.Equal(t, map[string]int{"a": 1}, m)
+	m = Put(m, "a", 0, &peak)
+	assert.Empty(t, m)
+}
