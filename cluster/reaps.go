@@ -3,7 +3,6 @@ package cluster
 import (
 	"slices"
 	"strings"
-	"time"
 )
 
 // maxReaps bounds the nodes a claimer remembers per shard: a node's
@@ -54,30 +53,6 @@ func (r reaps) update(shard int, now int64, reaped, forgot string) {
 		}
 		delete(m, oldest)
 	}
-}
-
-// heard notes that a call to shard sent at sent was answered, and whether
-// this node had gone longer than its lease without an answer there before
-// it: another node may have reaped it meanwhile.
-func (w *writer) heard(shard int, sent time.Time) {
-	last := w.answered[shard]
-	w.lapsed[shard] = !last.IsZero() && sent.Sub(last) > w.cfg.Timeout
-	w.answered[shard] = sent
-}
-
-// lost notes that Redis lost this node's writes in shard: they are put back
-// (restoreLost), and nothing that can make an edge is written until the
-// restore window, left, has passed. If this node's lease had lapsed there,
-// a claimer may have reaped it before the loss and says so with its next
-// claim (see remark in the scripts), which drops what this node put back so
-// that it writes it again with edges: the hold lasts two claim rounds more,
-// so that no change of its users is written before that.
-func (w *writer) lost(shard int, left time.Duration) {
-	w.restore[shard] = true
-	if w.lapsed[shard] {
-		left += 2 * w.cfg.ClaimEvery
-	}
-	w.holdFor(left)
 }
 
 // deadNodes gathers, over one claim, the nodes some shard found dead, and
