@@ -129,6 +129,21 @@ func (s *socket) read(p []byte) (int, error) {
 	}
 }
 
+// writeOnce writes what of p the send buffer takes now, without waiting;
+// syscall.EAGAIN says it took nothing.
+func (s *socket) writeOnce(p []byte) (int, error) {
+	if !s.acquire() {
+		return 0, net.ErrClosed
+	}
+	defer s.release()
+	for {
+		n, err := syscall.Write(int(s.fd), p)
+		if err != syscall.EINTR {
+			return max(n, 0), err
+		}
+	}
+}
+
 // write writes all of p, waiting while the send buffer is full, until the
 // write deadline.
 func (s *socket) write(p []byte) (int, error) {

@@ -37,6 +37,7 @@ type wire struct {
 	polled   bool          // reads come from what the worker read
 	finished bool          // the worker has finished the connection
 	draining bool          // after a 1009: the worker drops what comes until the peer hangs up
+	filled   bool          // pending holds what the quick path read and left to the worker
 }
 
 // inbound is what a polled connection's worker reads with: pooled, so an

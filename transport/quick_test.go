@@ -1,0 +1,159 @@
+package transport_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/presenced/presenced/protocol"
+)
+
+// pings is n client frames of {"type":"ping"}, back to back, each with its
+// own mask.
+func pings(n int) []byte {
+	var all []byte
+	for range n {
+		all = append(all, clientFrame(fin|opText, appPing)...)
+	}
+	return all
+}
+
+// textFrames reads n text frames from the server, failing on any other.
+func textFrames(t *testing.T, c net.Conn, br *bufio.Reader, n int) []string {
+	t.Helper()
+	got := make([]string, 0, n)
+	for range n {
+		op, payload := serverFrame(t, c, br)
+		require.Equal(t, opText, op, "frame %d of %d: %q", len(got), n, payload)
+		got = append(got, string(payload))
+	}
+	return got
+}
+
+// A ping the poller answers on its own thread keeps its turn: behind the
+// answer to a join the inbox still holds, and between the answers of the
+// frames around it when they come in the same read or in parts.
+func TestQuickPingKeepsOrder(t *testing.T) {
+	s := startServer(t, testConfig())
+	c, br := s.upgradeRaw(t, "orderly")
+	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+
+	join := func(ch string) []byte {
+		return clientFrame(fin|opText, fmt.Appendf(nil, `{"type":"join","channel":%q}`, ch))
+	}
+	joined := func(ch string) string {
+		return fmt.Sprintf(`{"type":"joined","channel":%q,"count":1,"members":["orderly"]}`, ch)
+	}
+	const pong = `{"type":"pong"}`
+	var want []string
+	for i := range 15 { // 45 frames: within the inbox's 64
+		ch := fmt.Sprint("c", i)
+		switch i % 3 {
+		case 0: // the join and the ping in writes of their own
+			write(t, c, join(ch))
+			write(t, c, pings(2))
+		case 1: // in one write
+			write(t, c, append(join(ch), pings(2)...))
+		case 2: // the pings split across writes, the second part alone
+			p := pings(2)
+			write(t, c, append(join(ch), p[:25]...))
+			write(t, c, p[25:])
+		}
+		want = append(want, joined(ch), pong, pong)
+	}
+	assert.Equal(t, want, textFrames(t, c, br, len(want)))
+}
+
+// Whole pings in one read are answered, every one; pings with part of a
+// frame after them, or a frame that is not a ping, go the old way and are
+// answered as well, in order.
+func TestQuickPingBatches(t *testing.T) {
+	cfg := testConfig()
+	cfg.FrameRate, cfg.FrameBurst = 1e6, 1e6
+	s := startServer(t, cfg)
+	c, br := s.upgradeRaw(t, "batcher")
+	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+
+	pong := `{"type":"pong"}`
+	many := func(n int) []string { return slices.Repeat([]string{pong}, n) }
+
+	write(t, c, pings(1))
+	assert.Equal(t, many(1), textFrames(t, c, br, 1), "one ping")
+	write(t, c, pings(40)) // more than one write of pongs holds
+	assert.Equal(t, many(40), textFrames(t, c, br, 40), "forty pings in one write")
+
+	p := pings(3)
+	write(t, c, p[:len(p)-4]) // two whole, then part of the third
+	assert.Equal(t, many(2), textFrames(t, c, br, 2), "the whole ones before a partial one")
+	write(t, c, p[len(p)-4:])
+	assert.Equal(t, many(1), textFrames(t, c, br, 1), "the partial one, once whole")
+
+	other := clientFrame(fin|opText, []byte(`{"type":"ping" }`)) // a ping, but not by its bytes
+	write(t, c, append(append(pings(1), other...), pings(1)...))
+	assert.Equal(t, many(3), textFrames(t, c, br, 3), "pings around another spelling")
+
+	write(t, c, append(pings(1), clientFrame(fin|opPing, []byte("x"))...))
+	assert.Equal(t, pong, string(serverFrameOf(t, c, br, opText)))
+	assert.Equal(t, "x", string(serverFrameOf(t, c, br, opPong)), "a control frame after a ping")
+}
+
+// Pongs the socket cannot take at once are written later, whole and in
+// order, by the writer, when the client reads again.
+func TestQuickPongsToAFullSocket(t *testing.T) {
+	cfg := testConfig()
+	cfg.FrameRate, cfg.FrameBurst, cfg.ByteRate = 1e6, 1e6, 1<<40
+	s := startServerWith(t, cfg, serverOptions{sendBuffer: 4096})
+	c, br := s.upgradeRaw(t, "stuffed")
+	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
+	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+
+	// 16 pings a write, 3,000 in all: their pongs, 51,000 bytes, are far
+	// more than the two buffers hold while the client does not read.
+	const n = 3000
+	for range n / 16 {
+		write(t, c, pings(16))
+	}
+	write(t, c, pings(n%16))
+	for i, f := range textFrames(t, c, br, n) {
+		require.Equal(t, `{"type":"pong"}`, f, "frame %d", i)
+	}
+	write(t, c, pings(1))
+	assert.Equal(t, `{"type":"pong"}`, string(serverFrameOf(t, c, br, opText)))
+}
+
+// The limits hold on the quick path: a client flooding pings is closed for
+// flooding with 1008, after at most one error frame.
+func TestQuickPingFloodClosed(t *testing.T) {
+	cfg := testConfig()
+	cfg.FrameRate, cfg.FrameBurst = 1, 2
+	s := startServer(t, cfg)
+	c, br := s.upgradeRaw(t, "flooder")
+	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+
+	write(t, c, pings(2))
+	assert.Equal(t, []string{`{"type":"pong"}`, `{"type":"pong"}`}, textFrames(t, c, br, 2))
+	for range 20 {
+		if _, err := c.Write(pings(16)); err != nil {
+			break // closed already
+		}
+	}
+	// The error frame goes out unless the cut came in the same read: a
+	// closing connection drops what it queued.
+	for {
+		op, payload := serverFrame(t, c, br)
+		if op == opText {
+			assert.Contains(t, string(payload), "too many messages")
+			continue
+		}
+		require.Equal(t, opClose, op)
+		assert.Equal(t, protocol.ClosePolicyViolation, closeCode(t, payload))
+		assert.Equal(t, protocol.ReasonRateLimit, string(payload[2:]))
+		break
+	}
+	s.waitMetric(t, "presenced_closes_total", map[string]string{"reason": "flood"}, 1)
+}
