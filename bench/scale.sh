@@ -98,7 +98,7 @@ rss_median() {
 	local i
 	for i in 1 2 3 4; do
 		rss_kb "$1"
-		((i < 4)) && sleep 1
+		if ((i < 4)); then sleep 1; fi
 	done | sort -n | awk '{v[NR] = $1} END {printf "%.0f\n", (v[2] + v[3]) / 2}'
 }
 
@@ -180,7 +180,8 @@ run_one() {
 	sleep $((RAMP + 1))
 	rss1=$(rss_median "$SERVER_PID")
 	if ((hold >= 64)); then
-		sleep $((RAMP + 60 - (SECONDS - t0)))
+		local wait_s=$((RAMP + 60 - (SECONDS - t0)))
+		if ((wait_s > 0)); then sleep "$wait_s"; fi
 		rss_held=$(rss_median "$SERVER_PID")
 	fi
 	local rc=0
