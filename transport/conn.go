@@ -227,7 +227,11 @@ func (c *conn) markClosingLocked(reason string) bool {
 	}
 	c.closing = true
 	c.stopped.Store(true)
-	c.queue, c.queued = nil, 0
+	if len(c.queue) > 0 && c.queue[0].Type == rawFrame {
+		c.queue, c.queued = c.queue[:1], int32(len(c.queue[0].Data))
+	} else {
+		c.queue, c.queued = nil, 0
+	}
 	c.hub.m.closes.WithLabelValues(reason).Inc()
 	return true
 }
@@ -273,14 +277,16 @@ func (c *conn) writeLoop() {
 		}
 		c.mu.Unlock()
 		for _, f := range batch {
-			if c.stopped.Load() {
+			if c.stopped.Load() && f.Type != rawFrame {
 				break
 			}
 			var err error
 			switch {
 			case f.Type == rawFrame:
 				c.ws.SetWriteDeadline(time.Now().Add(wt))
-				_, err = c.w.Write(f.Data)
+				if _, err = c.w.Write(f.Data); err == nil {
+					c.paid() // a failed write closes the socket: the reader then reads on anyway
+				}
 			case f.Type == pongFrame:
 				err = c.ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
 			case f.Data == nil:

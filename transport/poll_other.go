@@ -37,6 +37,7 @@ func (s *socket) read([]byte) (int, error)      { return 0, errNotPolled }
 func (s *socket) write([]byte) (int, error)     { return 0, errNotPolled }
 func (s *socket) writeOnce([]byte) (int, error) { return 0, errNotPolled }
 func (s *socket) close() bool                   { return false }
+func (s *socket) closed() bool                  { return false }
 func (s *socket) wakeWriter()                   {}
 func (s *socket) localAddr() net.Addr           { return &net.TCPAddr{} }
 func (s *socket) remoteAddr() net.Addr          { return &net.TCPAddr{} }

@@ -126,12 +126,13 @@ func (c *conn) flushWrites() {
 	}
 	c.mu.Lock()
 	c.writing = false
-	if (err == nil || err == syscall.EAGAIN) && done < len(out) && !c.closing {
+	if (err == nil || err == syscall.EAGAIN) && done < len(out) {
 		// The rest waits for the writer, which may wait for the socket,
 		// ahead of whatever was queued meanwhile.
 		rest := protocol.Encoded{Type: rawFrame, Data: out[done:]}
 		c.queue = append([]protocol.Encoded{rest}, c.queue...)
 		c.queued += int32(len(rest.Data))
+		c.w.owed.Store(true)
 	}
 	c.startWriterLocked()
 	c.mu.Unlock()
@@ -147,9 +148,18 @@ func allPongs(q []protocol.Encoded) bool {
 	return true
 }
 
-// rawFrame marks queued bytes that are whole frames already, written as
-// they are: the part of the reader's pongs the socket did not take.
+// rawFrame marks queued bytes that are frames already, written as they
+// are: the part of the reader's pongs the socket did not take. Begun
+// frames must end: it is written even once c is closing, before the close
+// frame.
 const rawFrame = "\x00raw"
+
+// paid is the writer's, once it wrote a rawFrame (or failed to): the
+// reader, which waits while the frames are owed, reads on.
+func (c *conn) paid() {
+	c.w.owed.Store(false)
+	c.wake()
+}
 
 // pongWire is pongAnswer as a server's text frame; pongFrames is as many
 // as one read's answers are written from at once, back to back.

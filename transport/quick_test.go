@@ -6,6 +6,9 @@ import (
 	"net"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -107,23 +110,72 @@ func TestQuickPingBatches(t *testing.T) {
 func TestQuickPongsToAFullSocket(t *testing.T) {
 	cfg := testConfig()
 	cfg.FrameRate, cfg.FrameBurst, cfg.ByteRate = 1e6, 1e6, 1<<40
+	cfg.SocketBuffer = 4096
 	s := startServerWith(t, cfg, serverOptions{sendBuffer: 4096})
 	c, br := s.upgradeRaw(t, "stuffed")
 	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
 	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
 
-	// 16 pings a write, 3,000 in all: their pongs, 51,000 bytes, are far
-	// more than the two buffers hold while the client does not read.
+	// A ping a write, 3,000 in all: their pongs, 51,000 bytes, are far more
+	// than the two buffers hold while the client does not read, and the
+	// reader, which answers each read's pings itself while the writer is
+	// idle, meets the full socket part way through a pong.
 	const n = 3000
-	for range n / 16 {
-		write(t, c, pings(16))
+	for range n {
+		write(t, c, pings(1))
+		time.Sleep(50 * time.Microsecond) // a read each, mostly
 	}
-	write(t, c, pings(n%16))
 	for i, f := range textFrames(t, c, br, n) {
 		require.Equal(t, `{"type":"pong"}`, f, "frame %d", i)
 	}
 	write(t, c, pings(1))
 	assert.Equal(t, `{"type":"pong"}`, string(serverFrameOf(t, c, br, opText)))
+}
+
+// A close frame that comes while the writer still owes the rest of pongs
+// the socket did not take is echoed after them, never inside one: every
+// frame the client reads is whole.
+func TestQuickPongsOwedThenClose(t *testing.T) {
+	cfg := testConfig()
+	cfg.FrameRate, cfg.FrameBurst, cfg.ByteRate = 1e6, 1e6, 1<<40
+	cfg.SocketBuffer = 4096
+	s := startServerWith(t, cfg, serverOptions{sendBuffer: 4096})
+	c, br := s.upgradeRaw(t, "closer")
+	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
+	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+
+	wrote := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; i < 3000 && err == nil; i++ {
+			_, err = c.Write(pings(1))
+			time.Sleep(50 * time.Microsecond) // a read each, mostly
+		}
+		if err == nil {
+			_, err = c.Write(clientFrame(fin|opClose, []byte{0x03, 0xe8}))
+		}
+		wrote <- err
+	}()
+	// The client reads nothing until its writes are done or blocked, so
+	// that the server's buffers fill and its pongs stop part way.
+	select {
+	case err := <-wrote:
+		require.NoError(t, err)
+		wrote <- nil
+	case <-time.After(2 * time.Second):
+	}
+	pongs := 0
+	for {
+		op, payload := serverFrame(t, c, br)
+		if op == opClose {
+			assert.Equal(t, websocket.CloseNormalClosure, closeCode(t, payload))
+			break
+		}
+		require.Equal(t, `{"type":"pong"}`, string(payload), "frame %d", pongs)
+		pongs++
+	}
+	require.NoError(t, <-wrote)
+	t.Logf("%d pongs before the close frame", pongs)
 }
 
 // The limits hold on the quick path: a client flooding pings is closed for

@@ -78,6 +78,15 @@ func (c *conn) pump() {
 	}
 	limit := c.hub.readLimit()
 	for !w.finished {
+		if w.owed.Load() && !w.sock.closed() {
+			// gorilla writes on the reader's side too (a close frame's
+			// echo, a 1009), and its writes would land inside the frames
+			// the writer is finishing: the reader waits, and the writer
+			// wakes it when they are out.
+			w.filled = w.in != nil && len(w.in.pending) > 0
+			w.release()
+			return
+		}
 		drained, err := false, error(nil)
 		if w.filled {
 			// What the quick path read and left: acted on before reading on.
