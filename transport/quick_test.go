@@ -38,13 +38,20 @@ func textFrames(t *testing.T, c net.Conn, br *bufio.Reader, n int) []string {
 	return got
 }
 
+// welcomed opens a WebSocket by hand and reads its welcome.
+func welcomed(t *testing.T, s *testServer, uid string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, br := s.upgradeRaw(t, uid)
+	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+	return c, br
+}
+
 // A ping the poller answers on its own thread keeps its turn: behind the
 // answer to a join the inbox still holds, and between the answers of the
 // frames around it when they come in the same read or in parts.
 func TestQuickPingKeepsOrder(t *testing.T) {
 	s := startServer(t, testConfig())
-	c, br := s.upgradeRaw(t, "orderly")
-	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+	c, br := welcomed(t, s, "orderly")
 
 	join := func(ch string) []byte {
 		return clientFrame(fin|opText, fmt.Appendf(nil, `{"type":"join","channel":%q}`, ch))
@@ -79,8 +86,7 @@ func TestQuickPingBatches(t *testing.T) {
 	cfg := testConfig()
 	cfg.FrameRate, cfg.FrameBurst = 1e6, 1e6
 	s := startServer(t, cfg)
-	c, br := s.upgradeRaw(t, "batcher")
-	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+	c, br := welcomed(t, s, "batcher")
 
 	pong := `{"type":"pong"}`
 	many := func(n int) []string { return slices.Repeat([]string{pong}, n) }
@@ -105,16 +111,23 @@ func TestQuickPingBatches(t *testing.T) {
 	assert.Equal(t, "x", string(serverFrameOf(t, c, br, opPong)), "a control frame after a ping")
 }
 
-// Pongs the socket cannot take at once are written later, whole and in
-// order, by the writer, when the client reads again.
-func TestQuickPongsToAFullSocket(t *testing.T) {
+// smallBuffers opens a WebSocket, past its welcome, whose socket buffers
+// are small on both sides, to a server with no rate limit: a client that
+// stops reading fills them soon.
+func smallBuffers(t *testing.T, uid string) (net.Conn, *bufio.Reader) {
 	cfg := testConfig()
 	cfg.FrameRate, cfg.FrameBurst, cfg.ByteRate = 1e6, 1e6, 1<<40
 	cfg.SocketBuffer = 4096
 	s := startServerWith(t, cfg, serverOptions{sendBuffer: 4096})
-	c, br := s.upgradeRaw(t, "stuffed")
+	c, br := welcomed(t, s, uid)
 	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
-	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+	return c, br
+}
+
+// Pongs the socket cannot take at once are written later, whole and in
+// order, by the writer, when the client reads again.
+func TestQuickPongsToAFullSocket(t *testing.T) {
+	c, br := smallBuffers(t, "stuffed")
 
 	// A ping a write, 3,000 in all: their pongs, 51,000 bytes, are far more
 	// than the two buffers hold while the client does not read, and the
@@ -136,13 +149,7 @@ func TestQuickPongsToAFullSocket(t *testing.T) {
 // the socket did not take is echoed after them, never inside one: every
 // frame the client reads is whole.
 func TestQuickPongsOwedThenClose(t *testing.T) {
-	cfg := testConfig()
-	cfg.FrameRate, cfg.FrameBurst, cfg.ByteRate = 1e6, 1e6, 1<<40
-	cfg.SocketBuffer = 4096
-	s := startServerWith(t, cfg, serverOptions{sendBuffer: 4096})
-	c, br := s.upgradeRaw(t, "closer")
-	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
-	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+	c, br := smallBuffers(t, "closer")
 
 	wrote := make(chan error, 1)
 	go func() {
@@ -184,8 +191,7 @@ func TestQuickPingFloodClosed(t *testing.T) {
 	cfg := testConfig()
 	cfg.FrameRate, cfg.FrameBurst = 1, 2
 	s := startServer(t, cfg)
-	c, br := s.upgradeRaw(t, "flooder")
-	assert.Contains(t, string(serverFrameOf(t, c, br, opText)), `"type":"welcome"`)
+	c, br := welcomed(t, s, "flooder")
 
 	write(t, c, pings(2))
 	assert.Equal(t, []string{`{"type":"pong"}`, `{"type":"pong"}`}, textFrames(t, c, br, 2))

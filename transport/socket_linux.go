@@ -116,30 +116,26 @@ func (s *socket) destroy() {
 func (s *socket) closed() bool { return s.refs.Load()&closedRefs != 0 }
 
 // read reads once without blocking; syscall.EAGAIN says there is nothing.
-func (s *socket) read(p []byte) (int, error) {
-	if !s.acquire() {
-		return 0, net.ErrClosed
-	}
-	defer s.release()
-	for {
-		n, err := syscall.Read(int(s.fd), p)
-		if err != syscall.EINTR {
-			return n, err
-		}
-	}
-}
+func (s *socket) read(p []byte) (int, error) { return s.once(syscall.Read, p) }
 
 // writeOnce writes what of p the send buffer takes now, without waiting;
 // syscall.EAGAIN says it took nothing.
 func (s *socket) writeOnce(p []byte) (int, error) {
+	n, err := s.once(syscall.Write, p)
+	return max(n, 0), err
+}
+
+// once runs one read or write on the descriptor unless s is closed,
+// again if a signal interrupted it.
+func (s *socket) once(op func(fd int, p []byte) (int, error), p []byte) (int, error) {
 	if !s.acquire() {
 		return 0, net.ErrClosed
 	}
 	defer s.release()
 	for {
-		n, err := syscall.Write(int(s.fd), p)
+		n, err := op(int(s.fd), p)
 		if err != syscall.EINTR {
-			return max(n, 0), err
+			return n, err
 		}
 	}
 }
