@@ -39,8 +39,8 @@ func (c *conn) woken() {
 // with no read buffer. Otherwise it reports false and a worker must read on.
 func (c *conn) quickRead() bool {
 	w := &c.w
-	if w.draining || w.finished || w.in != nil || c.stopped.Load() {
-		return false
+	if w.draining || w.finished || w.in != nil || c.stopped.Load() || c.hub.maxMessage < int64(len(pingText)) {
+		return false // a ping over MaxMessage closes with 1009: the worker's to do
 	}
 	drained, err := w.fill(int(c.hub.readLimit()) + readChunk)
 	if err != nil {
@@ -53,8 +53,8 @@ func (c *conn) quickRead() bool {
 	n := len(w.in.pending) / len(maskedPing)
 	c.holdWrites()
 	for range n {
-		// Nothing a ping leads to fails the read: a flood is closed with
-		// its code by admit.
+		// Nothing a ping within MaxMessage leads to fails the read: a
+		// flood is closed with its code by admit.
 		c.message(websocket.TextMessage, pingText, int64(len(pingText)))
 	}
 	c.flushWrites()

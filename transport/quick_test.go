@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"testing"
@@ -146,11 +147,12 @@ func TestQuickPongsToAFullSocket(t *testing.T) {
 }
 
 // A close frame that comes while the writer still owes the rest of pongs
-// the socket did not take is echoed after them, never inside one: every
-// frame the client reads is whole.
+// the socket did not take is never echoed inside one: every frame the
+// client reads is a whole pong, until the close frame. (The stream may end
+// without it, or inside a frame the writer was still writing: the client
+// was not reading, and the server closes once the close frame is read.)
 func TestQuickPongsOwedThenClose(t *testing.T) {
 	c, br := smallBuffers(t, "closer")
-
 	wrote := make(chan error, 1)
 	go func() {
 		var err error
@@ -171,18 +173,32 @@ func TestQuickPongsOwedThenClose(t *testing.T) {
 		wrote <- nil
 	case <-time.After(2 * time.Second):
 	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(waitLong)))
+	pong := append([]byte{fin | opText, 15}, `{"type":"pong"}`...)
 	pongs := 0
 	for {
-		op, payload := serverFrame(t, c, br)
-		if op == opClose {
+		head, err := br.Peek(2)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		if head[0] == fin|opClose {
+			_, payload := serverFrame(t, c, br)
 			assert.Equal(t, websocket.CloseNormalClosure, closeCode(t, payload))
 			break
 		}
-		require.Equal(t, `{"type":"pong"}`, string(payload), "frame %d", pongs)
+		got := make([]byte, len(pong))
+		n, err := io.ReadFull(br, got)
+		if err == io.ErrUnexpectedEOF {
+			require.Equal(t, pong[:n], got[:n], "the cut frame, %d", pongs)
+			break
+		}
+		require.NoError(t, err)
+		require.Equal(t, pong, got, "frame %d", pongs)
 		pongs++
 	}
 	require.NoError(t, <-wrote)
-	t.Logf("%d pongs before the close frame", pongs)
+	t.Logf("%d pongs before the close frame or the end", pongs)
 }
 
 // The limits hold on the quick path: a client flooding pings is closed for
@@ -214,4 +230,16 @@ func TestQuickPingFloodClosed(t *testing.T) {
 		break
 	}
 	s.waitMetric(t, "presenced_closes_total", map[string]string{"reason": "flood"}, 1)
+}
+
+// A ping over MaxMessage is not the quick path's: it closes with 1009 as
+// any frame over the limit does.
+func TestQuickPingOverMaxMessage(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxMessage = 10
+	s := startServer(t, cfg)
+	c, br := welcomed(t, s, "tiny")
+	write(t, c, pings(1))
+	assert.Equal(t, websocket.CloseMessageTooBig, closeCode(t, serverFrameOf(t, c, br, opClose)))
+	s.waitMetric(t, "presenced_closes_total", map[string]string{"reason": "too_big"}, 1)
 }
