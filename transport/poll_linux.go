@@ -184,7 +184,7 @@ func (p *poller) run() {
 		}
 		p.mu.Unlock()
 		for i, c := range ready {
-			c.woken()
+			c.wake()
 			ready[i] = nil
 		}
 		ready = ready[:0]

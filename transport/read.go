@@ -58,7 +58,9 @@ func (t *drainTask) run() { (*conn)(t).drainInbox() }
 // exits, unless woken meanwhile.
 func (c *conn) serveReady() {
 	for {
-		c.pump()
+		if !c.quickRead() {
+			c.pump()
+		}
 		if c.w.state.CompareAndSwap(running, idle) {
 			return
 		}
