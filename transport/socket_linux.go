@@ -131,8 +131,8 @@ func (s *socket) writeOnce(p []byte) (int, error) {
 // own calls that cannot block: they return at once, and the microseconds
 // one spends in the kernel (on loopback, a write delivers the segment) are
 // work like any other. Through syscall.Read and syscall.Write the goroutine's
-// P is marked as in a syscall each time, and at thousands a second sysmon
-// keeps retaking it and waking threads to run what waits.
+// P is marked as in a syscall each time, and under load sysmon keeps
+// retaking it and waking threads to run what waits.
 func rawRead(fd int, p []byte) (int, error)  { return rawIO(syscall.SYS_READ, fd, p) }
 func rawWrite(fd int, p []byte) (int, error) { return rawIO(syscall.SYS_WRITE, fd, p) }
 
