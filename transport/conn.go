@@ -64,7 +64,8 @@ type conn struct {
 	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping, one of type pongFrame a pong
 	closeMsg *[]byte            // the close frame to send, once
 	welcomed bool               // the welcome is queued; until then the writer waits
-	writing  bool               // a writer goroutine owns the socket's write side
+	writing  bool               // a writer goroutine, or the reader writing pongs, owns the socket's write side
+	held     bool               // the reader writes what its acts queue when it is done (holdWrites)
 	closing  bool               // a close frame is due or sent: no more data frames
 	queued   int32              // bytes in queue, at most Hub.queueBytes
 }
@@ -197,7 +198,7 @@ func (c *conn) enqueue(f protocol.Encoded) bool {
 }
 
 func (c *conn) startWriterLocked() {
-	if c.welcomed && !c.writing {
+	if c.welcomed && !c.writing && !c.held {
 		c.writing = true
 		c.hub.workers.run((*writeTask)(c))
 	}
@@ -226,7 +227,11 @@ func (c *conn) markClosingLocked(reason string) bool {
 	}
 	c.closing = true
 	c.stopped.Store(true)
-	c.queue, c.queued = nil, 0
+	if len(c.queue) > 0 && c.queue[0].Type == rawFrame {
+		c.queue, c.queued = c.queue[:1], int32(len(c.queue[0].Data))
+	} else {
+		c.queue, c.queued = nil, 0
+	}
 	c.hub.m.closes.WithLabelValues(reason).Inc()
 	return true
 }
@@ -272,11 +277,16 @@ func (c *conn) writeLoop() {
 		}
 		c.mu.Unlock()
 		for _, f := range batch {
-			if c.stopped.Load() {
+			if c.stopped.Load() && f.Type != rawFrame {
 				break
 			}
 			var err error
 			switch {
+			case f.Type == rawFrame:
+				c.ws.SetWriteDeadline(time.Now().Add(wt))
+				if _, err = c.w.Write(f.Data); err == nil {
+					c.paid() // a failed write closes the socket: the reader then reads on anyway
+				}
 			case f.Type == pongFrame:
 				err = c.ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
 			case f.Data == nil:
@@ -295,10 +305,15 @@ func (c *conn) writeLoop() {
 				break
 			}
 		}
-		if cap(batch) == queueChunk {
-			clear(batch[:queueChunk])
-			queues.Put((*[queueChunk]protocol.Encoded)(batch[:queueChunk]))
-		}
+		putQueue(batch)
+	}
+}
+
+// putQueue gives q's array back to its pool, cleared, if it came from there.
+func putQueue(q []protocol.Encoded) {
+	if cap(q) == queueChunk {
+		clear(q[:queueChunk])
+		queues.Put((*[queueChunk]protocol.Encoded)(q[:queueChunk]))
 	}
 }
 

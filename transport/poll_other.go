@@ -30,12 +30,14 @@ type socket struct{}
 
 var errNotPolled = errors.New("transport: no polled sockets on this system")
 
-func (s *socket) adopt(*conn, net.Conn) error { return errNotPolled }
-func (s *socket) abandon()                    {}
-func (s *socket) setWriteDeadline(time.Time)  {}
-func (s *socket) read([]byte) (int, error)    { return 0, errNotPolled }
-func (s *socket) write([]byte) (int, error)   { return 0, errNotPolled }
-func (s *socket) close() bool                 { return false }
-func (s *socket) wakeWriter()                 {}
-func (s *socket) localAddr() net.Addr         { return &net.TCPAddr{} }
-func (s *socket) remoteAddr() net.Addr        { return &net.TCPAddr{} }
+func (s *socket) adopt(*conn, net.Conn) error   { return errNotPolled }
+func (s *socket) abandon()                      {}
+func (s *socket) setWriteDeadline(time.Time)    {}
+func (s *socket) read([]byte) (int, error)      { return 0, errNotPolled }
+func (s *socket) write([]byte) (int, error)     { return 0, errNotPolled }
+func (s *socket) writeOnce([]byte) (int, error) { return 0, errNotPolled }
+func (s *socket) close() bool                   { return false }
+func (s *socket) closed() bool                  { return false }
+func (s *socket) wakeWriter()                   {}
+func (s *socket) localAddr() net.Addr           { return &net.TCPAddr{} }
+func (s *socket) remoteAddr() net.Addr          { return &net.TCPAddr{} }

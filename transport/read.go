@@ -58,7 +58,9 @@ func (t *drainTask) run() { (*conn)(t).drainInbox() }
 // exits, unless woken meanwhile.
 func (c *conn) serveReady() {
 	for {
-		c.pump()
+		if !c.quickRead() {
+			c.pump()
+		}
 		if c.w.state.CompareAndSwap(running, idle) {
 			return
 		}
@@ -78,7 +80,22 @@ func (c *conn) pump() {
 	}
 	limit := c.hub.readLimit()
 	for !w.finished {
-		drained, err := w.fill(int(limit) + readChunk)
+		if w.owed.Load() && !w.sock.closed() {
+			// gorilla writes on the reader's side too (a close frame's
+			// echo, a 1009), and its writes would land inside the frames
+			// the writer is finishing: the reader waits, and the writer
+			// wakes it when they are out.
+			w.filled = w.in != nil && len(w.in.pending) > 0
+			w.release()
+			return
+		}
+		drained, err := false, error(nil)
+		if w.filled {
+			// What the quick path read and left: acted on before reading on.
+			w.filled = false
+		} else {
+			drained, err = w.fill(int(limit) + readChunk)
+		}
 		if err == errAgain {
 			if d := w.deadline.Load(); d == 0 || time.Now().UnixNano() < d {
 				w.release()
@@ -90,15 +107,19 @@ func (c *conn) pump() {
 			c.finish(c.tooBig())
 			return
 		}
-		for w.in.next(limit) {
-			rerr := c.readMessage()
+		// The answers to what one read brought go out together.
+		c.holdWrites()
+		var rerr error
+		for rerr == nil && w.in.next(limit) {
+			rerr = c.readMessage()
 			if rerr == nil {
 				rerr = w.in.drop()
 			}
-			if rerr != nil {
-				c.finish(rerr)
-				return
-			}
+		}
+		c.flushWrites()
+		if rerr != nil {
+			c.finish(rerr)
+			return
 		}
 		if err != nil {
 			// gorilla reads what is left, then the socket's error.
@@ -149,7 +170,6 @@ func (c *conn) readLoop() {
 // frames before it on the way, and acts on it. An error ends the
 // connection.
 func (c *conn) readMessage() error {
-	h := c.hub
 	mt, r, err := c.ws.NextReader()
 	if err != nil {
 		return err
@@ -160,23 +180,37 @@ func (c *conn) readMessage() error {
 		_, err = io.Copy(io.Discard, r)
 		return err
 	}
+	if mt == websocket.BinaryMessage {
+		n, err := io.Copy(io.Discard, r)
+		if err != nil {
+			return err
+		}
+		return c.message(mt, nil, n)
+	}
+	buf := messages.Get().(*bytes.Buffer)
+	defer putMessage(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(r); err != nil {
+		return err
+	}
+	return c.message(mt, buf.Bytes(), int64(buf.Len()))
+}
+
+// message acts on a whole message of n bytes the client sent: data, or
+// nil for a binary one, which is only a keepalive. Both the reader through
+// gorilla and the quick path (quick.go) come here. An error ends the
+// connection.
+func (c *conn) message(mt int, data []byte, n int64) error {
+	h := c.hub
+	if c.stopped.Load() {
+		return nil
+	}
 	c.touch()
 	c.silenced.Store(false)
-	var data []byte
-	var n int64
 	if mt == websocket.BinaryMessage {
 		h.m.kaBinary.Inc()
-		n, err = io.Copy(io.Discard, r)
 	} else {
 		h.m.kaText.Inc()
-		buf := messages.Get().(*bytes.Buffer)
-		defer putMessage(buf)
-		buf.Reset()
-		n, err = buf.ReadFrom(r)
-		data = buf.Bytes()
-	}
-	if err != nil {
-		return err
 	}
 	tap(true, data) // nil for a binary message
 	if n > h.maxMessage && (mt == websocket.BinaryMessage || !watchFrame(data)) {

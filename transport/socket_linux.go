@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // socket is a polled connection's TCP descriptor, taken over from package
@@ -116,13 +117,46 @@ func (s *socket) destroy() {
 func (s *socket) closed() bool { return s.refs.Load()&closedRefs != 0 }
 
 // read reads once without blocking; syscall.EAGAIN says there is nothing.
-func (s *socket) read(p []byte) (int, error) {
+func (s *socket) read(p []byte) (int, error) { return s.once(rawRead, p) }
+
+// writeOnce writes what of p the send buffer takes now, without waiting;
+// syscall.EAGAIN says it took nothing.
+func (s *socket) writeOnce(p []byte) (int, error) {
+	n, err := s.once(rawWrite, p)
+	return max(n, 0), err
+}
+
+// rawRead and rawWrite are read(2) and write(2) on the non-blocking
+// descriptor, made without telling the scheduler, as the runtime makes its
+// own calls that cannot block: they return at once, and the microseconds
+// one spends in the kernel (on loopback, a write delivers the segment) are
+// work like any other. Through syscall.Read and syscall.Write the goroutine's
+// P is marked as in a syscall each time, and under load sysmon keeps
+// retaking it and waking threads to run what waits.
+func rawRead(fd int, p []byte) (int, error)  { return rawIO(syscall.SYS_READ, fd, p) }
+func rawWrite(fd int, p []byte) (int, error) { return rawIO(syscall.SYS_WRITE, fd, p) }
+
+func rawIO(trap uintptr, fd int, p []byte) (int, error) {
+	var buf unsafe.Pointer
+	if len(p) > 0 {
+		buf = unsafe.Pointer(&p[0])
+	}
+	n, _, errno := syscall.RawSyscall(trap, uintptr(fd), uintptr(buf), uintptr(len(p)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// once runs one read or write on the descriptor unless s is closed,
+// again if a signal interrupted it.
+func (s *socket) once(op func(fd int, p []byte) (int, error), p []byte) (int, error) {
 	if !s.acquire() {
 		return 0, net.ErrClosed
 	}
 	defer s.release()
 	for {
-		n, err := syscall.Read(int(s.fd), p)
+		n, err := op(int(s.fd), p)
 		if err != syscall.EINTR {
 			return n, err
 		}
@@ -139,7 +173,7 @@ func (s *socket) write(p []byte) (int, error) {
 	done := 0
 	var wake chan struct{}
 	for done < len(p) {
-		n, err := syscall.Write(int(s.fd), p[done:])
+		n, err := rawWrite(int(s.fd), p[done:])
 		if n > 0 {
 			done += n
 		}

@@ -34,9 +34,11 @@ type wire struct {
 	deadline atomic.Int64  // UnixNano after which an idle read fails; 0: none
 	state    atomic.Uint32 // idle, running or again: at most one worker
 	hup      atomic.Bool   // the peer hung up or the socket failed: read to the end
+	owed     atomic.Bool   // the writer owes the client the rest of frames the reader began (see pump)
 	polled   bool          // reads come from what the worker read
 	finished bool          // the worker has finished the connection
 	draining bool          // after a 1009: the worker drops what comes until the peer hangs up
+	filled   bool          // pending holds what the quick path read and left to the worker
 }
 
 // inbound is what a polled connection's worker reads with: pooled, so an
