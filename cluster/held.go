@@ -95,6 +95,7 @@ func (w *writer) holdFor(d time.Duration) {
 	}
 }
 
+// hold records that Redis now holds r for this node.
 func (w *writer) hold(r record) {
 	switch {
 	case r.channel == "" && r.n > 0:

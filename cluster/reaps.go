@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"maps"
 	"slices"
 	"strings"
 )
@@ -76,24 +77,19 @@ func (d deadNodes) found(shard int, nodes string) {
 
 // all returns every node some shard found dead, sorted.
 func (d deadNodes) all() []string {
-	var out []string
+	set := map[string]bool{}
 	for _, m := range d {
-		for node := range m {
-			if !slices.Contains(out, node) {
-				out = append(out, node)
-			}
-		}
+		maps.Copy(set, m)
 	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // tell returns, for shard's next call, the nodes found dead elsewhere, and
 // counts them as known there.
 func (d deadNodes) tell(shard int) string {
-	all := d.all()
-	d.found(shard, strings.Join(all, ","))
-	return strings.Join(all, ",")
+	list := strings.Join(d.all(), ",")
+	d.found(shard, list)
+	return list
 }
 
 // untold adds to more the shards that do not know of every dead node yet.
