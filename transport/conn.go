@@ -41,8 +41,8 @@ import (
 type conn struct {
 	hub *Hub
 	uid string
-	ws  *websocket.Conn
-	w   wire // the socket, as gorilla sees it
+	fr  *framer // gorilla's Conn, while lent (framer.go); under mu
+	w   wire    // the socket, as gorilla sees it through fr
 	// life is the connection's context, which ends when it closes: it
 	// exists only for OnMessage. The Hub's own waits are bounded by
 	// timeouts instead: a context derived from it would leave it a map of
@@ -259,6 +259,7 @@ func (c *conn) closeWith(code int, reason, metric string) {
 
 func (c *conn) writeLoop() {
 	wt := c.hub.writeTimeout
+	ws := c.lend()
 	for {
 		c.mu.Lock()
 		batch := c.queue
@@ -268,11 +269,12 @@ func (c *conn) writeLoop() {
 			c.closeMsg = nil
 			if closeMsg == nil {
 				c.writing = false
+				c.giveBackLocked()
 				c.mu.Unlock()
 				return
 			}
 			c.mu.Unlock()
-			c.writeClose(*closeMsg)
+			c.writeClose(ws, *closeMsg)
 			continue // closing: nothing more is queued, the loop ends
 		}
 		c.mu.Unlock()
@@ -283,22 +285,22 @@ func (c *conn) writeLoop() {
 			var err error
 			switch {
 			case f.Type == rawFrame:
-				c.ws.SetWriteDeadline(time.Now().Add(wt))
+				c.w.SetWriteDeadline(time.Now().Add(wt))
 				if _, err = c.w.Write(f.Data); err == nil {
 					c.paid() // a failed write closes the socket: the reader then reads on anyway
 				}
 			case f.Type == pongFrame:
-				err = c.ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
+				err = ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
 			case f.Data == nil:
-				err = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
+				err = ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
 			case isPongAnswer(f):
-				c.ws.SetWriteDeadline(time.Now().Add(wt))
+				ws.SetWriteDeadline(time.Now().Add(wt))
 				tap(false, f.Data)
-				err = c.ws.WritePreparedMessage(pongPrepared)
+				err = ws.WritePreparedMessage(pongPrepared)
 			default:
-				c.ws.SetWriteDeadline(time.Now().Add(wt))
+				ws.SetWriteDeadline(time.Now().Add(wt))
 				tap(false, f.Data)
-				err = c.ws.WriteMessage(websocket.TextMessage, f.Data)
+				err = ws.WriteMessage(websocket.TextMessage, f.Data)
 			}
 			if err != nil {
 				c.writeFailed(err)
@@ -342,9 +344,9 @@ func (c *conn) writeFailed(err error) {
 
 // writeClose sends a close frame and bounds how long the reader waits for
 // the client's answer before the socket is dropped.
-func (c *conn) writeClose(msg []byte) {
+func (c *conn) writeClose(ws *websocket.Conn, msg []byte) {
 	c.setReadDeadline(time.Now().Add(c.hub.closeTimeout))
-	if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.hub.writeTimeout)); err != nil {
+	if err := ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.hub.writeTimeout)); err != nil {
 		c.closeSocket()
 	}
 }

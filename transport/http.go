@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -320,15 +319,19 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	c := &conn{hub: h, uid: uid}
 	c.inbox.Limit = inboxLimit
 	c.setSession(sess)
-	ws, err := h.upgrader.Upgrade(hijacker{w, &c.w}, r, nil)
+	// The handshake's framer is c's, with one user (the handshake) until
+	// the welcome is queued.
+	f := &framer{c: c, users: 1}
+	ws, err := h.upgrader.Upgrade(hijacker{w, f}, r, nil)
 	if err != nil {
 		h.mu.Lock()
 		h.releaseLocked(uid)
 		h.mu.Unlock()
 		return // the upgrader has answered with an HTTP error
 	}
-	c.ws = ws
-	ws.SetReadLimit(h.readLimit()) // a watch frame may pass MaxMessage: readMessage decides
+	f.ws = ws
+	h.setUp(f)
+	c.fr = f
 	if sb, ok := c.w.Conn.(interface{ SetWriteBuffer(int) error }); ok && h.socketBuffer > 0 {
 		if err := sb.SetWriteBuffer(h.socketBuffer); err != nil {
 			h.log.Debug("transport: set socket send buffer", "err", err)
@@ -343,8 +346,6 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(context.Background())
 		c.life = &lifetime{ctx, cancel}
 	}
-	ws.SetPingHandler(c.pingHandler)
-	ws.SetPongHandler(c.pongHandler)
 
 	h.mu.Lock()
 	if h.closing {
@@ -390,10 +391,11 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
 	if c.w.polled {
+		c.giveBack()
 		h.workers.run((*readTask)(c)) // for what came, or was woken, meanwhile
 		return
 	}
-	go c.readLoop()
+	go c.readLoop(ws) // keeps the framer for life
 }
 
 // needUpgrade answers a plain GET of the socket's path (a browser's
@@ -419,21 +421,6 @@ func (h *Hub) needUpgrade(w http.ResponseWriter) {
 func namesUser(r *http.Request) bool {
 	q := r.URL.Query()
 	return q.Has("uid") || q.Has("token") || r.Header.Get("Authorization") != ""
-}
-
-// hijacker hands gorilla the socket it hijacks wrapped in a wire.
-type hijacker struct {
-	http.ResponseWriter
-	w *wire
-}
-
-func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	h.w.Conn = nc
-	return h.w, brw, nil
 }
 
 // poll takes c's socket from package net and registers it with the

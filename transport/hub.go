@@ -205,7 +205,9 @@ type Hub struct {
 	onMessage      func(ctx context.Context, uid string, typ string, frame json.RawMessage) error
 	origins        *originPolicy
 	upgrader       websocket.Upgrader
-	poller         *poller // nil: every connection parks a reader
+	blankUpgrader  websocket.Upgrader // makes framers: see newFramer
+	framers        sync.Pool          // of *framer
+	poller         *poller            // nil: every connection parks a reader
 	workers        *workers
 	log            *slog.Logger
 	m              *metrics
@@ -339,6 +341,9 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 			writeError(w, status, reason.Error())
 		},
 	}
+	h.blankUpgrader = h.upgrader
+	h.blankUpgrader.CheckOrigin = func(*http.Request) bool { return true }
+	h.framers.New = h.newFramer
 	h.routes()
 	if !cfg.ParkReaders {
 		if h.poller, err = newPoller(); err != nil {

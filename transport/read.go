@@ -78,6 +78,8 @@ func (c *conn) pump() {
 		c.drain()
 		return
 	}
+	ws := c.lend()
+	defer c.giveBack()
 	limit := c.hub.readLimit()
 	for !w.finished {
 		if w.owed.Load() && !w.sock.closed() {
@@ -111,7 +113,7 @@ func (c *conn) pump() {
 		c.holdWrites()
 		var rerr error
 		for rerr == nil && w.in.next(limit) {
-			rerr = c.readMessage()
+			rerr = c.readMessage(ws)
 			if rerr == nil {
 				rerr = w.in.drop()
 			}
@@ -124,7 +126,7 @@ func (c *conn) pump() {
 		if err != nil {
 			// gorilla reads what is left, then the socket's error.
 			w.in.fed, w.in.rerr = w.in.pending, err
-			c.readLoop()
+			c.readLoop(ws)
 			return
 		}
 		if drained && !w.hup.Load() {
@@ -149,28 +151,28 @@ func (c *conn) closeSocket() {
 // net.Conn.SetReadDeadline does for a parked reader.
 func (c *conn) setReadDeadline(t time.Time) {
 	if !c.w.polled {
-		c.ws.SetReadDeadline(t)
+		c.w.SetReadDeadline(t)
 		return
 	}
 	c.w.deadline.Store(t.UnixNano())
 	c.hub.poller.expire(c, t)
 }
 
-// readLoop reads frames until the socket fails or closes: the reader of a
-// connection that is not polled.
-func (c *conn) readLoop() {
+// readLoop reads frames through ws, lent to c, until the socket fails or
+// closes: the reader of a connection that is not polled.
+func (c *conn) readLoop(ws *websocket.Conn) {
 	var err error
 	for err == nil {
-		err = c.readMessage()
+		err = c.readMessage(ws)
 	}
 	c.finish(err)
 }
 
-// readMessage reads one message through gorilla, which answers the control
-// frames before it on the way, and acts on it. An error ends the
+// readMessage reads one message through ws, lent to c, which answers the
+// control frames before it on the way, and acts on it. An error ends the
 // connection.
-func (c *conn) readMessage() error {
-	mt, r, err := c.ws.NextReader()
+func (c *conn) readMessage(ws *websocket.Conn) error {
+	mt, r, err := ws.NextReader()
 	if err != nil {
 		return err
 	}
@@ -294,7 +296,9 @@ func watchFrame(data []byte) bool {
 // tooBig sends 1009, as gorilla does for a message over its read limit, and
 // returns the error that has finish drain and close the socket.
 func (c *conn) tooBig() error {
-	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseMessageTooBig, ""), time.Now().Add(time.Second))
+	ws := c.lend()
+	defer c.giveBack()
+	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseMessageTooBig, ""), time.Now().Add(time.Second))
 	return websocket.ErrReadLimit
 }
 

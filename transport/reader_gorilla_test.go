@@ -14,22 +14,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gorillaReader is the buffered reader gorilla reads c's frames through.
+// gorillaReader is the buffered reader gorilla reads through with ws.
 // gorilla does not export it; this test reads it to hold gorilla to the
 // rule the polled reader depends on, and fails if a new gorilla moves it.
-func gorillaReader(t *testing.T, c *conn) *bufio.Reader {
+func gorillaReader(t *testing.T, ws *websocket.Conn) *bufio.Reader {
 	t.Helper()
-	f := reflect.ValueOf(c.ws).Elem().FieldByName("br")
+	f := reflect.ValueOf(ws).Elem().FieldByName("br")
 	require.True(t, f.IsValid(), "gorilla's Conn has no field br any more: check how it reads")
 	require.Equal(t, reflect.TypeFor[*bufio.Reader](), f.Type())
 	return (*bufio.Reader)(f.UnsafePointer())
 }
 
-// A connection's frames reach gorilla through wire, into a read buffer of
-// gorilla's own of readBufferSize bytes. With ReadBufferSize 0 gorilla
-// would read through net/http's 4 KiB reader for the connection's life;
-// reading anything but wire would bypass the poller's worker, which hands
-// gorilla the frames it read off the socket.
+// A connection's frames reach gorilla through the framer lent to it, which
+// reads wire, into a read buffer of gorilla's own of readBufferSize bytes.
+// With ReadBufferSize 0 gorilla would read through net/http's 4 KiB reader
+// for the connection's life; reading anything but wire would bypass the
+// poller's worker, which hands gorilla the frames it read off the socket.
 func TestGorillaReadsThroughWire(t *testing.T) {
 	for _, park := range []bool{false, true} {
 		h, err := newHub(Config{ParkReaders: park}, true)
@@ -57,11 +57,19 @@ func TestGorillaReadsThroughWire(t *testing.T) {
 		c := live[0]
 		assert.Equal(t, !park && h.poller != nil, c.w.polled)
 
-		br := gorillaReader(t, c)
+		c.mu.Lock()
+		lent := c.lendLocked()
+		f := c.fr
+		c.giveBackLocked()
+		c.mu.Unlock()
+		br := gorillaReader(t, lent)
 		assert.Equal(t, readBufferSize, br.Size(), "gorilla's read buffer")
 		rd := reflect.ValueOf(br).Elem().FieldByName("rd")
 		require.True(t, rd.IsValid() && !rd.IsNil(), "bufio.Reader has no field rd any more")
-		assert.Equal(t, unsafe.Pointer(&c.w), rd.Elem().UnsafePointer(), "gorilla reads through wire")
+		assert.Equal(t, unsafe.Pointer(f), rd.Elem().UnsafePointer(), "gorilla reads through the framer")
+		if !c.w.polled {
+			assert.Same(t, c, f.c, "a parked reader keeps its framer")
+		}
 
 		// And the frames read that way are answered.
 		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"ping"}`)))

@@ -1,0 +1,200 @@
+package transport
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// framer is a gorilla Conn lent to a connection while gorilla reads or
+// writes its frames. gorilla's Conn and its read buffer are about 700 B, a
+// third of what an idle connection costs, and an idle polled connection
+// needs neither: its pings are read and answered without gorilla (quick.go).
+// So a polled connection holds a framer only while its reader, its writer or
+// its handshake uses one, and gives it back to the Hub's pool when the last
+// of them is done. A connection that is not polled keeps its framer for
+// life: its reader is parked in gorilla.
+//
+// A framer passes from one connection to another only between messages: a
+// polled reader hands gorilla whole messages (wire.go), so gorilla's read
+// buffer is empty and its reader at a message's start whenever the reader
+// is done, and its writer writes whole messages. A connection that closes
+// keeps its framer (gorilla's errors stick to its Conn), and it goes with
+// the connection.
+//
+// The framer is the net.Conn gorilla reads and writes through: it passes
+// every call to the wire of the connection it is lent to.
+type framer struct {
+	ws *websocket.Conn
+	c  *conn // the connection it is lent to; nil while a pool makes it
+	// users counts the connection's reader, writer and handshake using it,
+	// under c.mu.
+	users int32
+}
+
+// lendLocked gives c a framer, its own or one from the pool, for one more
+// user, and returns its gorilla Conn. It is c's until giveBackLocked. The
+// caller holds c.mu.
+func (c *conn) lendLocked() *websocket.Conn {
+	if c.fr == nil {
+		f := c.hub.framers.Get().(*framer)
+		f.c = c
+		c.fr = f
+	}
+	c.fr.users++
+	return c.fr.ws
+}
+
+// lend is lendLocked for a caller that does not hold c.mu.
+func (c *conn) lend() *websocket.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lendLocked()
+}
+
+// giveBackLocked ends one use of c's framer; the last use of a polled,
+// open connection puts it back in the pool. The caller holds c.mu.
+func (c *conn) giveBackLocked() {
+	f := c.fr
+	if f.users--; f.users > 0 || !c.w.polled || c.closing {
+		return
+	}
+	c.fr, f.c = nil, nil
+	c.hub.framers.Put(f)
+}
+
+func (c *conn) giveBack() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.giveBackLocked()
+}
+
+// setUp gives a new framer the Hub's read limit and handlers: they are the
+// same for every connection, and follow the framer to each.
+func (h *Hub) setUp(f *framer) {
+	// A watch frame may pass MaxMessage: readMessage decides.
+	f.ws.SetReadLimit(h.readLimit())
+	f.ws.SetPingHandler(func(data string) error { return f.c.pingHandler(data) })
+	f.ws.SetPongHandler(func(data string) error { return f.c.pongHandler(data) })
+}
+
+// newFramer makes a framer when the pool has none. gorilla makes a server's
+// Conn only in a handshake, so it is given one with no client: the answer
+// it writes goes nowhere (framer.Write with no connection).
+func (h *Hub) newFramer() any {
+	f := &framer{}
+	ws, err := h.blankUpgrader.Upgrade(blankResponse{f}, blankRequest(), nil)
+	if err != nil {
+		// The request is ours and always valid: only a gorilla that
+		// changed its handshake gets here.
+		panic("transport: making a gorilla Conn: " + err.Error())
+	}
+	f.ws = ws
+	h.setUp(f)
+	return f
+}
+
+// blankRequest is a valid WebSocket handshake, the one a framer is made
+// with.
+func blankRequest() *http.Request {
+	return &http.Request{
+		Method: http.MethodGet,
+		Header: http.Header{
+			"Connection":            {"Upgrade"},
+			"Upgrade":               {"websocket"},
+			"Sec-Websocket-Version": {"13"},
+			"Sec-Websocket-Key":     {"AAAAAAAAAAAAAAAAAAAAAA=="},
+		},
+	}
+}
+
+// blankResponse is the response a framer is made with: its Hijack hands
+// gorilla the framer, with buffers that hold nothing.
+type blankResponse struct{ f *framer }
+
+func (b blankResponse) Header() http.Header         { return http.Header{} }
+func (b blankResponse) Write(p []byte) (int, error) { return len(p), nil }
+func (b blankResponse) WriteHeader(int)             {}
+
+func (b blankResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return b.f, bufio.NewReadWriter(bufio.NewReaderSize(strings.NewReader(""), 16), bufio.NewWriterSize(io.Discard, 16)), nil
+}
+
+// hijacker hands gorilla the socket of the connection being upgraded
+// through its framer.
+type hijacker struct {
+	http.ResponseWriter
+	f *framer
+}
+
+func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.f.c.w.Conn = nc
+	return h.f, brw, nil
+}
+
+func (f *framer) Read(p []byte) (int, error) {
+	if f.c == nil {
+		return 0, io.EOF
+	}
+	return f.c.w.Read(p)
+}
+
+func (f *framer) Write(p []byte) (int, error) {
+	if f.c == nil {
+		return len(p), nil // a blank handshake's answer
+	}
+	return f.c.w.Write(p)
+}
+
+func (f *framer) Close() error {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.w.Close()
+}
+
+func (f *framer) LocalAddr() net.Addr {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.w.LocalAddr()
+}
+
+func (f *framer) RemoteAddr() net.Addr {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.w.RemoteAddr()
+}
+
+func (f *framer) SetDeadline(t time.Time) error {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.w.SetDeadline(t)
+}
+
+func (f *framer) SetReadDeadline(t time.Time) error {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.w.SetReadDeadline(t)
+}
+
+func (f *framer) SetWriteDeadline(t time.Time) error {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.w.SetWriteDeadline(t)
+}
+
+var _ net.Conn = (*framer)(nil)
