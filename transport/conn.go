@@ -259,9 +259,12 @@ func (c *conn) closeWith(code int, reason, metric string) {
 
 func (c *conn) writeLoop() {
 	wt := c.hub.writeTimeout
-	ws := c.lend()
+	var ws *websocket.Conn
 	for {
 		c.mu.Lock()
+		if ws == nil {
+			ws = c.lendLocked() // given back when the loop ends
+		}
 		batch := c.queue
 		c.queue, c.queued = nil, 0
 		if len(batch) == 0 {

@@ -11,10 +11,11 @@ import (
 	"time"
 )
 
-// wire is the net.Conn gorilla reads and writes through: the socket, with
-// reads that come, when the connection is polled, from what c's worker read
-// off the socket and handed over instead of from the socket itself, and
-// writes that go to the descriptor the connection took over (socket).
+// wire is the socket as gorilla reads and writes it, through the framer
+// lent to the connection (framer.go): reads come, when the connection is
+// polled, from what c's worker read off the socket and handed over instead
+// of from the socket itself, and writes go to the descriptor the
+// connection took over (socket).
 //
 // A polled connection holds no goroutine while it is idle. When the poller
 // reports its socket readable, a worker reads everything the socket has
