@@ -337,11 +337,6 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 			h.log.Debug("transport: set socket send buffer", "err", err)
 		}
 	}
-	if h.poller != nil {
-		if err := c.poll(); err != nil {
-			h.log.Debug("transport: not polled", "uid", uid, "err", err)
-		}
-	}
 	if h.onMessage != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		c.life = &lifetime{ctx, cancel}
@@ -356,6 +351,14 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		}
 		goingAway(ws, h.writeTimeout)
 		return
+	}
+	// Polled only now, under the lock Shutdown takes to list connections:
+	// Shutdown then either finds c in the poller's table or has us see
+	// closing above, never a connection still being set up.
+	if h.poller != nil {
+		if err := c.poll(); err != nil {
+			h.log.Debug("transport: not polled", "uid", uid, "err", err)
+		}
 	}
 	if !c.w.polled { // the poller's table has the others
 		h.live[c] = struct{}{}
