@@ -33,3 +33,7 @@ func ClientFrame(first byte, payload []byte, masked bool) []byte {
 
 // InboxLimit is how many frames one connection's inbox holds.
 const InboxLimit = inboxLimit
+
+// DropSpareFramers empties h's spare framers: the next connection to need
+// one has one made.
+func (h *Hub) DropSpareFramers() { h.dropSpareFramers() }

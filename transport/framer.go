@@ -16,8 +16,8 @@ import (
 // third of what an idle connection costs, and an idle polled connection
 // needs neither: its pings are read and answered without gorilla (quick.go).
 // So a polled connection holds a framer only while its reader, its writer or
-// its handshake uses one, and gives it back to the Hub's pool when the last
-// of them is done. A connection that is not polled keeps its framer for
+// its handshake uses one, and gives it back to the Hub's spares when the
+// last of them is done. A connection that is not polled keeps its framer for
 // life: its reader is parked in gorilla.
 //
 // A framer passes from one connection to another only between messages: a
@@ -31,18 +31,18 @@ import (
 // every call to the wire of the connection it is lent to.
 type framer struct {
 	ws *websocket.Conn
-	c  *conn // the connection it is lent to; nil while a pool makes it
+	c  *conn // the connection it is lent to; nil while spare or being made
 	// users counts the connection's reader, writer and handshake using it,
 	// under c.mu.
 	users int32
 }
 
-// lendLocked gives c a framer, its own or one from the pool, for one more
+// lendLocked gives c a framer, its own, a spare or a new one, for one more
 // user, and returns its gorilla Conn. It is c's until giveBackLocked. The
 // caller holds c.mu.
 func (c *conn) lendLocked() *websocket.Conn {
 	if c.fr == nil {
-		f := c.hub.framers.Get().(*framer)
+		f := c.hub.spareFramer()
 		f.c = c
 		c.fr = f
 	}
@@ -58,14 +58,17 @@ func (c *conn) lend() *websocket.Conn {
 }
 
 // giveBackLocked ends one use of c's framer; the last use of a polled,
-// open connection puts it back in the pool. The caller holds c.mu.
+// open connection gives it back to the Hub's spares. The caller holds c.mu.
 func (c *conn) giveBackLocked() {
 	f := c.fr
 	if f.users--; f.users > 0 || !c.w.polled || c.closing {
 		return
 	}
 	c.fr, f.c = nil, nil
-	c.hub.framers.Put(f)
+	select {
+	case c.hub.framers <- f:
+	default: // enough spares: the collector takes it
+	}
 }
 
 func (c *conn) giveBack() {
@@ -83,12 +86,40 @@ func (h *Hub) setUp(f *framer) {
 	f.ws.SetPongHandler(func(data string) error { return f.c.pongHandler(data) })
 }
 
-// newFramer makes a framer when the pool has none. gorilla makes a server's
-// Conn only in a handshake, so it is given one with no client: the answer
-// it writes goes nowhere (framer.Write with no connection).
-func (h *Hub) newFramer() any {
+// spareFramers is how many framers the Hub keeps spare for each worker it
+// can run: a framer is lent to a connection while a worker reads or writes
+// it (and while a handshake runs), so twice the workers is rarely short.
+// They are kept across collections, which would empty a sync.Pool: a framer
+// made afresh costs a blank handshake and about 1.2 KB of garbage.
+const spareFramers = 2
+
+// spareFramer returns one of the Hub's spare framers, or a new one.
+func (h *Hub) spareFramer() *framer {
+	select {
+	case f := <-h.framers:
+		return f
+	default:
+		return h.newFramer()
+	}
+}
+
+// dropSpareFramers leaves h's spare framers to the collector.
+func (h *Hub) dropSpareFramers() {
+	for {
+		select {
+		case <-h.framers:
+		default:
+			return
+		}
+	}
+}
+
+// newFramer makes a framer. gorilla makes a server's Conn only in a
+// handshake, so it is given one with no client: the answer it writes goes
+// nowhere (framer.Write with no connection).
+func (h *Hub) newFramer() *framer {
 	f := &framer{}
-	ws, err := h.blankUpgrader.Upgrade(blankResponse{f}, blankRequest(), nil)
+	ws, err := h.blankUpgrader.Upgrade(blankResponse{f}, blankRequest, nil)
 	if err != nil {
 		// The request is ours and always valid: only a gorilla that
 		// changed its handshake gets here.
@@ -100,17 +131,15 @@ func (h *Hub) newFramer() any {
 }
 
 // blankRequest is a valid WebSocket handshake, the one a framer is made
-// with.
-func blankRequest() *http.Request {
-	return &http.Request{
-		Method: http.MethodGet,
-		Header: http.Header{
-			"Connection":            {"Upgrade"},
-			"Upgrade":               {"websocket"},
-			"Sec-Websocket-Version": {"13"},
-			"Sec-Websocket-Key":     {"AAAAAAAAAAAAAAAAAAAAAA=="},
-		},
-	}
+// with; gorilla only reads it.
+var blankRequest = &http.Request{
+	Method: http.MethodGet,
+	Header: http.Header{
+		"Connection":            {"Upgrade"},
+		"Upgrade":               {"websocket"},
+		"Sec-Websocket-Version": {"13"},
+		"Sec-Websocket-Key":     {"AAAAAAAAAAAAAAAAAAAAAA=="},
+	},
 }
 
 // blankResponse is the response a framer is made with: its Hijack hands

@@ -3,8 +3,6 @@ package transport
 import (
 	"context"
 	"net/http/httptest"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,16 +38,14 @@ func holdsFramer(c *conn) bool {
 
 // A polled connection holds gorilla's Conn only while it reads or writes
 // through it: idle after its welcome, and again after frames both ways. A
-// framer the pool makes (the handshake's is gone with the pool's contents
-// at a collection) reads, answers pings and closes as the handshake's does.
-// A parked reader keeps its framer.
+// framer made afresh (the spares dropped) reads, answers pings and closes as
+// the handshake's does, and is kept spare after. A parked reader keeps its
+// framer.
 func TestFramersAreLentWhileUsed(t *testing.T) {
 	for _, park := range []bool{false, true} {
 		t.Run(map[bool]string{false: "polled", true: "parked"}[park], func(t *testing.T) {
 			h, err := newHub(Config{ParkReaders: park}, true)
 			require.NoError(t, err)
-			var made atomic.Int32
-			h.framers.New = func() any { made.Add(1); return h.newFramer() }
 			srv := httptest.NewServer(h)
 			defer srv.Close()
 			defer func() {
@@ -75,8 +71,7 @@ func TestFramersAreLentWhileUsed(t *testing.T) {
 				assert.True(t, holdsFramer(c))
 			}
 
-			runtime.GC() // twice: the pool is empty after the second
-			runtime.GC()
+			h.dropSpareFramers() // so a polled connection's next framer is made
 			pongs := make(chan string, 1)
 			ws.SetPongHandler(func(data string) error { pongs <- data; return nil })
 			require.NoError(t, ws.WriteControl(websocket.PingMessage, []byte("p1"), time.Now().Add(framerWait)))
@@ -91,9 +86,9 @@ func TestFramersAreLentWhileUsed(t *testing.T) {
 				t.Fatal("no pong before the joined frame")
 			}
 			if polled {
-				assert.NotZero(t, made.Load(), "the pool made a framer")
 				require.Eventually(t, func() bool { return !holdsFramer(c) }, framerWait, time.Millisecond,
 					"a polled connection gives its framer back once its frames are read and written")
+				assert.Len(t, h.framers, 1, "the framer made is spare")
 			} else {
 				assert.True(t, holdsFramer(c))
 			}

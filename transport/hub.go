@@ -206,7 +206,7 @@ type Hub struct {
 	origins        *originPolicy
 	upgrader       websocket.Upgrader
 	blankUpgrader  websocket.Upgrader // makes framers: see newFramer
-	framers        sync.Pool          // of *framer
+	framers        chan *framer       // spares: see spareFramers
 	poller         *poller            // nil: every connection parks a reader
 	workers        *workers
 	log            *slog.Logger
@@ -343,7 +343,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 	}
 	h.blankUpgrader = h.upgrader
 	h.blankUpgrader.CheckOrigin = func(*http.Request) bool { return true }
-	h.framers.New = h.newFramer
+	h.framers = make(chan *framer, spareFramers*h.workers.max)
 	h.routes()
 	if !cfg.ParkReaders {
 		if h.poller, err = newPoller(); err != nil {
