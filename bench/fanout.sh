@@ -45,11 +45,7 @@ V1_BIN=${V1_BIN:-}
 log() { echo "fanout: $*" >&2; }
 
 log "building into $OUT"
-if [[ -n ${PRESENCED_BIN:-} ]]; then
-	cp "$PRESENCED_BIN" "$OUT/presenced"
-else
-	(cd "$ROOT" && go build -o "$OUT/presenced" ./cmd/presenced)
-fi
+build_presenced "$OUT/presenced"
 (cd "$ROOT" && go build -o "$OUT/loadgen" ./cmd/loadgen)
 
 HTTP="http://127.0.0.1:$PORT"

@@ -15,10 +15,12 @@ stop_server() {
 trap stop_server EXIT
 
 # build_presenced FILE: PRESENCED_BIN copied to FILE if set, else the working
-# tree's ./cmd/presenced built there. ROOT is the repository.
+# tree's ./cmd/presenced built there. ROOT is the repository. PRESENCED_BIN is
+# then unset: presenced reads PRESENCED_* variables and would warn of it.
 build_presenced() {
 	if [[ -n ${PRESENCED_BIN:-} ]]; then
 		cp "$PRESENCED_BIN" "$1"
+		unset PRESENCED_BIN
 	else
 		(cd "$ROOT" && go build -o "$1" ./cmd/presenced)
 	fi
