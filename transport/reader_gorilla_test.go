@@ -44,17 +44,7 @@ func TestGorillaReadsThroughWire(t *testing.T) {
 		_, _, err = ws.ReadMessage() // the welcome: the server has the connection
 		require.NoError(t, err)
 
-		var live []*conn
-		if h.poller != nil {
-			live = h.poller.appendConns(live)
-		}
-		h.mu.Lock()
-		for c := range h.live {
-			live = append(live, c)
-		}
-		h.mu.Unlock()
-		require.Len(t, live, 1)
-		c := live[0]
+		c := onlyConn(t, h)
 		assert.Equal(t, !park && h.poller != nil, c.w.polled)
 
 		c.mu.Lock()
