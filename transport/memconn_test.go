@@ -28,7 +28,7 @@ import (
 const memClientsEnv = "PRESENCED_MEMTEST_DIAL"
 
 // The bounds on what an idle connection may cost (heap and stacks after
-// GC, 1,000 connections), with headroom over what it costs today: 1.4 to
+// GC, 1,000 connections), with headroom over what it costs today: 1.3 to
 // 1.5 KB, 1.4 to 1.7 KB under -race. A parked reader goroutine alone would
 // add 4 KB, net's socket state taken back about 0.3 KB, and gorilla's Conn
 // kept by an idle connection 0.7 KB (2.2 KB were measured so).
