@@ -78,8 +78,14 @@ func (c *conn) pump() {
 		c.drain()
 		return
 	}
-	ws := c.lend()
-	defer c.giveBack()
+	// gorilla's Conn is lent once a read has frames for it, and given back
+	// after finish: a wake that reads nothing takes none.
+	var ws *websocket.Conn
+	defer func() {
+		if ws != nil {
+			c.giveBack()
+		}
+	}()
 	limit := c.hub.readLimit()
 	for !w.finished {
 		if w.owed.Load() && !w.sock.closed() {
@@ -104,6 +110,9 @@ func (c *conn) pump() {
 				return
 			}
 			err = os.ErrDeadlineExceeded
+		}
+		if ws == nil {
+			ws = c.lend()
 		}
 		if err == errTooBig {
 			c.finish(c.tooBig())
@@ -294,7 +303,9 @@ func watchFrame(data []byte) bool {
 }
 
 // tooBig sends 1009, as gorilla does for a message over its read limit, and
-// returns the error that has finish drain and close the socket.
+// returns the error that has finish drain and close the socket. Its caller
+// has c's framer lent until after finish: a framer that sent a close frame
+// must not be given back before c is closing.
 func (c *conn) tooBig() error {
 	ws := c.lend()
 	defer c.giveBack()
