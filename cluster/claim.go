@@ -71,7 +71,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 		w.writes++
 		calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
 			min(w.cfg.Batch, reapBudget), gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
-			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase}, tail: append([]any{dead.tell(s)}, w.reaped.args(s)...)}
+			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase, w.life[s]}, tail: append([]any{dead.tell(s)}, w.reaped.args(s)...)}
 	}
 	var more []int
 	var made []any
@@ -100,8 +100,12 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 		if p == 2 {
 			w.lost(shards[i], w.restoreWindow())
 		}
+		held, _ := res[7].(int64)
 		if flag(res[0]) {
+			w.ended[shards[i]] = max(w.ended[shards[i]], held)
 			back[shards[i]] = true
+		} else {
+			w.life[shards[i]] = max(w.life[shards[i]], held)
 		}
 		if edges := res[claimHead:]; len(edges) > 0 {
 			w.log.Info("cluster: reaped records of dead nodes", "shard", shards[i], "edges", len(edges)/edgeValues)
@@ -188,7 +192,7 @@ func init() {
 }
 
 // claimHead is how many values claimScript returns before its edges.
-const claimHead = 7
+const claimHead = 8
 
 // edgeValues is how many values a script returns per edge: kind, uid,
 // channel, ms, outbox id.
@@ -279,7 +283,8 @@ type scriptCall struct {
 	args  []any
 	tail  []any
 	recs  []record // setScript's records, to requeue or hold
-	write int64    // the call's number, rising per shard: see check and recall in the scripts
+	write int64    // the call's number, rising per shard: see standing and recall in the scripts
+	life  int64    // the life a setScript call carries: see standing in the scripts
 	// renewal is a setScript call of a plain write with no records: it
 	// makes no edge, and running it twice does what running it once does.
 	renewal bool

@@ -20,73 +20,72 @@ import "github.com/redis/go-redis/v9"
 // leaves are then made before its offline, as when it really leaves.
 //
 // A claimer remembers the nodes it reaped in full (see remark): ARGV from
-// the 15th are pairs of such a node and when it was reaped.
+// the 16th are triples of such a node, the life reaped and when.
 //
 // ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
 // ms, the claimer's landed writes, this write's number, restore window ms,
-// phase ("m" or "a"), from and unknown (see recall), the nodes other
-// shards found dead in this claim (comma-separated), then the remembered
-// pairs. Returns {1 if the claimer had been taken for dead, 1 if paused (2
-// if paused as Redis lost the claimer's writes: it must restore), 1 if
-// more is left to reap in this phase, Redis's time (ms), the nodes reaped
-// in full by this call, those to forget, and, unless paused, the nodes
-// dead here (comma-separated), then kind, uid, channel, ms, outbox id per
-// edge made}. A stale call (see recall) is paused.
+// phase ("m" or "a"), the claimer's life, from and unknown (see recall),
+// the nodes other shards found dead in this claim (comma-separated), then
+// the remembered triples. Returns {1 if the claimer's life ended (it
+// owes), 1 if paused (2 if paused as Redis lost the claimer's writes: it
+// must restore), 1 if more is left to reap in this phase, Redis's time
+// (ms), the nodes reaped in full by this call as "node life", those to
+// forget (comma-separated lists), and, unless paused, the nodes dead here
+// (comma-separated), the life Redis holds of the claimer, then kind, uid,
+// channel, ms, outbox id per edge made}. A stale call (see recall) is
+// paused, and so is a claimer whose life ended.
 var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
 seenTTL = tonumber(ARGV[7])
 local forgot = {}
+local held = 0
 local function head(back, paused, more, dead)
   dead = dead or {}
-  for _, node in ipairs(reapedNow) do dead[#dead + 1] = node end
-  return {back, paused, more, now, table.concat(reapedNow, ','), table.concat(forgot, ','), table.concat(dead, ',')}
+  for _, r in ipairs(reapedNow) do dead[#dead + 1] = string.match(r, '^[^ ]+') end
+  return {back, paused, more, now, table.concat(reapedNow, ','), table.concat(forgot, ','), table.concat(dead, ','), held}
 end
 
--- remark writes back what Redis lost of the claimer's reaps. A node
--- reaped in full is marked in T:reaped, so that when it comes back it
--- writes its records again with their online and join edges (see alive).
--- Redis that restarted empty, or a replica that missed the mark, lost it:
--- the node, cut off while it was reaped, would put its records back
--- quietly, as after any loss, and its users' offline edges would be the
--- last ones sent. So the claimer, which remembers, marks it again while the
--- node is away; if the node came back and put its records back quietly
--- after the reap (T:rq), they are dropped quietly and the node owes them,
--- with their edges. A node back otherwise needs nothing: the claimer
--- forgets it.
-local function remark(node, at)
-  if at < now - seenTTL then
+-- remark writes back what Redis lost of the claimer's reaps. A reap ends
+-- a node's life (see standing), so that when the node comes back it owes
+-- its users' online and join edges. Redis that restarted empty, or a
+-- replica that missed the reap, lost that end: the node, cut off while it
+-- was reaped, would put its records back quietly (or find them still
+-- there) as after any loss, and its users' offline edges would be the last
+-- ones sent. So the claimer, which remembers the life it ended, ends it
+-- again unless Redis holds a later life of the node (it came back after
+-- the reap: nothing is owed, and the claimer forgets). The node's records
+-- Redis holds meanwhile are of the ended life, whose offline and leave
+-- edges were made: they go quietly.
+local function remark(node, life, at)
+  if at < now - seenTTL or num(redis.call('HGET', K('life'), node)) > life then
     forgot[#forgot + 1] = node
-  elseif redis.call('ZSCORE', K('reaped'), node) then
-    return -- the mark is there: the node has not come back
-  elseif redis.call('ZSCORE', K('alive'), node) then
-    local q = redis.call('ZSCORE', K('rq'), node)
-    if q and tonumber(q) >= at then
-      redis.call('ZREM', K('rq'), node)
-      dropQuietly(node)
-      redis.call('SADD', K('owe'), node)
-    end
-    forgot[#forgot + 1] = node
-  elseif redis.call('SISMEMBER', K('dead'), node) == 0 then
-    redis.call('ZADD', K('reaped'), at, node)
+    return
   end
+  if redis.call('ZSCORE', K('reaped'), node) then return end -- the end is there
+  dropQuietly(node)
+  redis.call('ZREM', K('alive'), node)
+  redis.call('SREM', K('dead'), node)
+  redis.call('ZADD', K('reaped'), at, node)
+  redis.call('HSET', K('life'), node, life)
 end
 
-local seen, c = recall(by, num(ARGV[9]), num(ARGV[12]), ARGV[13])
+local seen, c = recall(by, num(ARGV[9]), num(ARGV[13]), ARGV[14])
 if seen == 'replay' then return replayed(c) end
 if seen == 'stale' then return unapplied(head(0, 1, 0)) end
 local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
 local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
-local back = alive(by, ttl)
-local lost, till = check(by, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
-for i = 15, #ARGV - 1, 2 do remark(ARGV[i], tonumber(ARGV[i + 1])) end
-if lost then return reply(head(0, 2, 0), true) end
+for i = 16, #ARGV - 2, 3 do remark(ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) end
+local st, till
+st, held, till = standing(by, num(ARGV[12]), 'w', ttl, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
+if st == 'owes' then return reply(head(1, 1, 0)) end
+if st == 'lost' then return reply(head(0, 2, 0), true) end
 if now - last > tonumber(ARGV[5]) then
   redis.call('HSET', K('clock'), 'pause', now + tonumber(ARGV[6]))
-  return reply(head(back, 1, 0))
+  return reply(head(0, 1, 0))
 end
-if now < pause or now < till then return reply(head(back, 1, 0)) end
+if now < pause or now < till then return reply(head(0, 1, 0)) end
 -- A node reaped longer ago than the last-seen TTL is forgotten, with the
 -- replies kept for its calls.
 local gone = redis.call('ZRANGEBYSCORE', K('reaped'), '-inf', '(' .. (now - seenTTL))
@@ -94,6 +93,7 @@ if #gone > 0 then
   redis.call('ZREM', K('reaped'), unpack(gone))
   for _, node in ipairs(gone) do forgetCalls(node) end
   redis.call('HDEL', K('ver'), unpack(gone))
+  redis.call('HDEL', K('life'), unpack(gone))
 end
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
   redis.call('ZREM', K('alive'), node)
@@ -121,7 +121,7 @@ for _, node in ipairs(dead) do
     break
   end
 end
-return reply(head(back, 0, more, dead))
+return reply(head(0, 0, more, dead))
 `)
 
 // leaveScript drops up to ARGV[3] of the node's own records, for a node that
@@ -153,7 +153,6 @@ if not holdsRecords(node) then
   -- claim takes them over if it dies before it delivers them.
   if not keeps(node) then redis.call('ZREM', K('alive'), node) end
   redis.call('SREM', K('dead'), node)
-  redis.call('SREM', K('owe'), node)
   redis.call('ZADD', K('reaped'), now, node)
   more = 0
 end

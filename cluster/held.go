@@ -58,9 +58,8 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	if len(recs) > 0 {
 		w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
 	}
-	// Every shard gets a call, one without records too: it tells Redis
-	// that this node is written again there, which ends its "taken for
-	// dead" (see alive in scripts.go).
+	// Every shard gets a call, one without records too: it begins the
+	// node's next life there (see standing in the scripts).
 	var calls []scriptCall
 	for s := range shards {
 		if cs := w.batches(s, recs, modeReassert); len(cs) > 0 {

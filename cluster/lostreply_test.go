@@ -18,13 +18,13 @@ import (
 // edges as "kind uid".
 func numberedSet(t *testing.T, c redis.UniversalClient, k shardKeys, node string, v, from int64, unknown string, recs ...any) (int64, []string) {
 	t.Helper()
-	args := append([]any{k.tag, node, time.Minute.Milliseconds(), time.Hour.Milliseconds(), 0, v, 0, "w", from, unknown},
+	args := append([]any{k.tag, node, time.Minute.Milliseconds(), time.Hour.Milliseconds(), 0, v, 0, "w", 1, from, unknown},
 		fullRecords(recs)...)
-	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), 3)
+	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), setHead)
 	require.NoError(t, err)
 	state, _ := res[1].(int64)
 	var edges []string
-	for i := 3; i+4 < len(res); i += 5 {
+	for i := setHead; i+4 < len(res); i += 5 {
 		edges = append(edges, res[i].(string)+" "+res[i+1].(string))
 	}
 	return state, edges
@@ -159,7 +159,7 @@ func TestALeaveAsksForTheEdgesOfACutOffClaim(t *testing.T) {
 	require.NoError(t, c.ZAdd(ctx, k.alive, redis.Z{Score: 1, Member: "dead"}).Err()) // its lease long gone
 	claimCall := func(v int64) []any {
 		res, err := scriptResult(claimScript.Run(ctx, c, k.keys, k.tag, "b", int64(60000), 100, time.Hour.Milliseconds(),
-			int64(0), time.Hour.Milliseconds(), 0, v, 0, "a", v, ""), 3)
+			int64(0), time.Hour.Milliseconds(), 0, v, 0, "a", 1, v, ""), 3)
 		require.NoError(t, err)
 		return res
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -10,46 +11,56 @@ import (
 // reaps are rare, and the oldest is the least likely to come back.
 const maxReaps = 64
 
-// reaps remembers, per shard, the nodes this node's claims reaped in full
-// and when (Redis's clock, ms), until they come back or the last-seen TTL
-// has passed. Redis marks such a node in T:reaped, so that it writes its
-// records again with edges when it returns; a Redis that lost its data has
-// lost the mark too, and each claim hands these back for the script to
-// write again (see remark in the scripts). Owned by the loop.
-type reaps []map[string]int64
+// reaps remembers, per shard, the nodes this node's claims reaped in full,
+// the life each reap ended and when (Redis's clock, ms), until they come
+// back in a later life or the last-seen TTL has passed. Redis keeps that
+// end (T:reaped and T:life), so that the node owes its records' edges
+// when it returns; a Redis that lost its data has lost the end too, and
+// each claim hands these back for the script to write again (see remark in
+// the scripts). Owned by the loop.
+type reaps []map[string]reap
+
+// A reap is one remembered end of a node's life.
+type reap struct{ life, at int64 }
 
 // args returns shard's remembered reaps as the claim script's trailing
-// arguments: node, ms, node, ms, ...
+// arguments: node, life, ms, node, life, ms, ...
 func (r reaps) args(shard int) []any {
 	var out []any
-	for node, at := range r[shard] {
-		out = append(out, node, at)
+	for node, p := range r[shard] {
+		out = append(out, node, p.life, p.at)
 	}
 	return out
 }
 
 // update takes in what a claim call in shard reported: the nodes it reaped
-// in full at now, and those to forget (comma-separated lists).
+// in full at now ("node life", comma-separated), and those to forget
+// (comma-separated).
 func (r reaps) update(shard int, now int64, reaped, forgot string) {
 	m := r[shard]
 	for node := range strings.SplitSeq(forgot, ",") {
 		delete(m, node)
 	}
-	for node := range strings.SplitSeq(reaped, ",") {
-		if node == "" {
+	for entry := range strings.SplitSeq(reaped, ",") {
+		node, life, ok := strings.Cut(entry, " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(life, 10, 64)
+		if err != nil {
 			continue
 		}
 		if m == nil {
-			m = make(map[string]int64)
+			m = make(map[string]reap)
 			r[shard] = m
 		}
-		m[node] = now
+		m[node] = reap{life: n, at: now}
 	}
 	for len(m) > maxReaps {
 		oldest, at := "", int64(0)
-		for node, t := range m {
-			if oldest == "" || t < at {
-				oldest, at = node, t
+		for node, p := range m {
+			if oldest == "" || p.at < at {
+				oldest, at = node, p.at
 			}
 		}
 		delete(m, oldest)

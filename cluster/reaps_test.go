@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A claimer remembers the nodes it reaped until told to forget them, the
-// oldest first out past maxReaps.
+// A claimer remembers the nodes it reaped and the life it ended until told
+// to forget them, the oldest first out past maxReaps.
 func TestReapsRememberUntilForgotten(t *testing.T) {
 	r := make(reaps, 2)
-	r.update(1, 100, "a#1,b#2", "")
+	r.update(1, 100, "a#1 3,b#2 1", "")
 	r.update(1, 200, "", "a#1")
-	assert.Equal(t, []any{"b#2", int64(100)}, r.args(1))
+	assert.Equal(t, []any{"b#2", int64(1), int64(100)}, r.args(1))
 	assert.Empty(t, r.args(0))
 	for i := range maxReaps + 5 {
-		r.update(0, int64(1000+i), "n"+string(rune('A'+i)), "")
+		r.update(0, int64(1000+i), "n"+string(rune('A'+i))+" 1", "")
 	}
 	assert.Len(t, r[0], maxReaps)
 	assert.NotContains(t, r[0], "nA", "the oldest went first")

@@ -18,9 +18,8 @@ import "github.com/redis/go-redis/v9"
 //	T:clock   HASH  last = time of the last claim, pause = no claims before,
 //	                restore = end of the restore window after Redis lost records
 //	T:ver     HASH  node -> the newest write of the node this shard has seen
-//	T:reaped  ZSET  node -> when its records were all reaped (kept for the last-seen TTL)
-//	T:owe     SET   nodes taken for dead that have not written their records again yet
-//	T:rq      ZSET  node -> when it last put its records back quietly after Redis lost them (see remark)
+//	T:reaped  ZSET  node -> when its life's records were all reaped (kept for the last-seen TTL)
+//	T:life    HASH  node -> the node's life in this shard (see standing)
 //	T:done    HASH  "node v" -> the reply of the node's call v, kept a while, so a call run twice answers once (see recall)
 //	T:dk      ZSET  "node v", score 0: T:done's fields in order, per node
 //	T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
@@ -397,24 +396,6 @@ local function trimSeen()
   end
 end
 
--- alive renews node's liveness in this shard; 1 means it had been taken
--- for dead (or Redis lost it), so the node must write its records again.
--- That is state, T:owe, not only this reply: a write that finds the node
--- taken for dead may run after its sender gave up on it, its reply lost,
--- so every write says so until the node's records are written again
--- (setScript in mode "a" or "r").
---
--- A node new to the shard owes nothing: it is neither dead (being reaped)
--- nor in T:reaped (reaped in full).
-local function alive(node, ttl)
-  local added = redis.call('ZADD', K('alive'), now + ttl, node)
-  local reaping = redis.call('SREM', K('dead'), node)
-  if reaping == 1 or (added == 1 and redis.call('ZSCORE', K('reaped'), node)) then
-    redis.call('SADD', K('owe'), node)
-  end
-  return redis.call('SISMEMBER', K('owe'), node)
-end
-
 -- recordsOf returns up to limit (all if nil) of node's records in key (T:ui
 -- or T:m), without the node's name.
 local function recordsOf(key, node, limit)
@@ -438,8 +419,8 @@ local function dropMember(node, rec)
   setMember(node, string.sub(rec, 1, sep - 1), string.sub(rec, sep + 1), false, false)
 end
 
--- reapedNow lists the nodes this call reaped in full, for the claimer to
--- remember (see remark).
+-- reapedNow lists the nodes this call reaped in full, each as "node life",
+-- for the claimer to remember (see remark).
 local reapedNow = {}
 
 -- reap hands on node's kept edges (takeOver), then drops up to budget of
@@ -464,9 +445,8 @@ local function reap(node, budget, membersOnly)
   if not holdsRecords(node) and taken and redis.call('SREM', K('dead'), node) == 1 then
     redis.call('HDEL', K('ver'), node)
     vers[node] = 0
-    redis.call('SREM', K('owe'), node)
     redis.call('ZADD', K('reaped'), now, node)
-    reapedNow[#reapedNow + 1] = node
+    reapedNow[#reapedNow + 1] = node .. ' ' .. num(redis.call('HGET', K('life'), node))
   end
   return budget
 end
@@ -480,13 +460,36 @@ local function dropQuietly(node)
   quiet, hushed = false, false
 end
 
--- check tells whether Redis lost writes of node that had landed: T:ver
--- holds fewer than the landed-th (the node's own count; 0 before its
--- first). Restarted empty, flushed, or failed over to a replica that
--- missed writes, Redis holds either nothing or an older state of the
--- node's records. A node whose records were reaped is not such a loss:
--- their offline and leave edges were made, and writing them again must
--- make the online and join edges.
+-- A node's liveness in a shard is one explicit state (the table in
+-- docs/cluster.md): its life, a number the node carries in every call and
+-- Redis keeps in T:life, and whether that life ended: taken for dead
+-- (T:dead, being reaped) or reaped in full (T:reaped). A node begins its
+-- first life with its first write; a claim ends it, making its users'
+-- offline and leave edges; the node learns so from the reply of any call
+-- (the life Redis holds) and begins the next life by writing all it holds
+-- again with their edges (mode "a", carrying that life + 1). So:
+--
+--   the node owes its users' edges  <=>  the life it carries ended here;
+--   Redis lost the node's writes    <=>  it holds fewer of them than
+--     landed (T:ver, the node's own count; 0 before its first), or an
+--     older life than the node carries, ended or not.
+--
+-- Nothing else is read to decide either, so a Redis restarted empty, or a
+-- replica that missed the node's return, cannot be taken for a reap, nor a
+-- reap for a loss. A claimer that remembers a reap Redis lost writes it
+-- back (see remark in claimScript) before the node's records can be taken
+-- for live ones.
+--
+-- standing answers a call of node carrying life in mode ('w', 'a' or 'r'),
+-- landed (the node's count of its writes that landed here) and v (this
+-- call's number). It returns one of
+--   'owes'  the life ended: the call changes nothing (a fenced write) and
+--           the node must write its records again in a new life;
+--   'lost'  Redis lost the node's writes: what it holds of the node is
+--           dropped quietly and hushed (stale), a restore window opens if
+--           none is, and the node must restore;
+--   'live'  apply the call; liveness renewed for ttl ms;
+-- and the life Redis holds now, and the end of the restore window (ms).
 --
 -- The first node to find a loss in the shard opens a restore window of
 -- window ms. Exactly-once rests on this: inside it every live node puts
@@ -496,67 +499,75 @@ end
 -- node that applied its user's departure before another node restored
 -- the same user would make an offline edge for a user still online.
 -- A loss found within late ms after the window is a node that missed it:
--- it writes again with edges, as one taken for dead does. On a loss the
--- node's stale records are dropped, quietly and hushed, and it must
--- restore.
--- Returns lost, and the end of the window (ms).
-local function check(node, landed, v, window, late)
+-- it writes again with edges, as one whose life ended does.
+local function standing(node, life, mode, ttl, landed, v, window, late)
+  local held = num(redis.call('HGET', K('life'), node))
+  local ended = redis.call('SISMEMBER', K('dead'), node) == 1 or redis.call('ZSCORE', K('reaped'), node) ~= false
+  local till = num(redis.call('HGET', K('clock'), 'restore'))
+  local begins = mode == 'a' and ended and life > held
+  if ended and life <= held then return 'owes', held, till end
   local stored = verOf(node)
-  local reaped = stored == 0 and redis.call('ZREM', K('reaped'), node) == 1
+  local lost = not begins and landed > 0 and (stored < landed or life > held)
   redis.call('HSET', K('ver'), node, math.max(stored, v))
   vers[node] = math.max(stored, v)
-  local till = num(redis.call('HGET', K('clock'), 'restore'))
-  if landed == 0 or stored >= landed or reaped then return false, till end
+  if life > held then
+    redis.call('HSET', K('life'), node, life)
+    held = life
+  end
+  if ended then
+    redis.call('SREM', K('dead'), node)
+    redis.call('ZREM', K('reaped'), node)
+  end
+  redis.call('ZADD', K('alive'), now + ttl, node)
+  if not lost then return 'live', held, till end
   if now >= till + late then
     till = now + window
     redis.call('HSET', K('clock'), 'restore', till)
   end
   dropQuietly(node)
-  return true, till
+  return 'lost', held, till
 end
 `
 
 // setScript renews the node's liveness in the shard, then applies its
 // records. ARGV: tag, node, ttl ms, last-seen TTL ms, the node's landed
 // writes, this write's number, restore window ms, mode ("w" write, "a"
-// this node's records written again after it was taken for dead, "r"
-// restore: what had landed before a loss), from and unknown (see recall),
-// then a list of "u", uid, n,
-// away (n connections of which away are away; n 0 drops the record) and
-// "m", channel, uid, 1|0, away 1|0, or "M" and those and the member's
-// record as this node knows it: version, hidden-at ms, record JSON (see
-// keepMemberRecord).
-// Returns {1 if the node had been taken for dead, state, ms left of the
-// restore window, then kind, uid, channel, ms, outbox id per edge made}; state is 0
-// applied, 1 not applied (the restore window is open), 2 not applied
-// (Redis lost the node's writes: it must restore first), 3 restored, 4
-// not applied (stale: a later call of the node ran first).
+// this node's records written again in a new life, after its last one
+// ended, "r" restore: what had landed before a loss), the node's life (in
+// mode "a", the life it begins), from and unknown (see recall), then a
+// list of "u", uid, n, away (n connections of which away are away; n 0
+// drops the record) and "m", channel, uid, 1|0, away 1|0, or "M" and those
+// and the member's record as this node knows it: version, hidden-at ms,
+// record JSON (see keepMemberRecord).
+// Returns {1 if the node's life ended (it owes), state, ms left of the
+// restore window, the life Redis holds of the node, then kind, uid,
+// channel, ms, outbox id per edge made}; state is 0 applied, 1 not applied
+// (the restore window is open), 2 not applied (Redis lost the node's
+// writes: it must restore first), 3 restored, 4 not applied (stale: a
+// later call of the node ran first), 5 not applied (the node's life ended:
+// it must write its records again in a new life; see standing).
 // A restore inside the window is quiet; after it, it makes edges.
 var setScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 local ttl = tonumber(ARGV[3])
-local seen, c = recall(node, tonumber(ARGV[6]), num(ARGV[9]), ARGV[10])
+local mode = ARGV[8]
+local seen, c = recall(node, tonumber(ARGV[6]), num(ARGV[10]), ARGV[11])
 if seen == 'replay' then return replayed(c) end
-if seen == 'stale' then return unapplied({0, 4, 0}) end
-local back = alive(node, ttl)
+if seen == 'stale' then return unapplied({0, 4, 0, 0}) end
 seenTTL = tonumber(ARGV[4])
-local lost, till = check(node, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ttl)
+local st, held, till = standing(node, num(ARGV[9]), mode, ttl, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ttl)
 local state = 0
-if lost then
+if st == 'owes' then
+  state = 5
+elseif st == 'lost' then
   state = 2
-elseif ARGV[8] == 'r' then
+elseif mode == 'r' then
   state, quiet = 3, now < till
-  if quiet then
-    -- Noted for remark: a claimer may know this node's users went offline
-    -- before the loss. Old notes go with new ones, as losses are rare.
-    redis.call('ZREMRANGEBYSCORE', K('rq'), '-inf', '(' .. (now - seenTTL))
-    redis.call('ZADD', K('rq'), now, node)
-  end
 elseif now < till then
   state = 1
 end
-local i = 11
-if state == 1 or state == 2 then i = #ARGV + 1 end
+local i = 12
+if state == 1 or state == 2 or state == 5 then i = #ARGV + 1 end
 while i <= #ARGV do
   if ARGV[i] == 'u' then
     setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
@@ -569,12 +580,10 @@ while i <= #ARGV do
   end
 end
 quiet = false
-if (ARGV[8] == 'a' or ARGV[8] == 'r') and state ~= 1 and state ~= 2 then
-  redis.call('SREM', K('owe'), node)
-  back = 0
-end
 trimSeen()
-return reply({back, state, math.max(0, till - now)}, state == 2)
+local owes = 0
+if st == 'owes' then owes = 1 end
+return reply({owes, state, math.max(0, till - now), held}, state == 2)
 `)
 
 // publishScript publishes a message once, and only until its last moment.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -30,10 +31,23 @@ func set(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl ti
 // channel, ms, outbox id, ...
 func setEdges(t *testing.T, c redis.UniversalClient, k shardKeys, node string, ttl time.Duration, recs ...any) (bool, []any) {
 	t.Helper()
-	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond), 0, 0, 0, "w", 0, ""}, fullRecords(recs)...)
-	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), 3)
+	args := append([]any{k.tag, node, ttl.Milliseconds(), int64(time.Hour / time.Millisecond), 0, 0, 0, "w", lifeOf(t, c, k, node), 0, ""},
+		fullRecords(recs)...)
+	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), setHead)
 	require.NoError(t, err)
-	return flag(res[0]), res[3:]
+	return flag(res[0]), res[setHead:]
+}
+
+// lifeOf is the life node carries in a test's calls: the one Redis holds of
+// it, as a node that heard every reply would, or its first.
+func lifeOf(t *testing.T, c redis.UniversalClient, k shardKeys, node string) int64 {
+	t.Helper()
+	life, err := c.HGet(context.Background(), k.tag+":life", node).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 1
+	}
+	require.NoError(t, err)
+	return life
 }
 
 // fullRecords adds away 0 to the records that leave it out.
@@ -231,7 +245,7 @@ func TestSetScriptSaysWhenTheNodeWasLost(t *testing.T) {
 func writtenAgain(t *testing.T, c redis.UniversalClient, k shardKeys, node string) {
 	t.Helper()
 	res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, k.tag, node, time.Minute.Milliseconds(),
-		int64(time.Hour/time.Millisecond), 0, 0, 0, "a"), 3)
+		int64(time.Hour/time.Millisecond), 0, 0, 0, "a", lifeOf(t, c, k, node)+1), setHead)
 	require.NoError(t, err)
 	assert.False(t, flag(res[0]), "written again: no longer taken for dead")
 }
@@ -272,7 +286,7 @@ func TestSetScriptConcurrentInvariants(t *testing.T) {
 						recs = append(recs, "m", "room", uid, in)
 					}
 				}
-				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000), 0, 0, 0, "w", 0, ""}, fullRecords(recs)...)
+				args := append([]any{k.tag, "n" + strconv.Itoa(g), int64(60000), int64(60000), 0, 0, 0, "w", 1, 0, ""}, fullRecords(recs)...)
 				if _, err := scriptResult(setScript.Run(context.Background(), c, k.keys, args...), 1); !assert.NoError(t, err) {
 					return
 				}

@@ -57,8 +57,14 @@ type writer struct {
 	// per shard that landed, the last number given, the shards whose held
 	// records must be restored, and until when nothing that can make an
 	// edge is written, as a restore window is open.
-	landed    []int64
-	writes    int64
+	landed []int64
+	writes int64
+	// life is, per shard, the life this node's records there belong to (see
+	// standing in the scripts): the last one begun there and confirmed by a
+	// reply. ended is the newest life Redis said had ended there: the next
+	// one begins above both.
+	life      []int64
+	ended     []int64
 	restore   map[int]bool
 	holdUntil time.Time
 	// unknown holds, per shard, the numbers of the calls whose replies
@@ -92,6 +98,8 @@ func newWriter(b *base) *writer {
 		heldUsers:    make(map[string]userCount),
 		heldMembers:  make(map[membership]bool),
 		landed:       make([]int64, len(b.keys)),
+		life:         ones(len(b.keys)),
+		ended:        make([]int64, len(b.keys)),
 		unknown:      make([][]int64, len(b.keys)),
 		answered:     make([]time.Time, len(b.keys)),
 		lapsed:       make([]bool, len(b.keys)),
@@ -415,13 +423,18 @@ func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 	case modeRestore:
 		m = "r"
 	}
+	life := w.life[shard]
+	if mode == modeReassert {
+		life = max(life, w.ended[shard]) + 1
+	}
 	args := []any{w.keys[shard].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
-		w.landed[shard], w.writes, w.restoreWindow().Milliseconds(), m}
+		w.landed[shard], w.writes, w.restoreWindow().Milliseconds(), m, life}
 	var tail []any
 	for _, r := range recs {
 		tail = append(tail, w.recordArgs(r)...)
 	}
-	return scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes, renewal: mode == modeWrite && len(recs) == 0}
+	return scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes, life: life,
+		renewal: mode == modeWrite && len(recs) == 0}
 }
 
 // batches splits shard's records among recs into setScript calls.
@@ -475,7 +488,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 	var made []any // the edges, handed on once every call is read: see produced
 	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
-		res, err := scriptResult(cmd, 3)
+		res, err := scriptResult(cmd, setHead)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -488,10 +501,24 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			continue
 		}
 		w.landed[c.shard] = max(w.landed[c.shard], c.write)
-		made = append(made, res[3:]...) // a call not applied may bring back lost replies' edges
+		made = append(made, res[setHead:]...) // a call not applied may bring back lost replies' edges
 		state, _ := res[1].(int64)
 		left, _ := res[2].(int64)
+		held, _ := res[3].(int64)
 		switch state {
+		case setOwed:
+			// Fenced: this node's life there ended, and the call changed
+			// nothing. Its records go again, with their edges, in the next
+			// life (reassert); a reassert that meets a newer end waits
+			// for the next renewal to find it, rather than chase it.
+			w.ended[c.shard] = max(w.ended[c.shard], held)
+			if mode != modeRestore {
+				failed = append(failed, c.recs...)
+			}
+			if mode != modeReassert {
+				back[c.shard] = true
+			}
+			continue
 		case setStale:
 			if mode == modeRestore {
 				w.restore[c.shard] = true
@@ -510,9 +537,9 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			}
 			continue
 		}
-		if flag(res[0]) && mode == modeWrite {
-			back[c.shard] = true
-		}
+		// A reply names the life Redis holds: the one this call began, or
+		// one a reassert whose reply was lost began.
+		w.life[c.shard] = max(w.life[c.shard], c.life, held)
 		for _, r := range c.recs {
 			w.hold(r)
 		}
@@ -533,11 +560,23 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 }
 
 // The states setScript reports of a call besides applied: held back by an
-// open restore window, refused as Redis lost this node's writes, or not
+// open restore window, refused as Redis lost this node's writes, not
 // applied as a later call of this node ran before it (its first try timed
-// out and Redis ran it late).
+// out and Redis ran it late), or fenced as this node's life there ended.
 const (
 	setHeldBack = 1
 	setLost     = 2
 	setStale    = 4
+	setOwed     = 5
 )
+
+// setHead is how many values setScript returns before its edges.
+const setHead = 4
+
+func ones(n int) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
