@@ -103,7 +103,7 @@ end
 -- renews every shard in one round, so the others run out within moments,
 -- and a shard that took it for dead a claim later would make its edges
 -- out of order with the others' (a join after its user's offline).
-for node in string.gmatch(ARGV[14] or '', '[^,]+') do
+for node in string.gmatch(ARGV[15] or '', '[^,]+') do
   if redis.call('ZREM', K('alive'), node) == 1 then redis.call('SADD', K('dead'), node) end
 end
 local budget = tonumber(ARGV[4])

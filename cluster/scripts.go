@@ -488,6 +488,8 @@ end
 --   'lost'  Redis lost the node's writes: what it holds of the node is
 --           dropped quietly and hushed (stale), a restore window opens if
 --           none is, and the node must restore;
+--   'held'  a restore window is open: liveness renewed, but nothing that
+--           can make an edge is applied, and no new life begins;
 --   'live'  apply the call; liveness renewed for ttl ms;
 -- and the life Redis holds now, and the end of the restore window (ms).
 --
@@ -508,6 +510,7 @@ local function standing(node, life, mode, ttl, landed, v, window, late)
   if ended and life <= held then return 'owes', held, till end
   local stored = verOf(node)
   local lost = not begins and landed > 0 and (stored < landed or life > held)
+  if begins and now < till then return 'held', held, till end
   redis.call('HSET', K('ver'), node, math.max(stored, v))
   vers[node] = math.max(stored, v)
   if life > held then
@@ -519,7 +522,10 @@ local function standing(node, life, mode, ttl, landed, v, window, late)
     redis.call('ZREM', K('reaped'), node)
   end
   redis.call('ZADD', K('alive'), now + ttl, node)
-  if not lost then return 'live', held, till end
+  if not lost then
+    if mode ~= 'r' and now < till then return 'held', held, till end
+    return 'live', held, till
+  end
   if now >= till + late then
     till = now + window
     redis.call('HSET', K('clock'), 'restore', till)
@@ -561,10 +567,10 @@ if st == 'owes' then
   state = 5
 elseif st == 'lost' then
   state = 2
+elseif st == 'held' then
+  state = 1
 elseif mode == 'r' then
   state, quiet = 3, now < till
-elseif now < till then
-  state = 1
 end
 local i = 12
 if state == 1 or state == 2 or state == 5 then i = #ARGV + 1 end
