@@ -302,7 +302,7 @@ func (p *proxy) serve() {
 			return
 		}
 		p.mu.Lock()
-		cut, swallowed := p.isCut, p.swallowed
+		cut, swallowed, target := p.isCut, p.swallowed, p.target
 		if swallowed {
 			p.conns[c] = struct{}{} // read nothing, answer nothing, until released
 		}
@@ -314,7 +314,7 @@ func (p *proxy) serve() {
 		if swallowed {
 			continue
 		}
-		up, err := net.Dial("tcp", p.target)
+		up, err := net.Dial("tcp", target)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -424,6 +424,15 @@ func (p *proxy) mute(on bool) {
 	if !on {
 		p.dropLocked()
 	}
+}
+
+// retarget sends new connections to target from now on, and drops every
+// connection to the old one, as a client that follows a failover does.
+func (p *proxy) retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	p.dropLocked()
 }
 
 func (p *proxy) dropLocked() {
