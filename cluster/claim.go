@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -293,7 +291,9 @@ type scriptCall struct {
 // runScripts runs s once per call, on the shard's keys, through runScripts.
 // The first call in each shard asks for the edges of the calls whose
 // replies were lost there; a call whose reply is lost now is added to
-// them. Only the loop calls it (and leave, once the loop is over).
+// them, unless it is a renewal. A shard whose list is full gets only that
+// first call; the others fail unsent (see maxLostRuns). Only the loop
+// calls it (and leave, once the loop is over).
 func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
 	from := map[int]int64{} // shard -> the lowest number whose reply this node may lack
 	for _, c := range calls {
@@ -302,51 +302,49 @@ func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []script
 		}
 	}
 	type ask struct{ call, n int }
-	asks := map[int]ask{} // shard -> the call asking for the lost replies' edges, and how many it asks for
-	runs := make([]scriptRun, len(calls))
+	asks := map[int]ask{} // shard -> the call asking for the lost replies' edges, and how many runs it asks for
+	cmds := make([]*redis.Cmd, len(calls))
+	var runs []scriptRun
+	var sentIdx []int
 	for i, c := range calls {
-		lost := w.unknown[c.shard]
+		lost := w.unknown[c.shard].runs
 		f := from[c.shard]
 		if len(lost) > 0 {
-			f = min(f, lost[0])
+			f = min(f, lost[0].lo)
 		}
 		list := ""
 		if _, ok := asks[c.shard]; !ok && len(lost) > 0 {
 			asks[c.shard] = ask{i, len(lost)}
-			list = joinNumbers(lost)
+			list = w.unknown[c.shard].arg()
+		} else if len(lost) >= maxLostRuns && !c.renewal {
+			cmds[i] = redis.NewCmd(ctx)
+			cmds[i].SetErr(errLostRuns)
+			continue
 		} else if c.renewal {
 			f = -1 // nothing to keep of it (see recall)
 		}
 		args := append(append(slices.Clip(c.args), f, list), c.tail...)
-		runs[i] = scriptRun{s, w.keys[c.shard].keys, args}
+		runs = append(runs, scriptRun{s, w.keys[c.shard].keys, args})
+		sentIdx = append(sentIdx, i)
 	}
 	sent := time.Now()
-	cmds := runScripts(ctx, w.rdb, runs)
-	for i, c := range calls {
+	for j, cmd := range runScripts(ctx, w.rdb, runs) {
+		cmds[sentIdx[j]] = cmd
+	}
+	for _, i := range sentIdx {
 		if cmds[i].Err() == nil {
-			w.heard(c.shard, sent)
+			w.heard(calls[i].shard, sent)
 		}
 	}
 	for s, a := range asks {
 		if cmds[a.call].Err() == nil {
-			w.unknown[s] = slices.Clone(w.unknown[s][a.n:])
+			w.unknown[s].runs = slices.Clone(w.unknown[s].runs[a.n:])
 		}
 	}
-	for i, c := range calls {
-		if cmds[i].Err() != nil {
-			w.unknown[c.shard] = append(w.unknown[c.shard], c.write)
+	for _, i := range sentIdx {
+		if c := calls[i]; !c.renewal {
+			w.unknown[c.shard].note(c.write, cmds[i].Err() == nil)
 		}
 	}
 	return cmds
-}
-
-func joinNumbers(ns []int64) string {
-	var b strings.Builder
-	for i, n := range ns {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(n, 10))
-	}
-	return b.String()
 }

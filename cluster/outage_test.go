@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,52 +208,76 @@ func TestPublishDuringRedisStall(t *testing.T) {
 	assert.Zero(t, testutil.ToFloat64(a.m.publishedLate), "published after Publish said not")
 }
 
-// The publish queue is bounded: a message more is refused at once.
+// The publish queue is bounded: a message more is refused at once and never
+// delivered, while those taken are delivered once Redis takes them. The link
+// to Redis stalls (Redis itself and b's subscription stay up) and the queue
+// is filled step by step, each step waited for, with a publish timeout no
+// step comes near: nobody gives up and frees a place while the test fills
+// the queue.
 func TestPublishQueueFull(t *testing.T) {
 	srv := startRedis(t)
-	cfg := testConfig(srv.client(t), "a")
+	p := startProxy(t, srv.addr())
+	cfg := testConfig(p.client(t), "a")
 	cfg.PublishQueue, cfg.Batch = 2, 1 // one on its way, two waiting
+	cfg.PublishTimeout = 3 * testWait
 	a := startNode(t, cfg)
 	b := startNode(t, testConfig(srv.client(t), "b"))
 	b.follow(t, "#lobby")
-	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":0}`)}))
-
-	srv.freeze(true)
-	const n = 6
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	took := make([]time.Duration, n)
-	for i := range n {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			start := time.Now()
-			errs[i] = a.Publish(ctx, presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":`+strconv.Itoa(i+1)+`}`)})
-			took[i] = time.Since(start)
-		})
+	chat := func(i int) presence.Message {
+		return presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":`+strconv.Itoa(i)+`}`)}
 	}
-	wg.Wait()
-	srv.freeze(false)
-	// A full queue is refused by enqueue, before any wait: the error says
-	// so, and how long the refusals took is the machine's figure, logged.
-	full := 0
+	delivered := func(i int) int { return chatsIn(b.rec, `{"n":`+strconv.Itoa(i)+`}`) }
+	// Warm the clock: the first publish reads Redis's clock.
+	require.NoError(t, a.Publish(context.Background(), chat(0)))
+	b.rec.waitFor(t, testWait, "the first", func() bool { return delivered(0) == 1 })
+
+	p.stall(true)
+	type outcome struct {
+		i   int
+		err error
+	}
+	taken := make(chan outcome, 3)
+	publish := func(i int) {
+		go func() { taken <- outcome{i, a.Publish(context.Background(), chat(i))} }()
+	}
+	publish(1)
+	require.Eventually(t, func() bool { return p.saw(`{"n":1}`) }, testWait, time.Millisecond, "the first goes out")
+	publish(2)
+	publish(3)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.publishQueue) == 2 }, testWait, time.Millisecond,
+		"two wait")
 	var slowest time.Duration
-	for i, err := range errs {
-		require.Error(t, err, "publish %d, while Redis stalled", i+1)
-		if errors.Is(err, errQueueFull) {
-			full++
-			slowest = max(slowest, took[i])
+	for i := 4; i <= 6; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		start := time.Now()
+		err := a.Publish(ctx, chat(i))
+		slowest = max(slowest, time.Since(start))
+		cancel()
+		require.ErrorIs(t, err, errQueueFull, "publish %d, the queue full", i)
+	}
+	t.Logf("3 refused for a full queue, the slowest in %v", slowest.Round(time.Microsecond))
+	assert.Equal(t, 3.0, testutil.ToFloat64(a.m.publishFailed.WithLabelValues("queue_full")))
+
+	p.stall(false)
+	for range 3 {
+		select {
+		case o := <-taken:
+			require.NoError(t, o.err, "publish %d, taken", o.i)
+		case <-time.After(cfg.PublishTimeout + testWait):
+			t.Fatal("a taken publish did not return")
 		}
 	}
-	t.Logf("%d refused for a full queue, the slowest in %v", full, slowest.Round(time.Microsecond))
-	// Two wait; one more is on its way unless the others came first.
-	assert.GreaterOrEqual(t, full, n-3, "refused for a full queue")
-	assert.LessOrEqual(t, full, n-2, "refused for a full queue")
-	assert.Equal(t, float64(full), testutil.ToFloat64(a.m.publishFailed.WithLabelValues("queue_full")))
-	require.NoError(t, a.Publish(context.Background(), presence.Message{Channel: "lobby", Frame: encoded("chat", `{"n":99}`)}))
-	b.rec.waitFor(t, testWait, "the last", func() bool { return chatsIn(b.rec, `{"n":99}`) == 1 })
-	for i := 1; i <= n; i++ {
-		assert.Zero(t, chatsIn(b.rec, `{"n":`+strconv.Itoa(i)+`}`), "message %d reported failed, yet delivered", i)
+	b.rec.waitFor(t, testWait, "the three taken", func() bool { return delivered(1) == 1 && delivered(2) == 1 && delivered(3) == 1 })
+	// A marker after them, in order on the same topic: once it arrives,
+	// anything else published before it has arrived too.
+	require.NoError(t, a.Publish(context.Background(), chat(99)))
+	b.rec.waitFor(t, testWait, "the last", func() bool { return delivered(99) == 1 })
+	for i := 1; i <= 6; i++ {
+		want := 0
+		if i <= 3 {
+			want = 1
+		}
+		assert.Equal(t, want, delivered(i), "message %d", i)
 	}
 }
 

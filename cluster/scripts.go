@@ -163,18 +163,20 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- "node v" -> JSON {h = head, e = edges}, one field per call (a burst of
 -- calls then costs each call its own reply, not all the others'), and
 -- T:dk, "node v" by v (padded, so that lexical order is numeric order),
--- to find those below from. A call whose number has a reply there ran
--- already: it answers that reply again and changes nothing. One numbered
--- at or below the newest the shard has seen of the node (T:ver) without a
--- reply there ran already without an edge, or was overtaken by a later
--- call: it changes nothing (its node writes what it held again, as for
--- any write not applied, which makes no edge if it had landed). And a call
--- lists the numbers whose replies its node lost (unknown,
--- comma-separated): their edges come first in its reply, so an edge made
--- by a call whose reply was lost reaches its node's Produced all the same,
--- once. A call numbered 0 (a test's, or one run by hand), or from -1 (a
--- renewal, which makes no edge and is the same run twice), keeps and finds
--- nothing.
+-- to find those below from, or in a range. A call whose number has a
+-- reply there ran already: it answers that reply again and changes
+-- nothing. One numbered at or below the newest the shard has seen of the
+-- node (T:ver) without a reply there ran already without an edge, or was
+-- overtaken by a later call: it changes nothing (its node writes what it
+-- held again, as for any write not applied, which makes no edge if it had
+-- landed). And a call lists the numbers whose replies its node lost
+-- (unknown, comma-separated): their edges come first in its reply, so an
+-- edge made by a call whose reply was lost reaches its node's Produced all
+-- the same, once. An entry "lo-hi" of unknown stands for every number from lo to hi:
+-- its node heard no call there answered but renewals, which keep no edge,
+-- so every reply kept in that range is a lost one. A call numbered 0 (a
+-- test's, or one run by hand), or from -1 (a renewal, which makes no edge
+-- and is the same run twice), keeps and finds nothing.
 local own, callNode, callV, callFrom = 0, nil, 0, 0
 
 local function doneField(node, v) return node .. ' ' .. string.format('%015d', v) end
@@ -209,9 +211,18 @@ local function recall(node, v, from, unknown)
   callNode, callV, callFrom = node, v, from
   if v <= 0 or from < 0 then return 'new' end
   for u in string.gmatch(unknown or '', '[^,]+') do
-    local raw = redis.call('HGET', K('done'), doneField(node, tonumber(u)))
-    if raw then
-      for _, x in ipairs(cjson.decode(raw).e) do produced[#produced + 1] = x end
+    local fields
+    local lo, hi = string.match(u, '^(%d+)-(%d+)$')
+    if lo then
+      fields = redis.call('ZRANGEBYLEX', K('dk'), '[' .. doneField(node, tonumber(lo)), '[' .. doneField(node, tonumber(hi)))
+    else
+      fields = {doneField(node, tonumber(u))}
+    end
+    for _, f in ipairs(fields) do
+      local raw = redis.call('HGET', K('done'), f)
+      if raw then
+        for _, x in ipairs(cjson.decode(raw).e) do produced[#produced + 1] = x end
+      end
     end
   end
   own = #produced

@@ -67,10 +67,9 @@ type writer struct {
 	ended     []int64
 	restore   map[int]bool
 	holdUntil time.Time
-	// unknown holds, per shard, the numbers of the calls whose replies
-	// were lost (in rising order): the next call there asks for their
-	// edges (see recall in the scripts).
-	unknown [][]int64
+	// unknown holds, per shard, the calls whose replies were lost: the
+	// next call there asks for their edges (see recall in the scripts).
+	unknown []lostCalls
 	// answered is when the last answered call to each shard was sent, and
 	// lapsed whether the one before it was longer ago than the lease (see
 	// heard); reaped is what this node's claims reaped (see reaps).
@@ -100,7 +99,7 @@ func newWriter(b *base) *writer {
 		landed:       make([]int64, len(b.keys)),
 		life:         ones(len(b.keys)),
 		ended:        make([]int64, len(b.keys)),
-		unknown:      make([][]int64, len(b.keys)),
+		unknown:      make([]lostCalls, len(b.keys)),
 		answered:     make([]time.Time, len(b.keys)),
 		lapsed:       make([]bool, len(b.keys)),
 		reaped:       make(reaps, len(b.keys)),
