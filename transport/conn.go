@@ -179,13 +179,18 @@ func (c *conn) closeSlow() {
 // enqueue queues f (nil Data: a ping) for the writer. It reports false if
 // the queue is full; the caller then closes c as a slow consumer. Frames for
 // a closing connection are dropped.
+//
+// The bound measures a client that does not take what the writer sends, so
+// frames queued while the reader holds an idle writer off (holdWrites) do
+// not count against it: nothing may drain them yet. They count from the
+// flush on, and what one read can queue is bounded by the inbound limits.
 func (c *conn) enqueue(f protocol.Encoded) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return true
 	}
-	if int(c.queued)+len(f.Data) > c.hub.queueBytes {
+	if (!c.held || c.writing) && int(c.queued)+len(f.Data) > c.hub.queueBytes {
 		return false
 	}
 	if c.queue == nil {
