@@ -294,7 +294,7 @@ func (c *conn) writeLoop() {
 			switch {
 			case f.Type == rawFrame:
 				c.w.SetWriteDeadline(time.Now().Add(wt))
-				if _, err = c.w.Write(f.Data); err == nil {
+				if _, err = c.writeRaw(f.Data, true); err == nil || errors.Is(err, websocket.ErrCloseSent) {
 					c.paid() // a failed write closes the socket: the reader then reads on anyway
 				}
 			case f.Type == pongFrame:
@@ -311,7 +311,12 @@ func (c *conn) writeLoop() {
 				err = ws.WriteMessage(websocket.TextMessage, f.Data)
 			}
 			if err != nil {
-				c.writeFailed(err)
+				// After a close frame, whoever sent it finishes c: what
+				// is left is dropped, and the socket stays open for the
+				// client's answer (or a drain after 1009).
+				if !errors.Is(err, websocket.ErrCloseSent) {
+					c.writeFailed(err)
+				}
 				break
 			}
 		}
@@ -354,7 +359,8 @@ func (c *conn) writeFailed(err error) {
 // the client's answer before the socket is dropped.
 func (c *conn) writeClose(ws *websocket.Conn, msg []byte) {
 	c.setReadDeadline(time.Now().Add(c.hub.closeTimeout))
-	if err := ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.hub.writeTimeout)); err != nil {
+	err := ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.hub.writeTimeout))
+	if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
 		c.closeSocket()
 	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"syscall"
 
@@ -105,12 +106,16 @@ func (c *conn) flushWrites() {
 	c.mu.Unlock()
 
 	out := pongFrames[:n*len(pongWire)]
-	done, err := c.w.sock.writeOnce(out)
-	for range n {
-		tap(false, pongAnswer.Data)
-	}
-	if err != nil && err != syscall.EAGAIN {
+	done, err := c.writeRaw(out, false)
+	switch {
+	case errors.Is(err, websocket.ErrCloseSent):
+		// This read's close frame went out first: the pongs are dropped.
+	case err != nil && err != syscall.EAGAIN:
 		c.writeFailed(&net.OpError{Op: "write", Net: "tcp", Err: err})
+	default:
+		for range n {
+			tap(false, pongAnswer.Data)
+		}
 	}
 	c.mu.Lock()
 	c.writing = false
@@ -124,6 +129,36 @@ func (c *conn) flushWrites() {
 	}
 	c.startWriterLocked()
 	c.mu.Unlock()
+}
+
+// writeRaw writes frames of c's own that do not pass through gorilla,
+// encoded already: unless wait, only what the socket takes now
+// (syscall.EAGAIN: nothing). Once c's close frame went out it writes
+// nothing and returns websocket.ErrCloseSent, as gorilla does then. The
+// check holds for the write after it: the side that writes (the reader
+// in flushWrites, else the writer) is the only one that can write a close
+// frame meanwhile, and a reader that owes the writer the rest of its pongs
+// hands gorilla nothing (see pump).
+func (c *conn) writeRaw(p []byte, wait bool) (int, error) {
+	if c.closeSent() {
+		return 0, websocket.ErrCloseSent
+	}
+	if !wait {
+		return c.w.sock.writeOnce(p)
+	}
+	n, err := c.w.sock.write(p)
+	if err != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Err: err}
+	}
+	return n, err
+}
+
+// closeSent reports whether c's close frame went out: its framer knows
+// (framer.Write), and a connection that sent one keeps its framer.
+func (c *conn) closeSent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fr != nil && c.fr.closeSent.Load()
 }
 
 // allPongs reports whether every frame of q is pongAnswer.

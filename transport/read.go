@@ -133,6 +133,9 @@ func (c *conn) pump() {
 			return
 		}
 		if err != nil {
+			if w.owed.Load() && !w.sock.closed() {
+				continue // after the writer, as above; the socket's error stays
+			}
 			// gorilla reads what is left, then the socket's error.
 			w.in.fed, w.in.rerr = w.in.pending, err
 			c.readLoop(ws)
