@@ -16,7 +16,7 @@ import (
 // framer is a gorilla Conn lent to a connection while gorilla reads or
 // writes its frames. gorilla's Conn and its read buffer are about 700 B, a
 // third of what an idle connection costs, and an idle polled connection
-// needs neither: its pings are read and answered without gorilla (quick.go).
+// needs neither: its pings are read and answered without gorilla (reader.go).
 // So a polled connection holds a framer only while its reader, its writer or
 // its handshake uses one, and gives it back to the Hub's spares when the
 // last of them is done. A connection that is not polled keeps its framer for
