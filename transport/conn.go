@@ -6,15 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/presenced/presenced/internal/lockorder"
 	"github.com/presenced/presenced/internal/queue"
@@ -25,13 +21,13 @@ import (
 // conn is one WebSocket: a presence.Client.
 //
 // Concurrency follows gorilla's rule, one reader and one writer, plus one
-// handler. The reader owns rate: on a polled connection (the
+// handler. The reader (reader.go) owns rate: on a polled connection (the
 // default on Linux) it is a worker that exists while the socket has frames
 // to read (serveReady), elsewhere a goroutine parked in read for the
 // connection's life (readLoop). The handler owns session: it is whoever
 // drains the inbox (see inbox.go), the reader itself for a frame that
 // cannot wait while the inbox is idle, else a worker, one at a time. The
-// writer runs on a worker from when the queue becomes non-empty until it is
+// writer (writer.go) runs on a worker from when the queue becomes non-empty until it is
 // empty again, so an idle polled connection holds no goroutine at all. The
 // queue is bounded in bytes by Hub.queueBytes; a client that falls that far
 // behind is closed.
@@ -75,6 +71,18 @@ type lifetime struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 }
+
+// readTask, writeTask and drainTask are a connection as the workers' task
+// that reads it, writes its queue, or handles its inbox.
+type (
+	readTask  conn
+	writeTask conn
+	drainTask conn
+)
+
+func (t *readTask) run()  { (*conn)(t).serveReady() }
+func (t *writeTask) run() { (*conn)(t).writeLoop() }
+func (t *drainTask) run() { (*conn)(t).drainInbox() }
 
 // sess is the session c's user signed in with, or refreshed to.
 func (c *conn) sess() Session {
@@ -128,28 +136,6 @@ func (c *conn) Close(code int, reason string) {
 	c.closeWith(code, reason, metric)
 }
 
-// pongAnswer is the answer to every ping, encoded once: its bytes are only
-// read. The writer sends it as pongPrepared, framed once too: gorilla's
-// WriteMessage allocates a writer for every message.
-var (
-	pongAnswer   = protocol.MustEncode(protocol.Pong{})
-	pongPrepared = mustPrepare(pongAnswer.Data)
-)
-
-func mustPrepare(text []byte) *websocket.PreparedMessage {
-	pm, err := websocket.NewPreparedMessage(websocket.TextMessage, text)
-	if err != nil {
-		panic(fmt.Sprintf("transport: preparing %s: %v", text, err))
-	}
-	return pm
-}
-
-// isPongAnswer reports whether f is pongAnswer itself, not a frame that
-// happens to have its type.
-func isPongAnswer(f protocol.Encoded) bool {
-	return len(f.Data) > 0 && &f.Data[0] == &pongAnswer.Data[0]
-}
-
 // reply queues a frame answering one of the client's own.
 func (c *conn) reply(f protocol.Frame) {
 	if !c.push(protocol.MustEncode(f)) {
@@ -160,198 +146,6 @@ func (c *conn) reply(f protocol.Frame) {
 // replyError answers a frame with an error frame.
 func (c *conn) replyError(msg, channel string) {
 	c.reply(protocol.Error{Error: msg, Channel: channel})
-}
-
-// push counts and queues f, and reports false if the queue is full.
-func (c *conn) push(f protocol.Encoded) bool {
-	c.hub.m.sent(f.Type)
-	if c.enqueue(f) {
-		return true
-	}
-	c.hub.dropped(c.uid, f.Type)
-	return false
-}
-
-func (c *conn) closeSlow() {
-	c.closeWith(protocol.ClosePolicyViolation, protocol.ReasonSlowConsumer, reasonSlow)
-}
-
-// enqueue queues f (nil Data: a ping) for the writer. It reports false if
-// the queue is full; the caller then closes c as a slow consumer. Frames for
-// a closing connection are dropped.
-func (c *conn) enqueue(f protocol.Encoded) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return true
-	}
-	if int(c.queued)+len(f.Data) > c.hub.queueBytes {
-		return false
-	}
-	if c.queue == nil {
-		c.queue = queues.Get().(*[queueChunk]protocol.Encoded)[:0]
-	}
-	c.queue = append(c.queue, f)
-	c.queued += int32(len(f.Data))
-	c.startWriterLocked()
-	return true
-}
-
-func (c *conn) startWriterLocked() {
-	if c.welcomed && !c.writing && !c.held {
-		c.writing = true
-		c.hub.workers.run((*writeTask)(c))
-	}
-}
-
-// sendWelcome puts the welcome first in the queue, ahead of broadcasts that
-// arrived while it was being built, and lets the writer start.
-func (c *conn) sendWelcome(f protocol.Encoded) {
-	c.hub.m.sent(f.Type)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closing {
-		c.queue = append([]protocol.Encoded{f}, c.queue...)
-		c.queued += int32(len(f.Data))
-	}
-	c.welcomed = true
-	c.startWriterLocked()
-}
-
-// markClosingLocked stops c from taking frames and drops its queue. The
-// first call counts reason in presenced_closes_total, before a close frame
-// or a dropped socket can reach the client, and reports true.
-func (c *conn) markClosingLocked(reason string) bool {
-	if c.closing {
-		return false
-	}
-	c.closing = true
-	c.stopped.Store(true)
-	if len(c.queue) > 0 && c.queue[0].Type == rawFrame {
-		c.queue, c.queued = c.queue[:1], int32(len(c.queue[0].Data))
-	} else {
-		c.queue, c.queued = nil, 0
-	}
-	c.hub.m.closes.WithLabelValues(reason).Inc()
-	return true
-}
-
-// closeWith starts closing c with a close frame, sent by the writer after the
-// frame in flight; queued data is dropped. c stops counting for presence
-// once the frames it sent before are handled: at once if none waits.
-// Idempotent.
-func (c *conn) closeWith(code int, reason, metric string) {
-	c.mu.Lock()
-	if !c.markClosingLocked(metric) {
-		c.mu.Unlock()
-		return
-	}
-	msg := websocket.FormatCloseMessage(code, reason)
-	c.closeMsg = &msg
-	c.welcomed = true // a close needs no welcome before it
-	if !c.writing {
-		c.writing = true
-		c.hub.workers.run((*writeTask)(c))
-	}
-	c.mu.Unlock()
-	c.end(leaving)
-}
-
-func (c *conn) writeLoop() {
-	wt := c.hub.writeTimeout
-	var ws *websocket.Conn
-	for {
-		c.mu.Lock()
-		if ws == nil {
-			ws = c.lendLocked() // given back when the loop ends
-		}
-		batch := c.queue
-		c.queue, c.queued = nil, 0
-		if len(batch) == 0 {
-			closeMsg := c.closeMsg
-			c.closeMsg = nil
-			if closeMsg == nil {
-				c.writing = false
-				c.giveBackLocked()
-				c.mu.Unlock()
-				return
-			}
-			c.mu.Unlock()
-			c.writeClose(ws, *closeMsg)
-			continue // closing: nothing more is queued, the loop ends
-		}
-		c.mu.Unlock()
-		for _, f := range batch {
-			if c.stopped.Load() && f.Type != rawFrame {
-				break
-			}
-			var err error
-			switch {
-			case f.Type == rawFrame:
-				c.w.SetWriteDeadline(time.Now().Add(wt))
-				if _, err = c.w.Write(f.Data); err == nil {
-					c.paid() // a failed write closes the socket: the reader then reads on anyway
-				}
-			case f.Type == pongFrame:
-				err = ws.WriteControl(websocket.PongMessage, f.Data, time.Now().Add(wt))
-			case f.Data == nil:
-				err = ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wt))
-			case isPongAnswer(f):
-				ws.SetWriteDeadline(time.Now().Add(wt))
-				tap(false, f.Data)
-				err = ws.WritePreparedMessage(pongPrepared)
-			default:
-				ws.SetWriteDeadline(time.Now().Add(wt))
-				tap(false, f.Data)
-				err = ws.WriteMessage(websocket.TextMessage, f.Data)
-			}
-			if err != nil {
-				c.writeFailed(err)
-				break
-			}
-		}
-		putQueue(batch)
-	}
-}
-
-// putQueue gives q's array back to its pool, cleared, if it came from there.
-func putQueue(q []protocol.Encoded) {
-	if cap(q) == queueChunk {
-		clear(q[:queueChunk])
-		queues.Put((*[queueChunk]protocol.Encoded)(q[:queueChunk]))
-	}
-}
-
-// queues are the arrays a connection queues its first frames in, pooled
-// while the queue is empty: an idle connection keeps none, and a busy one
-// does not allocate one per answer. A queue that outgrows one is left to
-// the collector.
-var queues = sync.Pool{New: func() any { return new([queueChunk]protocol.Encoded) }}
-
-const queueChunk = 4
-
-// writeFailed drops the socket of a client that could not take one frame
-// within the deadline (too slow) or is gone; the reader finishes the rest.
-func (c *conn) writeFailed(err error) {
-	c.hub.log.Debug("transport: write failed", "uid", c.uid, "err", err)
-	reason := reasonClient
-	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		reason = reasonSlow
-	}
-	c.mu.Lock()
-	c.markClosingLocked(reason)
-	c.closeMsg = nil
-	c.mu.Unlock()
-	c.closeSocket()
-}
-
-// writeClose sends a close frame and bounds how long the reader waits for
-// the client's answer before the socket is dropped.
-func (c *conn) writeClose(ws *websocket.Conn, msg []byte) {
-	c.setReadDeadline(time.Now().Add(c.hub.closeTimeout))
-	if err := ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.hub.writeTimeout)); err != nil {
-		c.closeSocket()
-	}
 }
 
 // touch counts an inbound frame as a keepalive.

@@ -3,9 +3,11 @@ package transport
 import (
 	"bufio"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -14,7 +16,7 @@ import (
 // framer is a gorilla Conn lent to a connection while gorilla reads or
 // writes its frames. gorilla's Conn and its read buffer are about 700 B, a
 // third of what an idle connection costs, and an idle polled connection
-// needs neither: its pings are read and answered without gorilla (quick.go).
+// needs neither: its pings are read and answered without gorilla (reader.go).
 // So a polled connection holds a framer only while its reader, its writer or
 // its handshake uses one, and gives it back to the Hub's spares when the
 // last of them is done. A connection that is not polled keeps its framer for
@@ -35,6 +37,12 @@ type framer struct {
 	// users counts the connection's reader, writer and handshake using it,
 	// under c.mu.
 	users int32
+	// outRest is how much of the frame gorilla is writing is still to
+	// come: 0 between frames, so whenever the framer changes hands.
+	outRest int32
+	// closeSent: a close frame went out through ws, or is going (see
+	// Write). A connection that sends one keeps its framer.
+	closeSent atomic.Bool
 }
 
 // lendLocked gives c a framer, its own, a spare or a new one, for one more
@@ -177,11 +185,42 @@ func (f *framer) Read(p []byte) (int, error) {
 	return f.c.w.Read(p)
 }
 
+// Write is every write gorilla makes, so it is the one place that sees
+// each close frame go out, whoever asked for it: the writer, a 1009 of
+// ours, or gorilla itself from inside its reader (a close echoed, a 1002
+// for a frame it refuses, a 1009 at its read limit). closeSent is set
+// before the frame is written; the frames of ours that do not pass through
+// gorilla check it (conn.writeRaw), so none follows a close frame.
 func (f *framer) Write(p []byte) (int, error) {
 	if f.c == nil {
 		return len(p), nil // a blank handshake's answer
 	}
+	if f.ws != nil { // else the handshake's answer, which is no frame
+		f.follow(p)
+	}
 	return f.c.w.Write(p)
+}
+
+// follow notes the frames in p, gorilla's next write. gorilla writes a
+// frame with its header whole at the start of a call, and the rest of a
+// long one in the call after (net.Buffers); outRest tells the rest from a
+// header.
+func (f *framer) follow(p []byte) {
+	for len(p) > 0 {
+		if f.outRest == 0 {
+			h, ok := parseHeader(p)
+			if !ok {
+				return // not a frame as gorilla writes one: nothing to follow
+			}
+			if h.opcode == opClose {
+				f.closeSent.Store(true)
+			}
+			f.outRest = int32(min(int64(h.headerLen)+h.payload, math.MaxInt32))
+		}
+		n := min(len(p), int(f.outRest))
+		f.outRest -= int32(n)
+		p = p[n:]
+	}
 }
 
 func (f *framer) Close() error {

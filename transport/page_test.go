@@ -398,3 +398,47 @@ func TestPagingACountOnlyChannelAgain(t *testing.T) {
 		return members
 	})
 }
+
+// A client of a channel of 1,000 members with 64-character IDs asks for 20
+// full pages in one write: 1.2 KB in, 1.35 MB out, within every inbound
+// limit. The answers of one read wait for the read to be handled, and the
+// writer may not start on them meanwhile, so they must not count as a
+// queue the client is too slow to drain: it gets its 20 pages and stays.
+func TestMembersPagesAskedInOneWriteAllArrive(t *testing.T) {
+	const pages, members = 20, 1000
+	prefix := strings.Repeat("m", 60)
+	for _, mode := range readModes {
+		t.Run(mode.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.ParkReaders = mode.park
+			s := startServer(t, cfg)
+			fill(t, s.hub, "c", prefix, members-1)
+			uid := strings.Repeat("u", 64)
+			c, br := s.rawJoined(t, uid, "c")
+
+			ask := clientFrame(fin|opText, []byte(`{"type":"members","channel":"c","limit":1000}`))
+			var all []byte
+			for range pages {
+				all = append(all, ask...)
+			}
+			write(t, c, all)
+			total := 0
+			for i := range pages {
+				op, payload := serverFrame(t, c, br)
+				require.Equal(t, opText, op, "page %d: want a text frame, got opcode %d: %q", i, op, payload)
+				var page struct {
+					Type    string   `json:"type"`
+					Members []string `json:"members"`
+				}
+				require.NoError(t, json.Unmarshal(payload, &page), "page %d", i)
+				require.Equal(t, "members", page.Type, "page %d: %.200s", i, payload)
+				require.Len(t, page.Members, members, "page %d", i)
+				total += len(payload)
+			}
+			t.Logf("%d pages, %d bytes", pages, total)
+			write(t, c, clientFrame(fin|opText, appPing))
+			assert.Equal(t, `{"type":"pong"}`, string(serverFrameOf(t, c, br, opText)), "still served")
+			assert.Zero(t, metric(t, s.reg, "presenced_closes_total", map[string]string{"reason": "slow"}))
+		})
+	}
+}
