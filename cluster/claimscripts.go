@@ -66,6 +66,7 @@ local function remark(node, life, at)
   dropQuietly(node)
   redis.call('ZREM', K('alive'), node)
   redis.call('SREM', K('dead'), node)
+  redis.call('HDEL', K('proof'), node)
   redis.call('ZADD', K('reaped'), at, node)
   redis.call('HSET', K('life'), node, life)
 end
@@ -95,16 +96,22 @@ if #gone > 0 then
   redis.call('HDEL', K('ver'), unpack(gone))
   redis.call('HDEL', K('life'), unpack(gone))
 end
-for _, node in ipairs(redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now)) do
+-- A node's last proof of life is its last renewal: its lease's end less a
+-- lease (every node's is the same, Config.Timeout), and never before it.
+local function die(node, expiry)
   redis.call('ZREM', K('alive'), node)
   redis.call('SADD', K('dead'), node)
+  redis.call('HSET', K('proof'), node, math.min(now, tonumber(expiry) - ttl))
 end
+local expired = redis.call('ZRANGEBYSCORE', K('alive'), '-inf', now, 'WITHSCORES')
+for i = 1, #expired, 2 do die(expired[i], expired[i + 1]) end
 -- A node is dead everywhere once its liveness ran out in one shard: it
 -- renews every shard in one round, so the others run out within moments,
 -- and a shard that took it for dead a claim later would make its edges
 -- out of order with the others' (a join after its user's offline).
 for node in string.gmatch(ARGV[15] or '', '[^,]+') do
-  if redis.call('ZREM', K('alive'), node) == 1 then redis.call('SADD', K('dead'), node) end
+  local expiry = redis.call('ZSCORE', K('alive'), node)
+  if expiry then die(node, expiry) end
 end
 local budget = tonumber(ARGV[4])
 local membersOnly = ARGV[11] == 'm'

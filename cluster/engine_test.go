@@ -246,6 +246,7 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 	c := srv.client(t)
 	crashed := time.Now()
 	dead.crash()
+	stopped := time.Now() // no call of the dead node lands after this
 	dead.stopRun()
 	// No renewal comes after the crash: the earliest of these is when the
 	// others may start taking the node for dead.
@@ -289,6 +290,20 @@ func TestCrashedNodeUsersGoOfflineOnce(t *testing.T) {
 	})
 	for _, uid := range uids[1:] {
 		assert.Equal(t, 1, produced(uid), "offline of %s produced once across the claimers", uid)
+	}
+	// The offline edges happened at the dead node's last proof of life, its
+	// last renewal, not when a claim found it dead a lease later: that is
+	// the users' last seen.
+	for _, o := range obs {
+		o.rec.mu.Lock()
+		for _, e := range o.rec.made {
+			if e.Kind != presence.EdgeOffline && e.Kind != presence.EdgeLeave {
+				continue
+			}
+			assert.GreaterOrEqual(t, e.At.UnixMilli(), expires-testTimeout.Milliseconds(), "%v of %s before the node's last renewal", e.Kind, e.UID)
+			assert.LessOrEqual(t, e.At.UnixMilli(), stopped.UnixMilli(), "%v of %s after the node's last call", e.Kind, e.UID)
+		}
+		o.rec.mu.Unlock()
 	}
 	count, _, err := obs[0].Users(context.Background(), 0)
 	require.NoError(t, err)

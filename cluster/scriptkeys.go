@@ -15,7 +15,7 @@ import (
 // script of the shard is given them as KEYS; see the table above. The
 // last two, the outbox, only with Config.Outbox (withOutbox).
 var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
-	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "life", "done", "dk", "ob", "oe"}
+	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "life", "proof", "done", "dk", "ob", "oe"}
 
 // luaKeys makes K(name) the shard's key of that name, from KEYS: a name
 // not in KEYS is an error, so a script never touches a key it did not

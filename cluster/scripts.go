@@ -15,6 +15,7 @@ import "github.com/redis/go-redis/v9"
 //
 //	T:alive   ZSET  node -> liveness expiry (ms, Redis clock); renewed per node, never per user
 //	T:dead    SET   nodes whose liveness expired and whose records are being reaped
+//	T:proof   HASH  dead node -> its last proof of life (ms): when its users went offline
 //	T:clock   HASH  last = time of the last claim, pause = no claims before,
 //	                restore = end of the restore window after Redis lost records
 //	T:ver     HASH  node -> the newest write of the node this shard has seen
@@ -118,15 +119,21 @@ local function emit(kind, uid, channel, at, id)
   produced[#produced + 1] = id
 end
 
+-- wentAt is when the edges being made happened, if not now: a dead node's
+-- users went away at its last proof of life (T:proof, see reap), not when
+-- a claim found it dead, about a timeout later.
+local wentAt = nil
+local function stamp() return wentAt or now end
+
 local function produce(kind, uid, channel)
   if quiet then return end
   local id = ''
   if outbox then
     id = string.format('%.0f', nextSeq())
     redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
-    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, now}))
+    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, stamp()}))
   end
-  emit(kind, uid, channel, now, id)
+  emit(kind, uid, channel, stamp(), id)
 end
 
 -- keeps reports whether node has edges kept in the outbox.
@@ -318,9 +325,9 @@ local function setUser(node, uid, n, a)
     if redis.call('HINCRBY', K('nodes'), uid, -1) <= 0 then
       redis.call('HDEL', K('nodes'), uid)
       redis.call('ZREM', K('online'), uid)
-      redis.call('ZADD', K('seen'), now, uid)
+      redis.call('ZADD', K('seen'), stamp(), uid)
       offlines = offlines + 1
-      publish(P('pu:' .. uid), {on = 0, at = now})
+      publish(P('pu:' .. uid), {on = 0, at = stamp()})
       produce('offline', uid, '')
     end
   end
@@ -440,6 +447,8 @@ local reapedNow = {}
 -- once it has no record left, nor kept edges to take over.
 local function reap(node, budget, membersOnly)
   budget = takeOver(node, budget)
+  local proof = redis.call('HGET', K('proof'), node)
+  if proof then wentAt = tonumber(proof) end
   if budget > 0 then
     for _, rec in ipairs(recordsOf('m', node, budget)) do
       dropMember(node, rec)
@@ -457,8 +466,10 @@ local function reap(node, budget, membersOnly)
     redis.call('HDEL', K('ver'), node)
     vers[node] = 0
     redis.call('ZADD', K('reaped'), now, node)
+    redis.call('HDEL', K('proof'), node)
     reapedNow[#reapedNow + 1] = node .. ' ' .. num(redis.call('HGET', K('life'), node))
   end
+  wentAt = nil
   return budget
 end
 
@@ -531,6 +542,7 @@ local function standing(node, life, mode, ttl, landed, v, window, late)
   if ended then
     redis.call('SREM', K('dead'), node)
     redis.call('ZREM', K('reaped'), node)
+    redis.call('HDEL', K('proof'), node)
   end
   redis.call('ZADD', K('alive'), now + ttl, node)
   if not lost then
