@@ -17,7 +17,7 @@ import (
 
 var (
 	modelSeed      = goflag.Uint64("model.seed", 1, "TestModelEdgesAlternate: the first seed")
-	modelSeeds     = goflag.Int("model.seeds", 4, "TestModelEdgesAlternate: how many seeds, from -model.seed on")
+	modelSeeds     = goflag.Int("model.seeds", 5, "TestModelEdgesAlternate: how many seeds, from -model.seed on")
 	modelSteps     = goflag.Int("model.steps", 16, "TestModelEdgesAlternate: steps per seed")
 	modelShrink    = goflag.Duration("model.shrink", 2*time.Minute, "TestModelEdgesAlternate: how long to look for a shorter failing history (0: not at all)")
 	modelHistory   = goflag.String("model.history", "", "TestModelEdgesAlternate: run this history (as a failure prints it) instead of drawn ones")
