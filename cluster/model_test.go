@@ -17,10 +17,11 @@ import (
 
 var (
 	modelSeed      = goflag.Uint64("model.seed", 1, "TestModelEdgesAlternate: the first seed")
-	modelSeeds     = goflag.Int("model.seeds", 4, "TestModelEdgesAlternate: how many seeds, from -model.seed on")
+	modelSeeds     = goflag.Int("model.seeds", 5, "TestModelEdgesAlternate: how many seeds, from -model.seed on")
 	modelSteps     = goflag.Int("model.steps", 16, "TestModelEdgesAlternate: steps per seed")
-	modelShrink    = goflag.Duration("model.shrink", 3*time.Minute, "TestModelEdgesAlternate: how long to look for a shorter failing history (0: not at all)")
+	modelShrink    = goflag.Duration("model.shrink", 2*time.Minute, "TestModelEdgesAlternate: how long to look for a shorter failing history (0: not at all)")
 	modelHistory   = goflag.String("model.history", "", "TestModelEdgesAlternate: run this history (as a failure prints it) instead of drawn ones")
+	modelMotifs    = goflag.Float64("model.motifs", 2, "TestModelEdgesAlternate: the weight of fault motifs against single steps, whose weights add up to about 17 (0: single steps alone)")
 	modelKeepGoing = goflag.Bool("model.keepgoing", false, "TestModelEdgesAlternate: go on with the other seeds after a failure, shrinking none")
 )
 
@@ -49,7 +50,7 @@ func TestModelEdgesAlternate(t *testing.T) {
 		seed := *modelSeed + uint64(i)
 		rng := rand.New(rand.NewPCG(seed, 0x6d6f64656c))
 		nodes := 2 + rng.IntN(2)
-		steps := generate(rng, nodes, *modelSteps)
+		steps := generate(rng, nodes, *modelSteps, *modelMotifs)
 		began := time.Now()
 		at, err := runModel(t, nodes, steps)
 		if err == nil {
@@ -62,7 +63,7 @@ func TestModelEdgesAlternate(t *testing.T) {
 			t.Errorf("seed %d: %v\nhistory: -model.history '%s'", seed, err, historyText(nodes, steps))
 			continue
 		}
-		short, shortErr, runs := shrinkHistory(t, nodes, steps, err, *modelShrink)
+		short, runs, shortErr := shrinkHistory(t, nodes, steps, err, *modelShrink)
 		t.Fatalf("seed %d: %v\nshortest failing history found (%d steps of %d, %d runs to shrink): %v\n-model.history '%s'",
 			seed, err, len(short), len(steps), runs, shortErr, historyText(nodes, short))
 	}
@@ -71,9 +72,9 @@ func TestModelEdgesAlternate(t *testing.T) {
 // shrinkHistory looks, within budget, for a shorter history that fails
 // too, leaving out chunks of steps, then single ones (delta debugging);
 // the cluster's timing varies, so a history counts as failing if one run
-// of it failed. It returns the shortest found, its failure, and the runs
-// made.
-func shrinkHistory(t *testing.T, nodes int, steps []step, failure error, budget time.Duration) ([]step, error, int) {
+// of it failed. It returns the shortest found, the runs made, and its
+// failure.
+func shrinkHistory(t *testing.T, nodes int, steps []step, failure error, budget time.Duration) ([]step, int, error) {
 	deadline := time.Now().Add(budget)
 	runs := 0
 	n := 2
@@ -99,7 +100,7 @@ func shrinkHistory(t *testing.T, nodes int, steps []step, failure error, budget 
 			n = min(2*n, len(steps))
 		}
 	}
-	return steps, failure, runs
+	return steps, runs, failure
 }
 
 // modelRun is one run of a history on a cluster of its own.

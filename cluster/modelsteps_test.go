@@ -137,8 +137,9 @@ type weighted struct {
 	step func() step
 }
 
-// generate draws a history of n steps for nodes nodes from rng.
-func generate(rng *rand.Rand, nodes, n int) []step {
+// generate draws a history of n steps for nodes nodes from rng; motifs
+// weighs the fault motifs (see motif) against the single steps.
+func generate(rng *rand.Rand, nodes, n int, motifs float64) []step {
 	st := genState{conns: make([][modelUsers]int, nodes), fault: make([]bool, nodes), attached: true}
 	pick := func(ok func(int) bool) (int, bool) {
 		var is []int
@@ -188,6 +189,9 @@ func generate(rng *rand.Rand, nodes, n int) []step {
 			add(0.5, func() step { return step{kind: stepDetach} })
 		}
 		add(0.7, func() step { return step{kind: stepFailover} })
+		if nodes > 1 && motifs > 0 {
+			add(motifs, nil)
+		}
 		total := 0.0
 		for _, c := range choices {
 			total += c.w
@@ -200,9 +204,59 @@ func generate(rng *rand.Rand, nodes, n int) []step {
 				break
 			}
 		}
+		if chosen.step == nil {
+			for _, s := range motif(rng, nodes) {
+				st.apply(s)
+				steps = append(steps, s)
+			}
+			continue
+		}
 		s := chosen.step()
 		st.apply(s)
 		steps = append(steps, s)
+	}
+	return steps[:n]
+}
+
+// motif draws a sequence of steps around a loss of Redis's data (a
+// restart, or a failover to a replica detached before) while links break
+// and come back: node x's link breaks long enough for its lease to run
+// out, y's breaks too, x comes back, and perhaps goes again, before the
+// loss; then the broken links come back, in either order. Each step but
+// the loss may be left out, so the motif also draws its simpler cases.
+func motif(rng *rand.Rand, nodes int) []step {
+	x := rng.IntN(nodes)
+	y := (x + 1 + rng.IntN(nodes-1)) % nodes
+	fault := func(node int) step {
+		kinds := []stepKind{stepCut, stepCut, stepCut, stepStall, stepSwallow, stepMute}
+		return step{kind: kinds[rng.IntN(len(kinds))], node: node}
+	}
+	wait := func(d time.Duration) step { return step{kind: stepWait, wait: d} }
+	loss := step{kind: stepRestart}
+	failover := rng.IntN(2) == 0
+	if failover {
+		loss = step{kind: stepFailover}
+	}
+	var steps []step
+	maybe := func(p float64, s ...step) {
+		if rng.Float64() < p {
+			steps = append(steps, s...)
+		}
+	}
+	maybe(0.5, step{kind: stepConnect, node: x, user: rng.IntN(modelUsers)})
+	maybe(0.9, fault(x), wait(2500*time.Millisecond))
+	maybe(0.7, fault(y))
+	if failover {
+		maybe(0.9, step{kind: stepDetach})
+	}
+	maybe(0.9, step{kind: stepRestore, node: x}, wait(time.Second))
+	maybe(0.35, fault(x))
+	steps = append(steps, loss)
+	back := []int{x, y}
+	rng.Shuffle(len(back), func(i, j int) { back[i], back[j] = back[j], back[i] })
+	for _, node := range back {
+		maybe(0.5, wait(time.Second))
+		steps = append(steps, step{kind: stepRestore, node: node})
 	}
 	return steps
 }
