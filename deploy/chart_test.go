@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 )
@@ -29,6 +31,11 @@ type manifests struct {
 	service    *corev1.Service
 	secret     *corev1.Secret
 	pdb        *policyv1.PodDisruptionBudget
+	ingress    *networkingv1.Ingress
+	policy     *networkingv1.NetworkPolicy
+	// The Prometheus Operator's objects, whose types this module does not
+	// have: their apiVersion and kind are checked, their fields by the tests.
+	serviceMonitor, prometheusRule *unstructured.Unstructured
 }
 
 // decode splits helm template's output into documents and decodes each into
@@ -44,6 +51,21 @@ func decode(t *testing.T, rendered string) manifests {
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
 		var obj runtime.Object
 		switch meta.APIVersion + " " + meta.Kind {
+		case "monitoring.coreos.com/v1 ServiceMonitor", "monitoring.coreos.com/v1 PrometheusRule":
+			u := &unstructured.Unstructured{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &u.Object), "%s:\n%s", meta.Kind, doc)
+			if meta.Kind == "ServiceMonitor" {
+				m.serviceMonitor = u
+			} else {
+				m.prometheusRule = u
+			}
+			continue
+		case "networking.k8s.io/v1 Ingress":
+			m.ingress = &networkingv1.Ingress{}
+			obj = m.ingress
+		case "networking.k8s.io/v1 NetworkPolicy":
+			m.policy = &networkingv1.NetworkPolicy{}
+			obj = m.policy
 		case "apps/v1 Deployment":
 			m.deployment = &appsv1.Deployment{}
 			obj = m.deployment
@@ -95,8 +117,11 @@ func env(t *testing.T, d *appsv1.Deployment) map[string]string {
 	return vars
 }
 
+// TestHelmLint lints the chart. Lint reports a template's fail as
+// information, not a failure, so the defaults lint clean though they do not
+// install (TestChartRefuses).
 func TestHelmLint(t *testing.T) {
-	for _, values := range [][]string{nil, {"-f", threeReplicas}} {
+	for _, values := range [][]string{nil, {"--set", "demo=true"}, {"-f", threeReplicas}} {
 		t.Run(strings.Join(append([]string{"values"}, values...), " "), func(t *testing.T) {
 			out, err := run(helm(t), append([]string{"lint", "--strict", chart}, values...)...)
 			require.NoError(t, err)
@@ -105,8 +130,10 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
+// TestChartDefaults renders the defaults but for demo=true, the one value
+// they need.
 func TestChartDefaults(t *testing.T) {
-	m := decode(t, template(t))
+	m := decode(t, template(t, "--set", "demo=true"))
 	d := m.deployment
 	assert.Equal(t, int32(1), *d.Spec.Replicas)
 	pod := d.Spec.Template.Spec
@@ -122,6 +149,10 @@ func TestChartDefaults(t *testing.T) {
 	require.NotNil(t, pod.TerminationGracePeriodSeconds)
 	assert.GreaterOrEqual(t, *pod.TerminationGracePeriodSeconds, int64(15))
 	assert.Equal(t, int64(65532), *pod.SecurityContext.RunAsUser, "the image's user")
+	require.NotNil(t, pod.AutomountServiceAccountToken)
+	assert.False(t, *pod.AutomountServiceAccountToken, "no service-account token in the pods")
+	require.NotNil(t, pod.EnableServiceLinks)
+	assert.False(t, *pod.EnableServiceLinks, "no PRESENCED_SERVICE_HOST and the like from a Service's name")
 
 	vars := env(t, d)
 	assert.Equal(t, map[string]string{
@@ -130,13 +161,16 @@ func TestChartDefaults(t *testing.T) {
 		"PRESENCED_JWT_SECRET":     "secret:jwt-secret",
 		"PRESENCED_API_KEY":        "secret:api-key",
 		"PRESENCED_WEBHOOK_SECRET": "secret:webhook-secret",
+		"PRESENCED_WEBHOOK":        "secret:webhook-url",
 		"PRESENCED_REDIS":          "secret:redis-url",
 	}, vars, "no setting but the chart's own is passed by default")
 
 	ann := d.Spec.Template.Annotations
-	assert.Equal(t, "true", ann["prometheus.io/scrape"])
-	assert.Equal(t, "8080", ann["prometheus.io/port"])
-	assert.Equal(t, "/metrics", ann["prometheus.io/path"])
+	assert.Equal(t, map[string]string{
+		"prometheus.io/scrape": "true",
+		"prometheus.io/port":   "8080",
+		"prometheus.io/path":   "/metrics",
+	}, ann)
 
 	assert.Equal(t, d.Spec.Selector.MatchLabels, m.service.Spec.Selector)
 	assert.Equal(t, "http", m.service.Spec.Ports[0].TargetPort.String())
@@ -144,6 +178,10 @@ func TestChartDefaults(t *testing.T) {
 	assert.Empty(t, m.secret.StringData, "no secret given, none stored")
 	require.NotNil(t, m.pdb)
 	assert.Equal(t, d.Spec.Selector.MatchLabels, m.pdb.Spec.Selector.MatchLabels)
+	assert.Nil(t, m.ingress, "no Ingress by default")
+	assert.Nil(t, m.policy, "no NetworkPolicy by default")
+	assert.Nil(t, m.serviceMonitor, "no ServiceMonitor by default")
+	assert.Nil(t, m.prometheusRule, "no PrometheusRule by default")
 }
 
 func TestChartThreeReplicasOnRedis(t *testing.T) {
@@ -159,7 +197,7 @@ func TestChartThreeReplicasOnRedis(t *testing.T) {
 		"PRESENCED_SLOTS":       "61",
 		"PRESENCED_QUEUE_BYTES": "1048576",
 		"PRESENCED_FRAME_RATE":  "12.5",
-		"PRESENCED_WEBHOOK":     "https://backend.example.com/presence",
+		"PRESENCED_WEBHOOK":     "secret:webhook-url",
 		"PRESENCED_REDIS":       "secret:redis-url",
 	} {
 		assert.Equal(t, want, vars[name], name)
@@ -169,15 +207,20 @@ func TestChartThreeReplicasOnRedis(t *testing.T) {
 		"jwt-secret":     "change-me",
 		"api-key":        "change-me-too",
 		"webhook-secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-		"redis-url":      "redis://redis-sentinel:26379?master_name=mymaster&addr=redis-sentinel-2:26379",
+		"webhook-url":    "https://presenced:hook-password@backend.example.com/presence",
+		"redis-url":      "redis://:redis-password@redis-sentinel:26379?master_name=mymaster&addr=redis-sentinel-2:26379",
 	}, m.secret.StringData)
-	assert.NotEmpty(t, d.Spec.Template.Annotations["checksum/secret"], "a changed secret rolls the pods")
+	deployment, err := yaml.Marshal(d)
+	require.NoError(t, err)
+	for key, value := range m.secret.StringData {
+		assert.NotContains(t, string(deployment), value, "the Deployment holds the Secret's %s", key)
+	}
 	require.NotNil(t, m.pdb)
 	assert.Equal(t, 1, m.pdb.Spec.MaxUnavailable.IntValue())
 }
 
 func TestChartRefusesReplicasWithoutRedis(t *testing.T) {
-	_, err := run(helm(t), "template", "presenced", chart, "--set", "replicaCount=3")
+	_, err := run(helm(t), "template", "presenced", chart, "--set", "replicaCount=3", "--set", "secrets.jwtSecret=s")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "replicaCount > 1 needs redis.url")
 
@@ -199,6 +242,8 @@ var chartSet = map[string]string{
 	"PRESENCED_API_KEY":        "secrets.apiKey",
 	"PRESENCED_WEBHOOK_SECRET": "secrets.webhookSecret",
 	"PRESENCED_REDIS":          "redis.url",
+	"PRESENCED_WEBHOOK":        "webhook.url",
+	"PRESENCED_JWKS_URL":       "jwksUrl",
 }
 
 // notSettings are the server's flags that are not settings of a running server.
@@ -224,7 +269,7 @@ func TestChartCoversEverySetting(t *testing.T) {
 	raw, err := os.ReadFile(chart + "/values.yaml")
 	require.NoError(t, err)
 	require.NoError(t, yaml.Unmarshal(raw, &values))
-	args := []string{"--set", "redis.url=redis://r:6379"}
+	args := []string{"--set", "redis.url=redis://r:6379", "--set", "jwksUrl=https://auth.example.com/jwks.json"}
 	for name := range values.Settings {
 		args = append(args, "--set", fmt.Sprintf("settings.%s=1", name))
 	}

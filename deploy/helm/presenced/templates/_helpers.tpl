@@ -39,3 +39,34 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- include "presenced.fullname" . }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the chart makes the Secret the pods read. */}}
+{{- define "presenced.ownSecret" -}}
+{{- if and .Values.secrets.create (not .Values.secrets.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the pods run demo mode: nothing to check a token with. */}}
+{{- define "presenced.demoMode" -}}
+{{- if and (include "presenced.ownSecret" .) (not .Values.secrets.jwtSecret) (not .Values.jwksUrl) }}true{{ end }}
+{{- end }}
+
+{{/* The checks of the values, each failing with what to set. */}}
+{{- define "presenced.validate" -}}
+{{- if hasKey .Values.settings "webhook" }}
+{{- fail "settings.webhook is now webhook.url: the URL is kept in the Secret, since it may hold a password" }}
+{{- end }}
+{{- if not (include "presenced.ownSecret" .) }}
+{{- $stored := dict "secrets.jwtSecret" .Values.secrets.jwtSecret "secrets.apiKey" .Values.secrets.apiKey "secrets.webhookSecret" .Values.secrets.webhookSecret "redis.url" .Values.redis.url "webhook.url" .Values.webhook.url }}
+{{- range $name, $value := $stored }}
+{{- if $value }}
+{{- fail (printf "%s would be dropped: with secrets.existingSecret (or secrets.create=false) the chart makes no Secret; put it in your Secret (keys jwt-secret, api-key, webhook-secret, redis-url, webhook-url) and leave %s empty" $name $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (include "presenced.demoMode" .) (not .Values.demo) }}
+{{- fail "no way to check who a client is: set secrets.jwtSecret (HS256), jwksUrl, or secrets.existingSecret (a Secret with a jwt-secret key); or demo=true for demo mode, where the server trusts ?uid= and anyone who reaches a pod can claim any user ID" }}
+{{- end }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.redis.url) (include "presenced.ownSecret" .) }}
+{{- fail "replicaCount > 1 needs redis.url (or a redis-url key in secrets.existingSecret): without Redis each replica would see only its own users" }}
+{{- end }}
+{{- end }}
