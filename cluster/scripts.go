@@ -17,7 +17,8 @@ import "github.com/redis/go-redis/v9"
 //	T:dead    SET   nodes whose liveness expired and whose records are being reaped
 //	T:proof   HASH  dead node -> its last proof of life (ms): when its users went offline
 //	T:clock   HASH  last = time of the last claim, pause = no claims before,
-//	                restore = end of the restore window after Redis lost records
+//	                restore = end of the restore window after Redis lost records,
+//	                lost = when that window opened
 //	T:ver     HASH  node -> the newest write of the node this shard has seen
 //	T:reaped  ZSET  node -> when its life's records were all reaped (kept for the last-seen TTL)
 //	T:life    HASH  node -> the node's life in this shard (see standing)
@@ -69,6 +70,10 @@ local produced = {}
 -- quiet puts back state whose edges were produced before Redis lost it:
 -- the other nodes' views still hear it (publish), nobody produces it again.
 local quiet = false
+-- restoring puts back what had landed of a node's after Redis lost it
+-- (mode "r"): quietly, but for a user that went offline since the loss
+-- (see wentOffline), whose online and join edges are owed again.
+local restoring = false
 
 -- seenTTL is how long T:seen keeps an offline time (ms); each script sets
 -- it from its arguments. offlines counts this call's offline edges, which
@@ -125,8 +130,18 @@ end
 local wentAt = nil
 local function stamp() return wentAt or now end
 
+-- wentOffline reports whether uid's offline edge was made since the
+-- shard last found a loss (T:clock lost): T:seen has every offline time.
+-- Inside the restore window no change is applied, so none was; after
+-- it, a node that restores late may find that another node's change
+-- made the user's offline meanwhile.
+local function wentOffline(uid)
+  local seen = redis.call('ZSCORE', K('seen'), uid)
+  return seen ~= false and tonumber(seen) >= num(redis.call('HGET', K('clock'), 'lost'))
+end
+
 local function produce(kind, uid, channel)
-  if quiet then return end
+  if quiet or (restoring and not wentOffline(uid)) then return end
   local id = ''
   if outbox then
     id = string.format('%.0f', nextSeq())
@@ -522,8 +537,9 @@ end
 -- every node's restore precedes every node's change made meanwhile: a
 -- node that applied its user's departure before another node restored
 -- the same user would make an offline edge for a user still online.
--- A loss found within late ms after the window is a node that missed it:
--- it writes again with edges, as one whose life ended does.
+-- A loss found within late ms after the window is a node that missed
+-- it: its restore is quiet all the same, but for users that went offline
+-- since the loss (see restoring). One found later opens a window again.
 local function standing(node, life, mode, ttl, landed, v, window, late)
   local held = num(redis.call('HGET', K('life'), node))
   local ended = redis.call('SISMEMBER', K('dead'), node) == 1 or redis.call('ZSCORE', K('reaped'), node) ~= false
@@ -551,7 +567,7 @@ local function standing(node, life, mode, ttl, landed, v, window, late)
   end
   if now >= till + late then
     till = now + window
-    redis.call('HSET', K('clock'), 'restore', till)
+    redis.call('HSET', K('clock'), 'restore', till, 'lost', now)
   end
   dropQuietly(node)
   return 'lost', held, till
@@ -575,7 +591,7 @@ end
 // writes: it must restore first), 3 restored, 4 not applied (stale: a
 // later call of the node ran first), 5 not applied (the node's life ended:
 // it must write its records again in a new life; see standing).
-// A restore inside the window is quiet; after it, it makes edges.
+// A restore is quiet but for users that went offline since the loss.
 var setScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 local ttl = tonumber(ARGV[3])
@@ -593,7 +609,7 @@ elseif st == 'lost' then
 elseif st == 'held' then
   state = 1
 elseif mode == 'r' then
-  state, quiet = 3, now < till
+  state, restoring = 3, true
 end
 local i = 12
 if state == 1 or state == 2 or state == 5 then i = #ARGV + 1 end
@@ -608,7 +624,7 @@ while i <= #ARGV do
     if rv then i = i + 8 else i = i + 5 end
   end
 end
-quiet = false
+restoring = false
 trimSeen()
 local owes = 0
 if st == 'owes' then owes = 1 end
