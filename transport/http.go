@@ -292,7 +292,15 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	for i, ch := range channels {
 		channels[i] = strings.Clone(ch)
 	}
-	if !h.reserve(uid) {
+	switch h.reserve(uid) {
+	case nodeFull:
+		h.m.connsRefused[nodeFull].Inc()
+		w.Header().Set("Retry-After", retryAfterFull)
+		w.Header().Set("Connection", "close") // its descriptor is what is short
+		writeError(w, http.StatusServiceUnavailable, "this server holds all the connections it may (-max-conns): try again later")
+		return
+	case userFull:
+		h.m.connsRefused[userFull].Inc()
 		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
 		return
 	}
@@ -428,19 +436,24 @@ func (c *conn) poll() error {
 	return nil
 }
 
-// reserve counts a WebSocket of uid about to open, unless uid has
-// MaxConnsPerUser already.
-func (h *Hub) reserve(uid string) bool {
+// reserve counts a WebSocket of uid about to open, unless this node holds
+// MaxConns or uid MaxConnsPerUser already: it says which, or reserved.
+func (h *Hub) reserve(uid string) fullness {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.perUser[uid] >= h.maxPerUser {
-		return false
+	switch {
+	case h.maxConns > 0 && h.conns >= h.maxConns:
+		return nodeFull
+	case h.perUser[uid] >= h.maxPerUser:
+		return userFull
 	}
+	h.conns++
 	h.perUser[uid]++
-	return true
+	return reserved
 }
 
 func (h *Hub) releaseLocked(uid string) {
+	h.conns--
 	if h.perUser[uid]--; h.perUser[uid] <= 0 {
 		delete(h.perUser, uid)
 		h.perUser = shrink.Map(h.perUser, &h.userPeak)

@@ -134,6 +134,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		onEdges = hook.AddEdges
 	}
+	if limit, err := transport.DescriptorLimit(); err == nil && (o.hub.MaxConns == 0 || o.hub.MaxConns > transport.MaxConnsWithin(limit)) {
+		log.Warn("-max-conns leaves too few file descriptors: at the descriptor limit, health checks, the API and Redis fail with the upgrades",
+			"max_conns", o.hub.MaxConns, "descriptor_limit", limit, "most_that_leaves_enough", transport.MaxConnsWithin(limit))
+	}
 	cfg := o.hub
 	cfg.Auth, cfg.Engine, cfg.OnEdges, cfg.Logger, cfg.Registerer = auth, engine, onEdges, log, reg
 	hub, err := transport.New(cfg)
