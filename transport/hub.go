@@ -168,9 +168,9 @@ type Config struct {
 	// HTTP 503 and Retry-After before the upgrade, so the process keeps
 	// the file descriptors its health checks, its API and its engine need.
 	// MaxConnsWithin(DescriptorLimit()) leaves them a reserve. 0: no cap.
-	MaxConns int
-	WriteTimeout    time.Duration // deadline of one outbound frame; 0 means 10 s
-	CloseTimeout    time.Duration // wait for the client's answer to a close frame; 0 means 1 s
+	MaxConns     int
+	WriteTimeout time.Duration // deadline of one outbound frame; 0 means 10 s
+	CloseTimeout time.Duration // wait for the client's answer to a close frame; 0 means 1 s
 	// SocketBuffer caps the kernel's send buffer of each WebSocket
 	// (SO_SNDBUF), so a client that stops reading blocks the writer, and is
 	// then closed, instead of parking megabytes in the kernel; 0 means

@@ -37,8 +37,8 @@ type metrics struct {
 	connsRefused [userFull + 1]prometheus.Counter
 	refusals     *prometheus.CounterVec
 	maxConns     prometheus.Gauge
-	tick        prometheus.GaugeFunc
-	byMode      [2]prometheus.GaugeFunc // polled, parked
+	tick         prometheus.GaugeFunc
+	byMode       [2]prometheus.GaugeFunc // polled, parked
 	// hub is read by byMode at each scrape: the poller's table and the
 	// Hub's map of parked connections are the counts, so no path that
 	// opens or ends a connection has a gauge of its own to keep right.
