@@ -68,16 +68,6 @@ func (p *hostPolicy) allow(r *http.Request) bool {
 	return p.hosts[name]
 }
 
-// hostAllowed refuses r with 403 if the Hub does not answer to its Host,
-// before anything else, and reports whether it may go on.
-func (h *Hub) hostAllowed(w http.ResponseWriter, r *http.Request) bool {
-	if h.hosts.allow(r) {
-		return true
-	}
-	writeError(w, http.StatusForbidden, "host not allowed: this server answers localhost, IP addresses and the hosts it was given (-hosts)")
-	return false
-}
-
 // CheckHost reports whether s is an entry Config.Hosts understands: a host
 // name or address, with an optional port. New refuses a Config with another.
 func CheckHost(s string) error {

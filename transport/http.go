@@ -66,8 +66,12 @@ func (h *Hub) routes() {
 // other refusal. Pages on the allowed origins may call the API (CORS, with
 // preflights); see CORS for /presenced.js.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !h.hostAllowed(w, r) {
-		return // the health checks tell nothing of anyone: probes may use any name
+	a := accessPublic
+	if _, pattern := h.health.Handler(r); pattern != "" {
+		a = accessHealth
+	}
+	if !h.allowed(w, r, a) {
+		return
 	}
 	var cors *originPolicy
 	if strings.HasPrefix(r.URL.Path, "/api/") {
@@ -82,7 +86,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // each for CORS preflights from the allowed origins. Mount it for "/api/".
 func (h *Hub) APIHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.hostAllowed(w, r) {
+		if h.allowed(w, r, accessPublic) {
 			serveJSONMux(h.api, h.origins, w, r)
 		}
 	})
@@ -124,22 +128,13 @@ func (s *statusRecorder) Header() http.Header         { return s.header }
 func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 
-// serverAPI guards an endpoint of the server API: with an API key, only
-// requests that present it; without one, everyone in demo mode and nobody
-// otherwise.
+// serverAPI guards an endpoint of the server API, inside its CORS
+// headers, so a page can read a refusal: see access.
 func (h *Hub) serverAPI(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case h.apiKey != "":
-			if !h.keyed(r) {
-				writeError(w, http.StatusUnauthorized, "this API needs Authorization: apikey <key>")
-				return
-			}
-		case !h.demo:
-			writeError(w, http.StatusForbidden, "the server API is off: start the server with an API key")
-			return
+		if h.allowed(w, r, accessKey) {
+			next(w, r)
 		}
-		next(w, r)
 	}
 }
 
@@ -152,21 +147,6 @@ func (h *Hub) keyed(r *http.Request) bool {
 	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	return strings.EqualFold(scheme, "apikey") &&
 		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(h.apiKey)) == 1
-}
-
-// RequireKey guards next, such as a Prometheus handler, as the Hub guards
-// its own counts: with an API key, only requests that present it get
-// through (401 otherwise); without one, everyone does. Counts include the
-// invisible users, so a keyless reader could tell them apart from the
-// visible ones the keyless API lists.
-func (h *Hub) RequireKey(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.apiKey != "" && !h.keyed(r) {
-			writeError(w, http.StatusUnauthorized, "this endpoint needs Authorization: apikey <key>")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // apiMessage is the body of POST /api/publish and /api/send.
@@ -286,7 +266,7 @@ func (h *Hub) identify(w http.ResponseWriter, r *http.Request) (Session, []strin
 // serves it until it closes. Use it to mount the socket at a path of your
 // own; ServeHTTP mounts it at /ws.
 func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
-	if !h.hostAllowed(w, r) {
+	if !h.allowed(w, r, accessPublic) {
 		return
 	}
 	// A plain GET with no identity (a browser's address bar, curl) is told
@@ -312,7 +292,15 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	for i, ch := range channels {
 		channels[i] = strings.Clone(ch)
 	}
-	if !h.reserve(uid) {
+	switch h.reserve(uid) {
+	case nodeFull:
+		h.m.connsRefused[nodeFull].Inc()
+		w.Header().Set("Retry-After", retryAfterFull)
+		w.Header().Set("Connection", "close") // its descriptor is what is short
+		writeError(w, http.StatusServiceUnavailable, "this server holds all the connections it may (-max-conns): try again later")
+		return
+	case userFull:
+		h.m.connsRefused[userFull].Inc()
 		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
 		return
 	}
@@ -448,19 +436,24 @@ func (c *conn) poll() error {
 	return nil
 }
 
-// reserve counts a WebSocket of uid about to open, unless uid has
-// MaxConnsPerUser already.
-func (h *Hub) reserve(uid string) bool {
+// reserve counts a WebSocket of uid about to open, unless this node holds
+// MaxConns or uid MaxConnsPerUser already: it says which, or reserved.
+func (h *Hub) reserve(uid string) fullness {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.perUser[uid] >= h.maxPerUser {
-		return false
+	switch {
+	case h.maxConns > 0 && h.conns >= h.maxConns:
+		return nodeFull
+	case h.perUser[uid] >= h.maxPerUser:
+		return userFull
 	}
+	h.conns++
 	h.perUser[uid]++
-	return true
+	return reserved
 }
 
 func (h *Hub) releaseLocked(uid string) {
+	h.conns--
 	if h.perUser[uid]--; h.perUser[uid] <= 0 {
 		delete(h.perUser, uid)
 		h.perUser = shrink.Map(h.perUser, &h.userPeak)
@@ -563,7 +556,7 @@ func (h *Hub) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
 
 func (h *Hub) serveRing(w http.ResponseWriter, r *http.Request) {
 	ring := h.node.Ring()
-	if h.apiKey != "" && !h.keyed(r) {
+	if status, _ := h.admit(r, accessKey); status != 0 {
 		// The due counts count invisible users' connections too; the
 		// shape and the cursor tell of nobody, and draw the demo's ring.
 		ring.Due = nil
@@ -583,7 +576,8 @@ func (h *Hub) serveHealth(w http.ResponseWriter, r *http.Request) {
 
 // serveReady answers 200 {"status":"ok"} while the engine is reachable, and
 // 503 with the reason while it is not or while shutting down, so a load
-// balancer stops sending clients here: readiness.
+// balancer stops sending clients here: readiness. Anyone may ask, so the
+// reason names no address; the log has the whole error.
 func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	closing := h.closing
@@ -595,7 +589,8 @@ func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
 	if err := h.node.Health(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		h.log.Debug("transport: not ready", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": withoutAddresses(err)})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

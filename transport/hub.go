@@ -164,8 +164,13 @@ type Config struct {
 	// MaxConnsPerUser bounds one user's WebSockets on this node; one more
 	// is refused with HTTP 429 before the upgrade. 0 means 100.
 	MaxConnsPerUser int
-	WriteTimeout    time.Duration // deadline of one outbound frame; 0 means 10 s
-	CloseTimeout    time.Duration // wait for the client's answer to a close frame; 0 means 1 s
+	// MaxConns bounds this node's WebSockets; one more is refused with
+	// HTTP 503 and Retry-After before the upgrade, so the process keeps
+	// the file descriptors its health checks, its API and its engine need.
+	// MaxConnsWithin(DescriptorLimit()) leaves them a reserve. 0: no cap.
+	MaxConns     int
+	WriteTimeout time.Duration // deadline of one outbound frame; 0 means 10 s
+	CloseTimeout time.Duration // wait for the client's answer to a close frame; 0 means 1 s
 	// SocketBuffer caps the kernel's send buffer of each WebSocket
 	// (SO_SNDBUF), so a client that stops reading blocks the writer, and is
 	// then closed, instead of parking megabytes in the kernel; 0 means
@@ -219,6 +224,7 @@ type Hub struct {
 	queueBytes   int
 	limits       limits
 	maxPerUser   int
+	maxConns     int
 	writeTimeout time.Duration
 	closeTimeout time.Duration
 	handover     time.Duration // chatHandover; a test that stalls the engine sets more
@@ -231,6 +237,7 @@ type Hub struct {
 	live     map[*conn]struct{} // upgraded WebSockets not yet finished, unless the poller has them
 	livePeak int
 	perUser  map[string]int // WebSockets per user, counted from before the upgrade
+	conns    int            // the sum of perUser
 	userPeak int
 	closing  bool
 	readers  sync.WaitGroup // one per live WebSocket
@@ -255,8 +262,8 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxMessage < 0 || cfg.QueueBytes < 0 || cfg.WriteTimeout < 0 || cfg.CloseTimeout < 0 || cfg.SocketBuffer < -1 ||
-		cfg.FrameRate < 0 || cfg.FrameBurst < 0 || cfg.ByteRate < 0 || cfg.MaxConnsPerUser < 0 {
-		return nil, errors.New("transport: Config: MaxMessage, QueueBytes, WriteTimeout, CloseTimeout, FrameRate, FrameBurst, ByteRate and MaxConnsPerUser must not be negative, SocketBuffer not below -1")
+		cfg.FrameRate < 0 || cfg.FrameBurst < 0 || cfg.ByteRate < 0 || cfg.MaxConnsPerUser < 0 || cfg.MaxConns < 0 {
+		return nil, errors.New("transport: Config: MaxMessage, QueueBytes, WriteTimeout, CloseTimeout, FrameRate, FrameBurst, ByteRate, MaxConnsPerUser and MaxConns must not be negative, SocketBuffer not below -1")
 	}
 	for _, o := range cfg.Origins {
 		if o = strings.TrimSpace(o); o == "" {
@@ -283,6 +290,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		maxMessage:     cmp.Or(cfg.MaxMessage, DefaultMaxMessage),
 		queueBytes:     min(cmp.Or(cfg.QueueBytes, DefaultQueueBytes), math.MaxInt32), // a conn counts it in 32 bits
 		maxPerUser:     cmp.Or(cfg.MaxConnsPerUser, DefaultConnsPerUser),
+		maxConns:       cfg.MaxConns,
 		limits: limits{
 			frameRate:  cmp.Or(cfg.FrameRate, DefaultFrameRate),
 			frameBurst: float64(cmp.Or(cfg.FrameBurst, DefaultFrameBurst)),
@@ -318,6 +326,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		return nil, err
 	}
 	h.m = m
+	m.maxConns.Set(float64(h.maxConns))
 	h.node = cfg.Node
 	if h.node == nil {
 		h.ownNode = true

@@ -32,8 +32,13 @@ type metrics struct {
 	chats       prometheus.Counter
 	refused     prometheus.Counter
 	lost        *prometheus.CounterVec
-	tick        prometheus.GaugeFunc
-	byMode      [2]prometheus.GaugeFunc // polled, parked
+	// connsRefused counts upgrades refused by fullness, pre-resolved:
+	// a crowd at the cap must not hash labels.
+	connsRefused [userFull + 1]prometheus.Counter
+	refusals     *prometheus.CounterVec
+	maxConns     prometheus.Gauge
+	tick         prometheus.GaugeFunc
+	byMode       [2]prometheus.GaugeFunc // polled, parked
 	// hub is read by byMode at each scrape: the poller's table and the
 	// Hub's map of parked connections are the counts, so no path that
 	// opens or ends a connection has a gauge of its own to keep right.
@@ -105,7 +110,17 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 			Namespace: namespace, Name: "frames_lost_total", ConstLabels: labels,
 			Help: "Inbound frames a closing connection had sent that could not be handled in time, by type: chat, typing, join, watch, custom, other. No sender is left to tell.",
 		}, []string{"type"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "connections_refused_total", ConstLabels: labels,
+			Help: "WebSocket upgrades refused because this node held MaxConns (reason max_conns, HTTP 503) or the user MaxConnsPerUser (reason per_user, HTTP 429).",
+		}, []string{"reason"}),
+		maxConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "connections_max", ConstLabels: labels,
+			Help: "The most WebSocket connections this node holds (MaxConns, -max-conns); 0: no cap.",
+		}),
 	}
+	m.connsRefused[nodeFull] = m.refusals.WithLabelValues("max_conns")
+	m.connsRefused[userFull] = m.refusals.WithLabelValues("per_user")
 	// The step is the Node's, which a Hub given one did not configure.
 	m.tick = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "ring_tick_seconds", ConstLabels: labels,
@@ -153,7 +168,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.tick, m.byMode[0], m.byMode[1]} {
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.refusals, m.maxConns, m.tick, m.byMode[0], m.byMode[1]} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("transport: register metrics: %w", err)
 		}

@@ -220,6 +220,7 @@ func TestConnectionsPerUserAreCapped(t *testing.T) {
 	s.waitMetric(t, "presenced_connections", nil, 3)
 	s.dial(t, "alice") // a slot is free again
 	assert.Equal(t, http.StatusTooManyRequests, s.dialStatus(t, "uid=alice", nil))
+	assert.Equal(t, 2.0, metric(t, s.reg, "presenced_connections_refused_total", map[string]string{"reason": "per_user"}))
 	_, err := transport.New(transport.Config{MaxConnsPerUser: -1})
 	assert.Error(t, err)
 }

@@ -145,6 +145,8 @@ func (o *options) settings() []setting {
 		atLeast("max-watch", &h.MaxWatch, protocol.MaxWatch, 1, "most user IDs in one connection's watch list").
 			upTo(protocol.MaxWatch),
 		atLeast("max-conns-per-user", &h.MaxConnsPerUser, transport.DefaultConnsPerUser, 1, "most WebSockets one user may hold on this node (one more: HTTP 429)"),
+		atLeast("max-conns", &h.MaxConns, defaultMaxConns(), 0, "most WebSockets on this node (one more: HTTP 503 with Retry-After), so health checks, the API and Redis keep their descriptors; by default the descriptor limit less a reserve; 0: no cap").
+			showing(func() string { return describeMaxConns(h.MaxConns) }),
 		atLeast("frame-rate", &h.FrameRate, transport.DefaultFrameRate, 0, "frames a second one connection may send on average (over: dropped, then close 1008)").
 			positive(),
 		atLeast("frame-burst", &h.FrameBurst, transport.DefaultFrameBurst, 1, "frames one connection may send at once"),
@@ -220,6 +222,37 @@ func (s setting) positive() setting {
 	}
 	s.usage += ", positive"
 	return s
+}
+
+// showing gives s its value for the start-up line.
+func (s setting) showing(show func() string) setting {
+	s.show = show
+	return s
+}
+
+// defaultMaxConns is -max-conns's default: what the process's descriptor
+// limit leaves for WebSockets; 0 (no cap) on a system without one.
+func defaultMaxConns() int {
+	limit, err := transport.DescriptorLimit()
+	if err != nil {
+		return 0
+	}
+	return transport.MaxConnsWithin(limit)
+}
+
+// describeMaxConns is -max-conns's value for the start-up line, with the
+// limit it was drawn from.
+func describeMaxConns(n int) string {
+	limit, err := transport.DescriptorLimit()
+	switch {
+	case err != nil && n == 0:
+		return "0 (no cap; no descriptor limit to read)"
+	case err != nil:
+		return strconv.Itoa(n)
+	case n == 0:
+		return fmt.Sprintf("0 (no cap; descriptor limit %d)", limit)
+	}
+	return fmt.Sprintf("%d (descriptor limit %d)", n, limit)
 }
 
 // secret is the row of a flag that is logged as set or unset only.

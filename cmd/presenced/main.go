@@ -134,6 +134,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		onEdges = hook.AddEdges
 	}
+	if limit, err := transport.DescriptorLimit(); err == nil && (o.hub.MaxConns == 0 || o.hub.MaxConns > transport.MaxConnsWithin(limit)) {
+		log.Warn("-max-conns leaves too few file descriptors: at the descriptor limit, health checks, the API and Redis fail with the upgrades",
+			"max_conns", o.hub.MaxConns, "descriptor_limit", limit, "most_that_leaves_enough", transport.MaxConnsWithin(limit))
+	}
 	cfg := o.hub
 	cfg.Auth, cfg.Engine, cfg.OnEdges, cfg.Logger, cfg.Registerer = auth, engine, onEdges, log, reg
 	hub, err := transport.New(cfg)
@@ -141,19 +145,21 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return errors.Join(err, closeEngine(context.Background()))
 	}
 
+	// Every path asks the Hub what it needs (docs/protocol.md, Who may
+	// ask what): the Hub's own, and these through Public and RequireKey.
 	mux := http.NewServeMux()
 	page := web.Handler()
-	mux.Handle("/", page)
-	mux.Handle("/presenced.js", hub.CORS(page))
+	mux.Handle("/", hub.Public(page))
+	mux.Handle("/presenced.js", hub.Public(hub.CORS(page)))
 	mux.Handle("/ws", hub)
 	mux.Handle("/api/", hub)
 	mux.Handle("/healthz", hub)
 	mux.Handle("/readyz", hub)
-	// The counts include invisible users: with an API key, only the key reads them.
+	// The counts include invisible users: they need what the server API needs.
 	mux.Handle("GET /metrics", hub.RequireKey(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
 	// The machine-readable descriptions of the API and the frames.
-	mux.Handle("/openapi.yaml", docs.Handler())
-	mux.Handle("/schema/", docs.Handler())
+	mux.Handle("/openapi.yaml", hub.Public(docs.Handler()))
+	mux.Handle("/schema/", hub.Public(docs.Handler()))
 	// Deadlines stop slow or stalled clients from holding connections; a
 	// WebSocket is exempt once upgraded (net/http clears them on hijack).
 	srv := &http.Server{

@@ -34,6 +34,7 @@ func defaults(edit func(*options)) options {
 	h.LastSeenTTL, h.TypingTTL, h.MaxChannels, h.MaxWatch = 24*time.Hour, 5*time.Second, 100, 1000
 	h.MaxConnsPerUser, h.FrameRate, h.FrameBurst, h.ByteRate, h.QueueBytes = 100, 50, 100, 64<<10, 1<<20
 	o.webhook.Queue = 100_000
+	h.MaxConns = defaultMaxConns()
 	if edit != nil {
 		edit(&o)
 	}
@@ -49,7 +50,7 @@ func every(from string) options {
 		h.Slots, h.Tick, h.MaxMessage, h.Origins, h.APIKey = 61, 500*time.Millisecond, 100, []string{"https://a.example", "b.example:8443"}, "k"
 		h.Grace, h.LastSeenTTL, h.TypingTTL, h.MemberList, h.PresenceLists = 2*time.Second, time.Hour, 3*time.Second, 5, 50
 		h.MaxConnsPerUser, h.FrameRate, h.FrameBurst, h.MaxChannels, h.ByteRate, h.QueueBytes = 7, 2.5, 9, 3, 1000, 100000
-		h.MaxWatch = 20
+		h.MaxWatch, h.MaxConns = 20, 500
 	})
 }
 
@@ -64,14 +65,14 @@ func TestParseFlags(t *testing.T) {
 		{name: "all flags", args: []string{"-addr", "127.0.0.1:9", "-slots", "61", "-tick", "500ms", "-max-message", "100",
 			"-origins", " https://a.example , b.example:8443,", "-jwt-secret", "s", "-api-key", "k", "-grace", "2s", "-redis", "redis://x", "-node", "n1",
 			"-last-seen-ttl", "1h", "-typing-ttl", "3s", "-member-list", "5", "-presence-lists", "50", "-max-conns-per-user", "7", "-frame-rate", "2.5", "-frame-burst", "9",
-			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3", "-max-watch", "20"},
+			"-byte-rate", "1000", "-queue-bytes", "100000", "-max-channels", "3", "-max-watch", "20", "-max-conns", "500"},
 			want: every("-addr")},
 		{name: "every flag from the environment", env: map[string]string{
 			"PRESENCED_ADDR": "127.0.0.1:9", "PRESENCED_SLOTS": "61", "PRESENCED_TICK": "500ms", "PRESENCED_MAX_MESSAGE": "100",
 			"PRESENCED_ORIGINS": "https://a.example,b.example:8443", "PRESENCED_JWT_SECRET": "s", "PRESENCED_API_KEY": "k",
 			"PRESENCED_GRACE": "2s", "PRESENCED_REDIS": "redis://x", "PRESENCED_NODE": "n1", "PRESENCED_LAST_SEEN_TTL": "1h", "PRESENCED_TYPING_TTL": "3s",
 			"PRESENCED_MEMBER_LIST": "5", "PRESENCED_PRESENCE_LISTS": "50", "PRESENCED_MAX_CONNS_PER_USER": "7",
-			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3", "PRESENCED_MAX_WATCH": "20"},
+			"PRESENCED_FRAME_RATE": "2.5", "PRESENCED_FRAME_BURST": "9", "PRESENCED_BYTE_RATE": "1000", "PRESENCED_QUEUE_BYTES": "100000", "PRESENCED_MAX_CHANNELS": "3", "PRESENCED_MAX_WATCH": "20", "PRESENCED_MAX_CONNS": "500"},
 			want: every("$PRESENCED_ADDR")},
 		{name: "activity and webhooks", args: []string{"-away-after", "2m", "-webhook", "http://127.0.0.1:9/hook", "-webhook-secret", "w", "-webhook-queue", "10"},
 			want: defaults(func(o *options) {
@@ -134,6 +135,7 @@ func TestBadSettings(t *testing.T) {
 		{"typing TTL from env", nil, map[string]string{"PRESENCED_TYPING_TTL": "0"}, "$PRESENCED_TYPING_TTL 0s: at least 1ms"},
 		{"presence lists 0", []string{"-presence-lists", "0"}, nil, "-presence-lists 0: at least 1"},
 		{"conns per user 0", []string{"-max-conns-per-user", "0"}, nil, "-max-conns-per-user 0: at least 1"},
+		{"negative conns cap", []string{"-max-conns", "-1"}, nil, "-max-conns -1: not negative"},
 		{"frame rate 0", []string{"-frame-rate", "0"}, nil, "must be positive"},
 		{"tiny queue", []string{"-queue-bytes", "100"}, nil, "-queue-bytes 100: at least 64 KiB"},
 		{"max message 0", []string{"-max-message", "0"}, nil, "-max-message 0: at least 1 byte"},
