@@ -160,3 +160,33 @@ func (h *Hub) records(ctx context.Context, uids []string) (map[string]protocol.R
 	}
 	return recs, nil
 }
+
+// MaxDisconnectReason bounds the reason of POST /api/disconnect, in bytes:
+// what a close frame can carry, should it ever be sent to the clients.
+const MaxDisconnectReason = 123
+
+// serveDisconnect closes every connection of a user, on every node, with
+// 4403. The reason is the caller's, for this node's log: the clients get
+// "disconnected", the reason they know.
+func (h *Hub) serveDisconnect(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		UID    string `json:"uid"`
+		Reason string `json:"reason"`
+	}
+	if !readBody(w, r, &body) {
+		return
+	}
+	if !protocol.ValidUID(body.UID) {
+		writeError(w, http.StatusBadRequest, `"uid" must be a user ID: 1 to 64 letters, digits or _.-@`)
+		return
+	}
+	if len(body.Reason) > MaxDisconnectReason {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf(`"reason" is over %d bytes`, MaxDisconnectReason))
+		return
+	}
+	err := h.Disconnect(r.Context(), body.UID)
+	if err == nil {
+		h.log.Info("transport: disconnected a user at the server API's request", "uid", body.UID, "reason", body.Reason, "remote", r.RemoteAddr)
+	}
+	h.answer(w, err)
+}

@@ -111,15 +111,20 @@ func (demoAuth) Authenticate(r *http.Request) (string, error) {
 // channels the user may join; an optional "watch" claim, the same over user
 // IDs, says whom the user may watch. A claim of another kind than an array
 // of strings, null included, is refused.
+// For RS256 and ES256 tokens, see NewJWTAuth.
 func JWTAuth(secret []byte) SessionAuthenticator {
-	return &jwtAuth{
-		key:    append([]byte(nil), secret...),
-		parser: jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired()),
-	}
+	key := append([]byte(nil), secret...)
+	return newJWTAuth([]string{"HS256"}, func(*jwt.Token) (any, error) { return key, nil })
+}
+
+// newJWTAuth verifies tokens of the algorithms methods with the keys of
+// key.
+func newJWTAuth(methods []string, key jwt.Keyfunc) *jwtAuth {
+	return &jwtAuth{key: key, parser: jwt.NewParser(jwt.WithValidMethods(methods), jwt.WithExpirationRequired())}
 }
 
 type jwtAuth struct {
-	key    []byte
+	key    jwt.Keyfunc
 	parser *jwt.Parser
 }
 
@@ -186,7 +191,7 @@ func (a *jwtAuth) Session(r *http.Request) (Session, error) {
 
 func (a *jwtAuth) Refresh(raw string) (Session, error) {
 	var claims jwtClaims
-	if _, err := a.parser.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return a.key, nil }); err != nil {
+	if _, err := a.parser.ParseWithClaims(raw, &claims, a.key); err != nil {
 		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	if claims.Subject == "" {

@@ -23,7 +23,7 @@ import (
 // apiTimeout bounds an engine query made for one HTTP request.
 const apiTimeout = 5 * time.Second
 
-// maxAPIBody bounds the JSON body of POST /api/publish and /api/send.
+// maxAPIBody bounds the JSON body of a POST of the server API.
 const maxAPIBody = 64 << 10
 
 // routes builds the Hub's muxes: one per group of endpoints, and one with
@@ -38,6 +38,7 @@ func (h *Hub) routes() {
 		"GET /api/channels/{channel}": h.serverAPI(h.serveChannel),
 		"POST /api/publish":           h.serverAPI(h.servePublish),
 		"POST /api/send":              h.serverAPI(h.serveSend),
+		"POST /api/disconnect":        h.serverAPI(h.serveDisconnect),
 	}
 	// A page on an allowed origin may call any of them: the key, not the
 	// origin, is what guards the server API, and a page holding one gains
@@ -82,8 +83,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // APIHandler serves the HTTP API alone: POST /api/heartbeat, GET /api/ring
 // and the server API (GET /api/presence, /api/presence/{uid},
-// /api/channels/{channel}, POST /api/publish, /api/send), with OPTIONS on
-// each for CORS preflights from the allowed origins. Mount it for "/api/".
+// /api/channels/{channel}, POST /api/publish, /api/send,
+// /api/disconnect), with OPTIONS on each for CORS preflights from the
+// allowed origins. Mount it for "/api/".
 func (h *Hub) APIHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.allowed(w, r, accessPublic) {
@@ -163,8 +165,21 @@ var errTrailing = errors.New("trailing data")
 // and 413 when the body is over maxAPIBody.
 func readMessage(w http.ResponseWriter, r *http.Request) (apiMessage, bool) {
 	var m apiMessage
+	if !readBody(w, r, &m) {
+		return m, false
+	}
+	if len(m.Data) == 0 || string(m.Data) == "null" {
+		writeError(w, http.StatusBadRequest, `missing "data"`)
+		return m, false
+	}
+	return m, true
+}
+
+// readBody reads the JSON object of a server API call into v, answering
+// 400 itself when it is not one, and 413 when it is over maxAPIBody.
+func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
-	err := dec.Decode(&m)
+	err := dec.Decode(v)
 	var tooBig *http.MaxBytesError
 	if err == nil {
 		if _, err = dec.Token(); err == io.EOF {
@@ -177,19 +192,15 @@ func readMessage(w http.ResponseWriter, r *http.Request) (apiMessage, bool) {
 	case errors.As(err, &tooBig):
 		// Too big is not malformed: the client must send less, not fix it.
 		writeError(w, http.StatusRequestEntityTooLarge, "the body is over 64 KiB")
-		return m, false
+		return false
 	case errors.Is(err, errTrailing):
 		writeError(w, http.StatusBadRequest, "the body must be one JSON object, with nothing after it")
-		return m, false
+		return false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "the body must be a JSON object: "+protocol.JSONError(err).Error())
-		return m, false
+		return false
 	}
-	if len(m.Data) == 0 || string(m.Data) == "null" {
-		writeError(w, http.StatusBadRequest, `missing "data"`)
-		return m, false
-	}
-	return m, true
+	return true
 }
 
 func (h *Hub) servePublish(w http.ResponseWriter, r *http.Request) {

@@ -97,10 +97,17 @@ type Config struct {
 	// SessionAuthenticator such as JWTAuth, a connection is closed with 4401
 	// when its token expires, unless the client refreshes it first.
 	Auth Authenticator
+	// JWT, if any of its fields but Logger is set, has the Hub verify
+	// tokens with NewJWTAuth(JWT) (HS256 with a secret, RS256 or ES256 with
+	// a public key file or a JWKS URL) and stop its JWKS refreshes at
+	// Shutdown; its Logger defaults to Logger. Setting it and Auth both is
+	// an error, as is a JWTConfig that NewJWTAuth refuses.
+	JWT JWTConfig
 	// APIKey, if set, guards the server API (/api/presence, /api/channels,
-	// /api/publish, /api/send): a request needs "Authorization: apikey
-	// <key>", else 401. Without it, that API is open in demo mode and
-	// answers 403 otherwise: presence is not public when users sign in.
+	// /api/publish, /api/send, /api/disconnect): a request needs
+	// "Authorization: apikey <key>", else 401. Without it, that API is open
+	// in demo mode and answers 403 otherwise: presence is not public when
+	// users sign in.
 	APIKey string
 
 	// Authorize, if set, says whether uid may join channel, on top of what
@@ -197,12 +204,13 @@ type Config struct {
 // Hub serves WebSocket connections and the HTTP API. Create one with New and
 // stop it with Shutdown.
 type Hub struct {
-	node    *presence.Node
-	ownNode bool // made by New: the Hub runs and closes it
-	auth    Authenticator
-	demo    bool
-	hosts   *hostPolicy
-	apiKey  string
+	node     *presence.Node
+	ownNode  bool // made by New: the Hub runs and closes it
+	auth     Authenticator
+	stopAuth func() // ends what Config.JWT started
+	demo     bool
+	hosts    *hostPolicy
+	apiKey   string
 
 	authorize      func(uid, channel string) bool
 	authorizeWatch func(uid, target string) bool
@@ -278,7 +286,30 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 			return nil, fmt.Errorf("transport: Config.Hosts: %q: %w", host, err)
 		}
 	}
+	stopAuth := func() {}
+	if cfg.JWT.used() {
+		if cfg.Auth != nil {
+			return nil, errors.New("transport: Config: Auth and JWT both set: set one")
+		}
+		if cfg.JWT.Logger == nil {
+			cfg.JWT.Logger = log
+		}
+		var err error
+		if cfg.Auth, stopAuth, err = NewJWTAuth(cfg.JWT); err != nil {
+			return nil, err
+		}
+	}
+	h, err := build(cfg, log, manual, stopAuth)
+	if err != nil {
+		stopAuth()
+	}
+	return h, err
+}
+
+// build is newHub once the Authenticator is made.
+func build(cfg Config, log *slog.Logger, manual bool, stopAuth func()) (*Hub, error) {
 	h := &Hub{
+		stopAuth:       stopAuth,
 		auth:           cfg.Auth,
 		apiKey:         cfg.APIKey,
 		authorize:      cfg.Authorize,
@@ -535,6 +566,7 @@ func (h *Hub) finishShutdown(ctx context.Context, err error) error {
 	}
 	h.cancel()
 	h.bg.Wait()
+	h.stopAuth()
 	if h.ownNode {
 		// An engine that writes in the background makes this node's last
 		// edges after the connections are gone: they must come before the

@@ -162,6 +162,7 @@ var accessProbes = map[string]probe{
 	"`GET /api/channels/{channel}`": status("GET", "/api/channels/lobby", "", http.StatusOK),
 	"`POST /api/publish`":           status("POST", "/api/publish", `{"channel":"lobby","data":{"n":1}}`, http.StatusNoContent),
 	"`POST /api/send`":              status("POST", "/api/send", `{"uid":"alice","data":{"n":1}}`, http.StatusNoContent),
+	"`POST /api/disconnect`":        status("POST", "/api/disconnect", `{"uid":"mallory"}`, http.StatusNoContent),
 	"`GET /metrics`":                status("GET", "/metrics", "", http.StatusOK),
 	"`GET /healthz`":                status("GET", "/healthz", "", http.StatusOK),
 	"`GET /readyz`":                 status("GET", "/readyz", "", http.StatusOK),

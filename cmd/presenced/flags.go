@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,7 +64,7 @@ func (o *options) settings() []setting {
 	h, w := &o.hub, &o.webhook
 	return []setting{
 		{name: "addr", value: (*stringValue)(&o.addr), arg: "host:port",
-			usage: "listen address (default " + demoAddr + " in demo mode, loopback only; " + authAddr + " with a JWT secret)",
+			usage: "listen address (default " + demoAddr + " in demo mode, loopback only; " + authAddr + " with a key for tokens)",
 			check: func() error {
 				if _, _, err := net.SplitHostPort(o.addr); err != nil {
 					return fmt.Errorf("-addr %q: want host:port or :port", o.addr)
@@ -85,7 +86,7 @@ func (o *options) settings() []setting {
 				return nil
 			}},
 		{name: "hosts", value: (*listValue)(&h.Hosts),
-			usage: "comma-separated host names this server answers to besides localhost and IP addresses (and the hosts of -origins): in demo mode other Host headers get 403 (DNS rebinding); with a JWT secret, setting it turns the check on",
+			usage: "comma-separated host names this server answers to besides localhost and IP addresses (and the hosts of -origins): in demo mode other Host headers get 403 (DNS rebinding); with tokens, setting it turns the check on",
 			check: func() error {
 				for _, s := range h.Hosts {
 					if err := transport.CheckHost(s); err != nil {
@@ -94,7 +95,23 @@ func (o *options) settings() []setting {
 				}
 				return nil
 			}},
-		secret("jwt-secret", &o.jwtSecret, "HS256 secret for client tokens; empty: demo mode, ?uid= is trusted"),
+		secret("jwt-secret", &o.jwtSecret, "HS256 secret for client tokens; with none of -jwt-secret, -jwt-public-key and -jwks-url: demo mode, ?uid= is trusted"),
+		{name: "jwt-public-key", value: (*stringValue)(&h.JWT.PublicKeyFile), arg: "file",
+			usage: "PEM file of the public key of client tokens: RSA (RS256 tokens) or EC P-256 (ES256)",
+			check: func() error {
+				if err := o.oneTokenKey(); err != nil || h.JWT.PublicKeyFile == "" {
+					return err
+				}
+				if _, _, err := transport.NewJWTAuth(transport.JWTConfig{PublicKeyFile: h.JWT.PublicKeyFile}); err != nil {
+					return fmt.Errorf("-jwt-public-key: %w", err)
+				}
+				return nil
+			},
+			show: func() string { return cmp.Or(h.JWT.PublicKeyFile, "unset") }},
+		{name: "jwks-url", value: (*stringValue)(&h.JWT.JWKSURL), arg: "url",
+			usage: "URL of the JSON Web Key Set of client tokens (RS256 and ES256, by kid): fetched at start, hourly, and for an unknown kid at most every 30s",
+			check: o.oneTokenKey,
+			show:  func() string { return redacted(h.JWT.JWKSURL, "unset") }},
 		secret("api-key", &h.APIKey, "key of the server API (/api/presence, /api/channels, /api/publish, /api/send): requests need \"Authorization: apikey <key>\""),
 		atLeast("grace", &h.Grace, 0, 0, "delay before a user whose last connection closed is reported offline"),
 		atLeast("last-seen-ttl", &h.LastSeenTTL, presence.DefaultLastSeenTTL, time.Millisecond, "how long to remember when a user went offline (GET /api/presence/{uid}, status frames)"),
@@ -330,7 +347,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	case o.addrFrom != "":
 	case set["addr"]:
 		o.addrFrom = "-addr"
-	case o.jwtSecret == "":
+	case o.demo():
 		o.addr, o.addrFrom = demoAddr, "default in demo mode: loopback only"
 	default:
 		o.addr, o.addrFrom = authAddr, "default"
@@ -347,6 +364,27 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		}
 	}
 	return o, nil
+}
+
+// demo reports whether no flag gives a key for client tokens: clients
+// then name themselves.
+func (o *options) demo() bool {
+	return o.jwtSecret == "" && o.hub.JWT.PublicKeyFile == "" && o.hub.JWT.JWKSURL == ""
+}
+
+// oneTokenKey refuses more than one source of token keys: whoever holds
+// any of them can mint every identity.
+func (o *options) oneTokenKey() error {
+	n := 0
+	for _, v := range []string{o.jwtSecret, o.hub.JWT.PublicKeyFile, o.hub.JWT.JWKSURL} {
+		if v != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("-jwt-secret, -jwt-public-key and -jwks-url: set one")
+	}
+	return nil
 }
 
 // named is a flag's Value that keeps the first error it gives, prefixed
@@ -396,7 +434,7 @@ func (r renamed) Unwrap() error { return r.err }
 // the table filled in, and the secrets only as set or unset.
 func (o options) logAttrs(addr string, timeout time.Duration) []any {
 	mode := "jwt"
-	if o.jwtSecret == "" {
+	if o.demo() {
 		mode = "demo"
 	}
 	attrs := []any{"addr", addr, "addr_from", o.addrFrom, "mode", mode, "timeout", timeout}

@@ -106,10 +106,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, o options, log *slog.Logger) error {
-	auth := transport.DemoAuth() // the Hub warns of it; the listening line says where it listens
-	if o.jwtSecret != "" {
-		auth = transport.JWTAuth([]byte(o.jwtSecret))
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	engine, closeEngine, err := newEngine(o, log, reg)
@@ -139,7 +135,12 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 			"max_conns", o.hub.MaxConns, "descriptor_limit", limit, "most_that_leaves_enough", transport.MaxConnsWithin(limit))
 	}
 	cfg := o.hub
-	cfg.Auth, cfg.Engine, cfg.OnEdges, cfg.Logger, cfg.Registerer = auth, engine, onEdges, log, reg
+	cfg.Engine, cfg.OnEdges, cfg.Logger, cfg.Registerer = engine, onEdges, log, reg
+	if o.demo() {
+		cfg.Auth = transport.DemoAuth() // the Hub warns of it; the listening line says where it listens
+	} else if o.jwtSecret != "" {
+		cfg.JWT.Secret = []byte(o.jwtSecret)
+	}
 	hub, err := transport.New(cfg)
 	if err != nil {
 		return errors.Join(err, closeEngine(context.Background()))
@@ -178,7 +179,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return errors.Join(fmt.Errorf("listen: %w", err), hub.Shutdown(sctx), closeEngine(sctx))
 	}
 	attrs := o.logAttrs(ln.Addr().String(), hub.Timeout())
-	if o.jwtSecret == "" {
+	if o.demo() {
 		// Right after addr: the demo page is what a first run is for.
 		attrs = slices.Insert(attrs, 2, any("url"), any(pageURL(ln.Addr())))
 	}

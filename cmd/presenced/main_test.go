@@ -89,6 +89,14 @@ func TestParseFlags(t *testing.T) {
 			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "f", ":8080", "default" })},
 		{name: "flag beats env: secret", args: []string{"-jwt-secret", "f"}, env: map[string]string{"PRESENCED_JWT_SECRET": "e"},
 			want: defaults(func(o *options) { o.jwtSecret, o.addr, o.addrFrom = "f", ":8080", "default" })},
+		{name: "public key by flag: all interfaces by default", args: []string{"-jwt-public-key", testKeyFile},
+			want: defaults(func(o *options) { o.hub.JWT.PublicKeyFile, o.addr, o.addrFrom = testKeyFile, ":8080", "default" })},
+		{name: "public key from env", env: map[string]string{"PRESENCED_JWT_PUBLIC_KEY": testKeyFile},
+			want: defaults(func(o *options) { o.hub.JWT.PublicKeyFile, o.addr, o.addrFrom = testKeyFile, ":8080", "default" })},
+		{name: "JWKS by flag", args: []string{"-jwks-url", "https://idp.example/jwks"},
+			want: defaults(func(o *options) { o.hub.JWT.JWKSURL, o.addr, o.addrFrom = "https://idp.example/jwks", ":8080", "default" })},
+		{name: "JWKS from env", env: map[string]string{"PRESENCED_JWKS_URL": "https://idp.example/jwks"},
+			want: defaults(func(o *options) { o.hub.JWT.JWKSURL, o.addr, o.addrFrom = "https://idp.example/jwks", ":8080", "default" })},
 		{name: "flag beats env: addr", args: []string{"-addr", ":1"}, env: map[string]string{"PRESENCED_ADDR": ":2"},
 			want: defaults(func(o *options) { o.addr, o.addrFrom = ":1", "-addr" })},
 		{name: "flag beats env: tick", args: []string{"-tick", "2s"}, env: map[string]string{"PRESENCED_TICK": "x"},
@@ -162,6 +170,11 @@ func TestBadSettings(t *testing.T) {
 		{"webhook queue 0", []string{"-webhook", "http://127.0.0.1:9/", "-webhook-queue", "0"}, nil, "-webhook-queue 0: at least 1"},
 		{"webhook secret alone", []string{"-webhook-secret", "w"}, nil, "-webhook-secret without -webhook"},
 		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
+		{"secret and JWKS", []string{"-jwt-secret", "s", "-jwks-url", "https://idp.example/jwks"}, nil, "-jwt-secret, -jwt-public-key and -jwks-url: set one"},
+		{"public key and JWKS from env", nil, map[string]string{"PRESENCED_JWT_PUBLIC_KEY": testKeyFile, "PRESENCED_JWKS_URL": "https://idp.example/jwks"}, "set one"},
+		{"secret and public key", []string{"-jwt-secret", "s", "-jwt-public-key", testKeyFile}, nil, "set one"},
+		{"no key file", []string{"-jwt-public-key", "/nonexistent/key.pem"}, nil, "-jwt-public-key: transport: JWTConfig.PublicKeyFile: open /nonexistent/key.pem"},
+		{"key file from env", nil, map[string]string{"PRESENCED_JWT_PUBLIC_KEY": "main.go"}, "$PRESENCED_JWT_PUBLIC_KEY: transport: JWTConfig.PublicKeyFile: main.go: no PEM block"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -236,7 +249,7 @@ func TestStartupLine(t *testing.T) {
 		assert.Contains(t, full, want)
 	}
 
-	assert.NotContains(t, full, "url=", "the demo page is for demo mode")
+	assert.NotContains(t, full, " url=", "the demo page is for demo mode")
 	addr, out := startRun(t, nil, map[string]string{"PRESENCED_ADDR": "127.0.0.1:0", "PRESENCED_TICK": "250ms"})
 	assert.Contains(t, out.String(), "msg=listening addr="+addr+" url=http://"+addr+"/ ", "the page to open, in demo mode")
 	for _, want := range []string{"addr_from=$PRESENCED_ADDR", "mode=demo", "jwt_secret=unset", "api_key=unset", "tick=250ms", "timeout=7.5s"} {
@@ -350,6 +363,7 @@ func TestStartupErrors(t *testing.T) {
 	}{
 		{"bad redis URL", []string{"-redis", "http://127.0.0.1:6379"}, 1, "-redis"},
 		{"bad address", []string{"-addr", "256.0.0.1:1"}, 1, "listen"},
+		{"JWKS URL of another scheme", []string{"-jwks-url", "ftp://idp.example/jwks"}, 1, "JWKSURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -445,6 +459,8 @@ func TestServerAPIKey(t *testing.T) {
 			call{"POST", "/api/publish", "apikey " + key, 204},
 			call{"POST", "/api/send", "", 401},
 			call{"POST", "/api/send", "apikey " + key, 204},
+			call{"POST", "/api/disconnect", "", 401},
+			call{"POST", "/api/disconnect", "apikey " + key, 204},
 			call{"GET", "/api/ring", "", 200},
 			call{"GET", "/healthz", "", 200},
 			call{"GET", "/readyz", "", 200})},
@@ -453,6 +469,7 @@ func TestServerAPIKey(t *testing.T) {
 		{"JWT mode, no key: 403", []string{"-jwt-secret", "s"}, nil, append(presence("", 403),
 			call{"POST", "/api/publish", "", 403},
 			call{"POST", "/api/send", "", 403},
+			call{"POST", "/api/disconnect", "", 403},
 			call{"GET", "/api/ring", "", 200},
 			call{"POST", "/api/heartbeat", "", 401})},
 		{"JWT mode with a key", []string{"-jwt-secret", "s", "-api-key", key}, nil,
@@ -467,6 +484,8 @@ func TestServerAPIKey(t *testing.T) {
 					body = strings.NewReader(`{"channel":"lobby","data":{"n":1}}`)
 				case "/api/send":
 					body = strings.NewReader(`{"uid":"alice","data":{"n":1}}`)
+				case "/api/disconnect":
+					body = strings.NewReader(`{"uid":"alice","reason":"spam"}`)
 				}
 				req, err := http.NewRequest(c.method, "http://"+addr+c.path, body)
 				require.NoError(t, err)
