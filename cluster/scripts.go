@@ -71,8 +71,9 @@ local produced = {}
 -- the other nodes' views still hear it (publish), nobody produces it again.
 local quiet = false
 -- restoring puts back what had landed of a node's after Redis lost it
--- (mode "r"): quietly, but for a user that went offline since the loss
--- (see wentOffline), whose online and join edges are owed again.
+-- (mode "r") once the restore window has passed: quietly, but for a user
+-- that went offline since the loss (see wentOffline), whose online and
+-- join edges are owed again. Inside the window a restore is quiet.
 local restoring = false
 
 -- seenTTL is how long T:seen keeps an offline time (ms); each script sets
@@ -340,7 +341,9 @@ local function setUser(node, uid, n, a)
     if redis.call('HINCRBY', K('nodes'), uid, -1) <= 0 then
       redis.call('HDEL', K('nodes'), uid)
       redis.call('ZREM', K('online'), uid)
-      redis.call('ZADD', K('seen'), stamp(), uid)
+      -- A record dropped quietly is no offline: no last seen, and a
+      -- restore must not take it for one (see wentOffline).
+      if not quiet then redis.call('ZADD', K('seen'), stamp(), uid) end
       offlines = offlines + 1
       publish(P('pu:' .. uid), {on = 0, at = stamp()})
       produce('offline', uid, '')
@@ -538,8 +541,10 @@ end
 -- node that applied its user's departure before another node restored
 -- the same user would make an offline edge for a user still online.
 -- A loss found within late ms after the window is a node that missed
--- it: its restore is quiet all the same, but for users that went offline
--- since the loss (see restoring). One found later opens a window again.
+-- it: nobody took it for dead meanwhile (Redis had not heard of it since
+-- the loss), so its restore is quiet all the same, but for users whose
+-- offline another node's change made after the window (see restoring).
+-- One found later opens a window again.
 local function standing(node, life, mode, ttl, landed, v, window, late)
   local held = num(redis.call('HGET', K('life'), node))
   local ended = redis.call('SISMEMBER', K('dead'), node) == 1 or redis.call('ZSCORE', K('reaped'), node) ~= false
@@ -591,7 +596,8 @@ end
 // writes: it must restore first), 3 restored, 4 not applied (stale: a
 // later call of the node ran first), 5 not applied (the node's life ended:
 // it must write its records again in a new life; see standing).
-// A restore is quiet but for users that went offline since the loss.
+// A restore is quiet, and after the window too but for users that went
+// offline since the loss.
 var setScript = redis.NewScript(luaPrelude + `
 local node = ARGV[2]
 local ttl = tonumber(ARGV[3])
@@ -609,7 +615,8 @@ elseif st == 'lost' then
 elseif st == 'held' then
   state = 1
 elseif mode == 'r' then
-  state, restoring = 3, true
+  state = 3
+  if now < till then quiet = true else restoring = true end
 end
 local i = 12
 if state == 1 or state == 2 or state == 5 then i = #ARGV + 1 end
@@ -624,7 +631,7 @@ while i <= #ARGV do
     if rv then i = i + 8 else i = i + 5 end
   end
 end
-restoring = false
+restoring, quiet = false, false
 trimSeen()
 local owes = 0
 if st == 'owes' then owes = 1 end
