@@ -192,10 +192,11 @@ func TestChatWebhookReceiver(t *testing.T) {
 }
 
 // TestDocsServerCommandsStart starts presenced as each command line of a
-// shell block of README.md and the docs says to (its variables and flags;
-// the listening address is the test's), and checks that it serves: the
-// flags, variables and values the docs show are the server's. A line with
-// -redis gets a redis-server of the test's at the address it names.
+// shell block of README.md and the docs says to, with go run or a built
+// binary's path (its variables and flags; the listening address is the
+// test's), and checks that it serves: the flags, variables and values the
+// docs show are the server's. A line with -redis gets a redis-server of
+// the test's at the address it names.
 func TestDocsServerCommandsStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server per command line: not in -short")
@@ -203,7 +204,7 @@ func TestDocsServerCommandsStart(t *testing.T) {
 	files, err := filepath.Glob("*.md")
 	require.NoError(t, err)
 	files = append(files, filepath.Join("..", "README.md"))
-	command := regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)(?:presenced|go run \./cmd/presenced)(?: (.*))?$`)
+	command := regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)(?:(?:\S*/)?presenced|go run \./cmd/presenced)(?: (.*))?$`)
 	bin := presencedtest.Build(t)
 	started := 0
 	for _, file := range files {
