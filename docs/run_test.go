@@ -69,19 +69,21 @@ func checkout(t *testing.T) string {
 }
 
 // TestEmbeddingQuickStart runs the quick start of embedding.md as written,
-// in order, from go mod init (only the checkout's path and the address
-// change), and checks that what it serves is the page, the JavaScript
-// client, the metrics, the health checks and the WebSocket.
+// in order, from go mod init (only the checkout's path changes, and the
+// address, given with -addr), and checks that what it serves is the page,
+// the JavaScript client, the metrics, the health checks and the WebSocket,
+// and that a SIGTERM closes the WebSocket with 1001 and ends the program.
 func TestEmbeddingQuickStart(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command on PATH to build the quick start with")
 	}
 	addr := freeAddr(t)
 	script := doctest.Script(sectionBlocks(t, "embedding.md", "## Quick start"), map[string]string{"go": "main.go"},
-		"=../presenced", "="+checkout(t), "127.0.0.1:8080", addr)
+		"=../presenced", "="+checkout(t), "go run .\n", "go run . -addr "+addr+"\n")
 	require.Contains(t, script, "go mod init")
 	require.Contains(t, script, addr)
-	out := doctest.Start(t, t.TempDir(), script, doctest.GoEnv()...)
+	run := doctest.Launch(t, t.TempDir(), script, doctest.GoEnv()...)
+	out := run.Lines
 
 	base := "http://" + addr
 	deadline := time.Now().Add(buildWait)
@@ -123,6 +125,25 @@ func TestEmbeddingQuickStart(t *testing.T) {
 	require.NoError(t, ws.ReadJSON(&welcome))
 	assert.Equal(t, "welcome", welcome.Type)
 	assert.Equal(t, "alice", welcome.UID)
+
+	require.NoError(t, run.Terminate())
+	var closed *websocket.CloseError
+	for {
+		_, _, err := ws.ReadMessage()
+		if err != nil {
+			require.ErrorAs(t, err, &closed, "the quick start's WebSocket ended without a close frame")
+			break
+		}
+	}
+	assert.Equal(t, websocket.CloseGoingAway, closed.Code, "the close code after SIGTERM")
+	deadline = time.Now().Add(waitLong)
+	for open := true; open; {
+		select {
+		case _, open = <-out:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("the quick start still runs after SIGTERM")
+		}
+	}
 }
 
 // TestChatWebhookReceiver runs the webhook receiver of chat.md with Node as
