@@ -69,19 +69,21 @@ func checkout(t *testing.T) string {
 }
 
 // TestEmbeddingQuickStart runs the quick start of embedding.md as written,
-// in order, from go mod init (only the checkout's path and the address
-// change), and checks that what it serves is the page, the JavaScript
-// client, the metrics, the health checks and the WebSocket.
+// in order, from go mod init (only the checkout's path changes, and the
+// address, given with -addr), and checks that what it serves is the page,
+// the JavaScript client, the metrics, the health checks and the WebSocket,
+// and that a SIGTERM closes the WebSocket with 1001 and ends the program.
 func TestEmbeddingQuickStart(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command on PATH to build the quick start with")
 	}
 	addr := freeAddr(t)
 	script := doctest.Script(sectionBlocks(t, "embedding.md", "## Quick start"), map[string]string{"go": "main.go"},
-		"=../presenced", "="+checkout(t), "127.0.0.1:8080", addr)
+		"=../presenced", "="+checkout(t), "go run .\n", "go run . -addr "+addr+"\n")
 	require.Contains(t, script, "go mod init")
 	require.Contains(t, script, addr)
-	out := doctest.Start(t, t.TempDir(), script, doctest.GoEnv()...)
+	run := doctest.Launch(t, t.TempDir(), script, doctest.GoEnv()...)
+	out := run.Lines
 
 	base := "http://" + addr
 	deadline := time.Now().Add(buildWait)
@@ -123,6 +125,25 @@ func TestEmbeddingQuickStart(t *testing.T) {
 	require.NoError(t, ws.ReadJSON(&welcome))
 	assert.Equal(t, "welcome", welcome.Type)
 	assert.Equal(t, "alice", welcome.UID)
+
+	require.NoError(t, run.Terminate())
+	var closed *websocket.CloseError
+	for {
+		_, _, err := ws.ReadMessage()
+		if err != nil {
+			require.ErrorAs(t, err, &closed, "the quick start's WebSocket ended without a close frame")
+			break
+		}
+	}
+	assert.Equal(t, websocket.CloseGoingAway, closed.Code, "the close code after SIGTERM")
+	deadline = time.Now().Add(waitLong)
+	for open := true; open; {
+		select {
+		case _, open = <-out:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("the quick start still runs after SIGTERM")
+		}
+	}
 }
 
 // TestChatWebhookReceiver runs the webhook receiver of chat.md with Node as
@@ -192,10 +213,11 @@ func TestChatWebhookReceiver(t *testing.T) {
 }
 
 // TestDocsServerCommandsStart starts presenced as each command line of a
-// shell block of README.md and the docs says to (its variables and flags;
-// the listening address is the test's), and checks that it serves: the
-// flags, variables and values the docs show are the server's. A line with
-// -redis gets a redis-server of the test's at the address it names.
+// shell block of README.md and the docs says to, with go run or a built
+// binary's path (its variables and flags; the listening address is the
+// test's), and checks that it serves: the flags, variables and values the
+// docs show are the server's. A line with -redis gets a redis-server of
+// the test's at the address it names.
 func TestDocsServerCommandsStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server per command line: not in -short")
@@ -203,7 +225,7 @@ func TestDocsServerCommandsStart(t *testing.T) {
 	files, err := filepath.Glob("*.md")
 	require.NoError(t, err)
 	files = append(files, filepath.Join("..", "README.md"))
-	command := regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)(?:presenced|go run \./cmd/presenced)(?: (.*))?$`)
+	command := regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)(?:(?:\S*/)?presenced|go run \./cmd/presenced)(?: (.*))?$`)
 	bin := presencedtest.Build(t)
 	started := 0
 	for _, file := range files {

@@ -81,6 +81,25 @@ func GoEnv() []string {
 // program); its standard error is logged if the test fails.
 func Start(t testing.TB, dir, script string, env ...string) <-chan string {
 	t.Helper()
+	return Launch(t, dir, script, env...).Lines
+}
+
+// A Run is a script started by Launch.
+type Run struct {
+	// Lines are the lines of the standard output of the script and of what
+	// it started, closed once all of them have exited.
+	Lines <-chan string
+	cmd   *exec.Cmd
+}
+
+// Terminate sends SIGTERM to the script and whatever it started, as a
+// terminal's Ctrl-C reaches go run's program too: the program's graceful
+// shutdown is under test, not go run's.
+func (r *Run) Terminate() error { return terminate(r.cmd) }
+
+// Launch is Start, for a test that also ends the script itself.
+func Launch(t testing.TB, dir, script string, env ...string) *Run {
+	t.Helper()
 	cmd := exec.Command("sh", "-e", "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(cmd.Environ(), env...)
@@ -112,5 +131,5 @@ func Start(t testing.TB, dir, script string, env ...string) <-chan string {
 			t.Logf("the script:\n%s\nits standard error:\n%s", script, stderr.String())
 		}
 	})
-	return lines
+	return &Run{Lines: lines, cmd: cmd}
 }

@@ -2,7 +2,10 @@
 
 package doctest
 
-import "os/exec"
+import (
+	"errors"
+	"os/exec"
+)
 
 // group does nothing here: there are no process groups to end.
 func group(*exec.Cmd) {}
@@ -11,4 +14,8 @@ func kill(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = cmd.Process.Kill()
 	}
+}
+
+func terminate(*exec.Cmd) error {
+	return errors.New("doctest: no SIGTERM on this system")
 }
