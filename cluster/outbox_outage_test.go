@@ -45,7 +45,7 @@ func TestOutboxBoundedDuringWebhookOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const queue, batch, outage = 50, 20, 300
 			h := startOutboxHook(t, webhook.Config{Queue: queue, MaxBatch: batch, Timeout: 500 * time.Millisecond,
-				MinBackoff: time.Second, MaxBackoff: time.Second}, tc.fail)
+				MinBackoff: 2 * time.Second, MaxBackoff: 2 * time.Second}, tc.fail)
 			h.down.Store(true)
 
 			// The batch in flight holds the first edge alone: it is made
