@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,4 +90,40 @@ func TestOnDoneHearsDroppedIDs(t *testing.T) {
 	defer mu.Unlock()
 	slices.Sort(done)
 	assert.Equal(t, []string{"evt_x_0_0", "evt_x_0_1", "evt_x_0_2", "evt_x_0_3", "evt_x_0_4"}, done)
+}
+
+// Drops reach OnDone as they happen, while the batch before them is still
+// in flight, not once its POST ends: an outbox holding them lets them go
+// during the outage.
+func TestOnDoneHearsDropsDuringAPost(t *testing.T) {
+	release := make(chan struct{})
+	rc := newReceiver(t, hang(release, nil, 0))
+	var (
+		mu   sync.Mutex
+		done []string
+	)
+	s := start(t, webhook.Config{URL: rc.URL, Queue: 2, MaxBatch: 1, Timeout: time.Minute, OnDone: func(ids []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		done = append(done, ids...)
+	}})
+	evs := events(0, 5)
+	for i := range evs {
+		evs[i].ID = fmt.Sprintf("evt_x_0_%d", i)
+	}
+	s.Add(evs[0])
+	require.Eventually(t, func() bool { return rc.count() == 1 }, testWait, testPoll, "the first batch in flight")
+	for _, e := range evs[1:] { // one at a time, as edges come: evs[1] and evs[2] are dropped
+		s.Add(e)
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == 2
+	}, testWait, testPoll, "the drops heard while the POST hangs")
+	assert.Equal(t, 1, rc.count(), "the POST hangs still")
+	mu.Lock()
+	assert.Equal(t, []string{"evt_x_0_1", "evt_x_0_2"}, done)
+	mu.Unlock()
+	close(release)
 }

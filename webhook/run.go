@@ -51,12 +51,14 @@ func (s *Sender) Run(ctx context.Context) error {
 	if s.owned {
 		defer s.client.CloseIdleConnections()
 	}
+	if s.onDone != nil {
+		defer s.reportDrops(ctx)()
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		s.logDrops(time.Now())
-		s.reportDone(nil)
 		if s.cur == nil {
 			if s.cur = s.take(); s.cur == nil {
 				if err := s.pause(ctx, 0); err != nil {
@@ -138,17 +140,45 @@ func (s *Sender) take() *batch {
 }
 
 // reportDone hands OnDone the given IDs of a delivered batch and of the
-// events dropped since the last call.
+// events dropped since the last call, one call at a time.
 func (s *Sender) reportDone(delivered []string) {
 	if s.onDone == nil {
 		return
 	}
+	s.doneMu.Lock()
+	defer s.doneMu.Unlock()
 	s.mu.Lock()
 	ids := append(delivered, s.gone...)
 	s.gone = nil
 	s.mu.Unlock()
 	if len(ids) > 0 {
 		s.onDone(ids)
+	}
+}
+
+// reportDrops hands OnDone the IDs of dropped events as they are dropped,
+// on a goroutine of its own, until ctx ends or the returned stop is
+// called; stop waits for it. Between attempts would be too late: a backend
+// that is down keeps Run in a POST or a backoff for up to a timeout or
+// MaxBackoff, while every event that arrives drops one. Drops that come
+// while a call is under way go together in the next one.
+func (s *Sender) reportDrops(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			s.reportDone(nil)
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.goneWake:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 

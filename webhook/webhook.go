@@ -152,10 +152,13 @@ type Config struct {
 	MetricsNamespace string
 
 	// OnDone, if set, gets the IDs given to Add (see Event.ID) of events
-	// that left the Sender: delivered (answered 2xx) or dropped past Queue.
-	// A cluster engine's outbox hears there that it need not keep them
-	// (cluster.Engine.Delivered). Run calls it, on its own goroutine,
-	// between POSTs.
+	// that left the Sender: delivered (answered 2xx), or dropped past
+	// Queue. A cluster engine's outbox hears there that it need not keep
+	// them (cluster.Engine.Delivered). Run calls it, one call at a time: on
+	// its own goroutine after each delivered batch, which waits for it, and
+	// on another as soon as events are dropped, even while a POST or a
+	// backoff is under way, each call with every drop since the last (drops
+	// while no Run runs wait for the next Run).
 	OnDone func(ids []string)
 }
 
@@ -187,6 +190,10 @@ type Sender struct {
 	wake chan struct{}
 
 	onDone func(ids []string)
+	// doneMu makes onDone's calls one at a time; goneWake (capacity 1)
+	// tells reportDrops that gone has IDs.
+	doneMu   sync.Mutex
+	goneWake chan struct{}
 
 	mu          sync.Mutex
 	q           ring     // events waiting, oldest first
@@ -225,20 +232,21 @@ func New(cfg Config) (*Sender, error) {
 		return nil, err
 	}
 	s := &Sender{
-		url:     cfg.URL,
-		logURL:  u.Redacted(),
-		secret:  []byte(cfg.Secret),
-		key:     key,
-		prefix:  strings.ToLower(rand.Text()),
-		limit:   orDefault(cfg.Queue, DefaultQueue),
-		timeout: orDefault(cfg.Timeout, DefaultTimeout),
-		batch:   orDefault(cfg.MaxBatch, DefaultMaxBatch),
-		minWait: orDefault(cfg.MinBackoff, DefaultMinBackoff),
-		maxWait: orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
-		client:  cfg.Client,
-		log:     cfg.Logger,
-		onDone:  cfg.OnDone,
-		wake:    make(chan struct{}, 1),
+		url:      cfg.URL,
+		logURL:   u.Redacted(),
+		secret:   []byte(cfg.Secret),
+		key:      key,
+		prefix:   strings.ToLower(rand.Text()),
+		limit:    orDefault(cfg.Queue, DefaultQueue),
+		timeout:  orDefault(cfg.Timeout, DefaultTimeout),
+		batch:    orDefault(cfg.MaxBatch, DefaultMaxBatch),
+		minWait:  orDefault(cfg.MinBackoff, DefaultMinBackoff),
+		maxWait:  orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
+		client:   cfg.Client,
+		log:      cfg.Logger,
+		onDone:   cfg.OnDone,
+		wake:     make(chan struct{}, 1),
+		goneWake: make(chan struct{}, 1),
 	}
 	if s.minWait > s.maxWait {
 		return nil, fmt.Errorf("webhook: MinBackoff %v is above MaxBackoff %v (a zero field means its default)", s.minWait, s.maxWait)
@@ -322,9 +330,11 @@ func (s *Sender) Add(events ...Event) {
 		return
 	}
 	s.mu.Lock()
+	gone := false
 	if s.onDone != nil {
 		held, given := s.q.dropping(events)
 		s.gone = givenIDs(s.gone, held, given)
+		gone = len(s.gone) > 0
 	}
 	dropped := s.q.push(events)
 	s.unlogged += int64(dropped)
@@ -333,6 +343,12 @@ func (s *Sender) Add(events ...Event) {
 	s.mu.Unlock()
 	if dropped > 0 {
 		s.m.dropped.Add(float64(dropped))
+	}
+	if gone {
+		select {
+		case s.goneWake <- struct{}{}:
+		default: // already told
+		}
 	}
 	select {
 	case s.wake <- struct{}{}:
