@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,7 +11,7 @@ import (
 )
 
 // refusedNoAuth begins what the chart says when nothing checks a client.
-const refusedNoAuth = "no way to check who a client is: set secrets.jwtSecret (HS256), jwksUrl, or secrets.existingSecret"
+const refusedNoAuth = "no way to check who a client is: set secrets.jwtSecret (HS256), jwksUrl or jwtPublicKey (RS256, ES256), or secrets.existingSecret"
 
 // TestChartRefuses renders values the chart must refuse, each with the
 // message that says what to set.
@@ -29,6 +30,8 @@ func TestChartRefuses(t *testing.T) {
 			"redis.url would be dropped"},
 		{"a JWT secret no Secret is made for", []string{"--set", "secrets.create=false", "--set", "secrets.jwtSecret=s"},
 			"secrets.jwtSecret would be dropped"},
+		{"two sources of token keys", []string{"--set", "secrets.jwtSecret=s", "--set", "jwksUrl=https://auth.example.com/jwks.json"},
+			"give one of secrets.jwtSecret, jwksUrl and jwtPublicKey"},
 		{"a NetworkPolicy letting nothing in", []string{"--set", "demo=true", "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.allowSameNamespace=false"},
 			"nothing could reach the pods"},
 	} {
@@ -57,6 +60,7 @@ func TestChartAuth(t *testing.T) {
 		{"JWKS", []string{"--set", "jwksUrl=" + jwks}, map[string]string{}, "presenced", true},
 		{"a Secret of one's own", []string{"--set", "secrets.existingSecret=mine"}, nil, "mine", false},
 		{"a Secret made beside the chart", []string{"--set", "secrets.create=false"}, nil, "presenced", false},
+		{"a public key", []string{"--set", "jwtPublicKey=" + publicKey}, map[string]string{}, "presenced", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := decode(t, template(t, tc.args...))
@@ -84,9 +88,26 @@ func TestChartAuth(t *testing.T) {
 					assert.Equal(t, tc.from, e.ValueFrom.SecretKeyRef.Name, e.Name)
 				}
 			}
+			if !slices.Contains(tc.args, "jwtPublicKey="+publicKey) {
+				assert.Nil(t, m.configMap)
+				assert.NotContains(t, vars, "PRESENCED_JWT_PUBLIC_KEY")
+				return
+			}
+			// The key is public: a ConfigMap, mounted where the variable says.
+			require.NotNil(t, m.configMap)
+			assert.Equal(t, publicKey+"\n", m.configMap.Data["jwt-public-key.pem"])
+			require.Len(t, pod.Volumes, 1)
+			assert.Equal(t, m.configMap.Name, pod.Volumes[0].ConfigMap.Name)
+			require.Len(t, pod.Containers[0].VolumeMounts, 1)
+			mount := pod.Containers[0].VolumeMounts[0]
+			assert.True(t, mount.ReadOnly)
+			assert.Equal(t, mount.MountPath+"/jwt-public-key.pem", vars["PRESENCED_JWT_PUBLIC_KEY"])
 		})
 	}
 }
+
+// publicKey stands for a PEM public key: the chart passes it on as it is.
+const publicKey = "-----BEGIN PUBLIC KEY-----"
 
 // TestChartPutsNoDigestOfTheSecretOnThePods renders two sets of secrets:
 // the Deployments must be the same, or whoever may read pods but not

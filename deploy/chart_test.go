@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -30,6 +31,7 @@ type manifests struct {
 	deployment *appsv1.Deployment
 	service    *corev1.Service
 	secret     *corev1.Secret
+	configMap  *corev1.ConfigMap
 	pdb        *policyv1.PodDisruptionBudget
 	ingress    *networkingv1.Ingress
 	policy     *networkingv1.NetworkPolicy
@@ -75,6 +77,9 @@ func decode(t *testing.T, rendered string) manifests {
 		case "v1 Secret":
 			m.secret = &corev1.Secret{}
 			obj = m.secret
+		case "v1 ConfigMap":
+			m.configMap = &corev1.ConfigMap{}
+			obj = m.configMap
 		case "policy/v1 PodDisruptionBudget":
 			m.pdb = &policyv1.PodDisruptionBudget{}
 			obj = m.pdb
@@ -244,6 +249,7 @@ var chartSet = map[string]string{
 	"PRESENCED_REDIS":          "redis.url",
 	"PRESENCED_WEBHOOK":        "webhook.url",
 	"PRESENCED_JWKS_URL":       "jwksUrl",
+	"PRESENCED_JWT_PUBLIC_KEY": "jwtPublicKey",
 }
 
 // notSettings are the server's flags that are not settings of a running server.
@@ -274,6 +280,10 @@ func TestChartCoversEverySetting(t *testing.T) {
 		args = append(args, "--set", fmt.Sprintf("settings.%s=1", name))
 	}
 	vars := env(t, decode(t, template(t, args...)).deployment)
+	// The sources of token keys exclude each other: the public key's
+	// variable comes from a render of its own.
+	maps.Copy(vars, env(t, decode(t, template(t, "--set", "redis.url=redis://r:6379",
+		"--set", "jwtPublicKey=-----BEGIN PUBLIC KEY-----")).deployment))
 
 	for _, v := range server {
 		_, own := chartSet[v]

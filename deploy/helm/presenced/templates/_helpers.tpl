@@ -47,7 +47,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* "true" when the pods run demo mode: nothing to check a token with. */}}
 {{- define "presenced.demoMode" -}}
-{{- if and (include "presenced.ownSecret" .) (not .Values.secrets.jwtSecret) (not .Values.jwksUrl) }}true{{ end }}
+{{- if and (include "presenced.ownSecret" .) (not .Values.secrets.jwtSecret) (not .Values.jwksUrl) (not .Values.jwtPublicKey) }}true{{ end }}
 {{- end }}
 
 {{/* The checks of the values, each failing with what to set. */}}
@@ -64,7 +64,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 {{- if and (include "presenced.demoMode" .) (not .Values.demo) }}
-{{- fail "no way to check who a client is: set secrets.jwtSecret (HS256), jwksUrl, or secrets.existingSecret (a Secret with a jwt-secret key); or demo=true for demo mode, where the server trusts ?uid= and anyone who reaches a pod can claim any user ID" }}
+{{- fail "no way to check who a client is: set secrets.jwtSecret (HS256), jwksUrl or jwtPublicKey (RS256, ES256), or secrets.existingSecret (a Secret with a jwt-secret key); or demo=true for demo mode, where the server trusts ?uid= and anyone who reaches a pod can claim any user ID" }}
+{{- end }}
+{{- if gt (len (compact (list .Values.secrets.jwtSecret .Values.jwksUrl .Values.jwtPublicKey))) 1 }}
+{{- fail "give one of secrets.jwtSecret, jwksUrl and jwtPublicKey: the server takes one source of token keys" }}
 {{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.redis.url) (include "presenced.ownSecret" .) }}
 {{- fail "replicaCount > 1 needs redis.url (or a redis-url key in secrets.existingSecret): without Redis each replica would see only its own users" }}
