@@ -97,7 +97,7 @@ if #gone > 0 then
   redis.call('HDEL', K('life'), unpack(gone))
 end
 -- A node's last proof of life is its last renewal: its lease's end less a
--- lease (every node's is the same, Config.Timeout), and never before it.
+-- lease (every node's is the same, Config.Timeout), and never after now.
 local function die(node, expiry)
   redis.call('ZREM', K('alive'), node)
   redis.call('SADD', K('dead'), node)
