@@ -267,9 +267,12 @@ func TestLastSeenInRedis(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, presence.UserStatus{LastSeen: at}, st)
 
-	// b dies with bob on it: whoever claims b records bob's last seen.
+	// b dies with bob on it: whoever claims b records bob's last seen, b's
+	// last proof of life (its last renewal), before the offline edge made a
+	// lease later.
 	start := time.Now()
 	b.crash()
+	stopped := time.Now()
 	var claimer *node
 	eventually(t, "bob reaped", func(ct *assert.CollectT) {
 		claimer = nil
@@ -285,7 +288,10 @@ func TestLastSeenInRedis(t *testing.T) {
 	d := startNode(t, testConfig(srv.client(t), "d"))
 	st, err = d.Status(ctx, "bob")
 	require.NoError(t, err)
-	assert.Equal(t, presence.UserStatus{LastSeen: at}, st, "no active edge and no away once offline")
+	assert.False(t, st.LastSeen.After(stopped), "bob last seen %v after b's last call", st.LastSeen.Sub(stopped))
+	assert.True(t, st.LastSeen.Before(at), "bob last seen at the claim (%v), not at b's last renewal", at)
+	assert.Greater(t, st.LastSeen, start.Add(-2*testTimeout), "bob last seen long before b crashed")
+	assert.Equal(t, presence.UserStatus{LastSeen: st.LastSeen}, st, "no active edge and no away once offline")
 	assert.Equal(t, 1, countEdges(madeAcross("bob", a, c), "offline bob"))
 	assert.Zero(t, countEdges(madeAcross("bob", a, c), "active bob"), "going offline away is no active edge")
 

@@ -125,9 +125,11 @@ local function emit(kind, uid, channel, at, id)
   produced[#produced + 1] = id
 end
 
--- wentAt is when the edges being made happened, if not now: a dead node's
--- users went away at its last proof of life (T:proof, see reap), not when
--- a claim found it dead, about a timeout later.
+-- wentAt is when the users being reaped were last seen, if not now: a
+-- dead node's users went away at its last proof of life (T:proof, see
+-- reap), not when a claim found it dead, about a timeout later. It dates
+-- their last seen only: the edges keep the time they were made, so that a
+-- user's edges stay in time order with those of its other nodes.
 local wentAt = nil
 local function stamp() return wentAt or now end
 
@@ -147,9 +149,9 @@ local function produce(kind, uid, channel)
   if outbox then
     id = string.format('%.0f', nextSeq())
     redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
-    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, stamp()}))
+    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, now}))
   end
-  emit(kind, uid, channel, stamp(), id)
+  emit(kind, uid, channel, now, id)
 end
 
 -- keeps reports whether node has edges kept in the outbox.

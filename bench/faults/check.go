@@ -228,11 +228,6 @@ func (h *history) checkFalseOffline() {
 				}
 				f := h.hitBy(iv.node, t)
 				if f == nil {
-					// A claim dates a dead node's off edges at its last proof
-					// of life, up to a lease before the fault that cut it off.
-					f = h.hitBy(iv.node, t.Add(timeout))
-				}
-				if f == nil {
 					h.add(t, k, "false "+e.Type, "%s %s while live on healthy node %s since %s", e.Type, e.ID, nodeName(iv.node), h.rel(iv.from))
 					since = time.Time{}
 					break
