@@ -94,9 +94,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "public key from env", env: map[string]string{"PRESENCED_JWT_PUBLIC_KEY": testKeyFile},
 			want: defaults(func(o *options) { o.hub.JWT.PublicKeyFile, o.addr, o.addrFrom = testKeyFile, ":8080", "default" })},
 		{name: "JWKS by flag", args: []string{"-jwks-url", "https://idp.example/jwks"},
-			want: defaults(func(o *options) { o.hub.JWT.JWKSURL, o.addr, o.addrFrom = "https://idp.example/jwks", ":8080", "default" })},
+			want: defaults(func(o *options) {
+				o.hub.JWT.JWKSURL, o.addr, o.addrFrom = "https://idp.example/jwks", ":8080", "default"
+			})},
 		{name: "JWKS from env", env: map[string]string{"PRESENCED_JWKS_URL": "https://idp.example/jwks"},
-			want: defaults(func(o *options) { o.hub.JWT.JWKSURL, o.addr, o.addrFrom = "https://idp.example/jwks", ":8080", "default" })},
+			want: defaults(func(o *options) {
+				o.hub.JWT.JWKSURL, o.addr, o.addrFrom = "https://idp.example/jwks", ":8080", "default"
+			})},
 		{name: "flag beats env: addr", args: []string{"-addr", ":1"}, env: map[string]string{"PRESENCED_ADDR": ":2"},
 			want: defaults(func(o *options) { o.addr, o.addrFrom = ":1", "-addr" })},
 		{name: "flag beats env: tick", args: []string{"-tick", "2s"}, env: map[string]string{"PRESENCED_TICK": "x"},
