@@ -196,9 +196,9 @@ const claimHead = 8
 // channel, ms, outbox id.
 const edgeValues = 5
 
-// produced hands the edges one round of script calls made to the Relay's
-// Produced and returns how many were offline edges. Each edge is made once,
-// by one script call, so it reaches one node's Produced (and, kept in the
+// produced hands the edges one round of script calls made to the Relay as
+// EventProduced and returns how many were offline edges. Each edge is made
+// once, by one script call, so it reaches one node's Relay (and, kept in the
 // outbox, that of a node that claims this one before it was delivered). At
 // is the Redis clock's, as every node's last-seen time is.
 //
@@ -253,7 +253,7 @@ func (w *writer) edges(vals []any) []presence.Edge {
 	return edges
 }
 
-// hand relays edges to Produced in their order and returns how many were
+// hand relays edges as produced, in their order, and returns how many were
 // offline edges.
 func (w *writer) hand(edges []presence.Edge) int {
 	r := w.relay()
@@ -263,7 +263,7 @@ func (w *writer) hand(edges []presence.Edge) int {
 			offline++
 		}
 		w.m.edges.WithLabelValues(e.Kind.String()).Inc()
-		r.Produced(e)
+		r.Receive(presence.Event{Kind: presence.EventProduced, Edge: e})
 	}
 	return offline
 }

@@ -47,7 +47,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
-	"github.com/presenced/presenced/protocol"
 )
 
 var (
@@ -104,8 +103,8 @@ type Config struct {
 	LastSeenTTL time.Duration
 	// Outbox keeps every edge this node produces in Redis until Delivered
 	// says it reached its receiver (a webhook): if the node dies first, the
-	// node that claims it hands those edges to its own Relay's Produced,
-	// under the same Edge.ID. Without it an edge reaches Produced once,
+	// node that claims it hands those edges to its own Relay as EventProduced,
+	// under the same Edge.ID. Without it an edge is produced once,
 	// and is lost if the node dies before passing it on. With it, an edge
 	// is delivered at least once, and a receiver drops repeats by ID; every
 	// edge must then reach Delivered, or it stays in Redis while this node
@@ -205,14 +204,7 @@ func (b *base) opTimeout() time.Duration { return b.cfg.Timeout / 2 }
 // discard is the Relay before Attach.
 type discard struct{}
 
-func (discard) UserChanged(string, bool, time.Time)              {}
-func (discard) ActivityChanged(string, bool)                     {}
-func (discard) Produced(presence.Edge)                           {}
-func (discard) MemberChanged(string, string, bool)               {}
-func (discard) MemberActivity(string, string, bool)              {}
-func (discard) SetMembers(string, []string, []string)            {}
-func (discard) RecordChanged(string, protocol.Record, time.Time) {}
-func (discard) Deliver(presence.Message)                         {}
+func (discard) Receive(presence.Event) {}
 
 // New validates cfg and starts the goroutines that write this node's records
 // and publish its messages. It does not contact Redis: a node starts, and
@@ -350,14 +342,18 @@ func (e *Engine) Apply(c presence.Change) {
 	switch c.Kind {
 	case presence.ChangeUser:
 		if e.w.setUser(c.UID, c.N, c.Away) && c.N > 0 {
-			e.r.own(presence.Topic{UID: c.UID}, c.UID, func(r presence.Relay) { r.UserChanged(c.UID, true, time.Now()) })
+			e.r.own(presence.Topic{UID: c.UID}, c.UID, func(r presence.Relay) {
+				r.Receive(presence.Event{Kind: presence.EventUser, UID: c.UID, On: true, At: time.Now()})
+			})
 		}
 	case presence.ChangeMember:
 		// A user that turns invisible and joins at once joins invisible:
 		// the join is shown when Redis has it, after the set, not at once
 		// with the record the router knew before it.
 		if e.w.setMember(c.Channel, c.UID, c.N > 0, c.Away == 1) && c.N > 0 {
-			e.r.own(presence.Topic{Channel: c.Channel}, c.UID, func(r presence.Relay) { r.MemberChanged(c.Channel, c.UID, true) })
+			e.r.own(presence.Topic{Channel: c.Channel}, c.UID, func(r presence.Relay) {
+				r.Receive(presence.Event{Kind: presence.EventMember, Channel: c.Channel, UID: c.UID, On: true})
+			})
 		}
 	case presence.ChangeInfo:
 		e.w.addRecordOp(recordOp{kind: opInfo, uid: c.UID, info: c.Info})

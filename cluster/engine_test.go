@@ -105,7 +105,7 @@ func TestCrossNodeOnlineOffline(t *testing.T) {
 		assert.Equal(t, 1, n.rec.count("alice", false), "offline edges on %s", n.Node())
 	}
 	// Each edge was produced once, by the node whose change made it. An edge
-	// reaches UserChanged over Pub/Sub, and Produced only when the node
+	// reaches EventUser over Pub/Sub, and EventProduced only when the node
 	// handles its script's reply: wait for that.
 	eventually(t, "each edge produced by the node that made it", func(c *assert.CollectT) {
 		assert.Equal(c, 1, a.rec.producedCount("alice", true))

@@ -216,9 +216,11 @@ type senderRelay struct {
 	hook *webhook.Sender
 }
 
-func (h senderRelay) Produced(e presence.Edge) {
-	h.recorder.Produced(e)
-	h.hook.AddEdges([]presence.Edge{e})
+func (h senderRelay) Receive(e presence.Event) {
+	h.recorder.Receive(e)
+	if e.Kind == presence.EventProduced {
+		h.hook.AddEdges([]presence.Edge{e.Edge})
+	}
 }
 
 // startHookSender starts a webhook Sender to url, retrying quickly, until the

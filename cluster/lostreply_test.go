@@ -81,7 +81,7 @@ func TestScriptsAnswerACallOnce(t *testing.T) {
 
 // The link to Redis stalls past the command timeout while users connect
 // and join: Redis ran the node's write, and the node gave up on its reply
-// (as when Redis itself freezes with the write in its socket). Every online and join still reaches Produced once, and every
+// (as when Redis itself freezes with the write in its socket). Every online and join is still produced once, and every
 // leave and offline after it.
 func TestAWriteWhoseReplyIsLostLosesNoEdge(t *testing.T) {
 	srv := startRedis(t)

@@ -230,9 +230,11 @@ type hookRelay struct {
 	sender *webhook.Sender
 }
 
-func (r hookRelay) Produced(e presence.Edge) {
-	r.sender.AddEdges([]presence.Edge{e})
-	r.recorder.Produced(e)
+func (r hookRelay) Receive(e presence.Event) {
+	if e.Kind == presence.EventProduced {
+		r.sender.AddEdges([]presence.Edge{e.Edge})
+	}
+	r.recorder.Receive(e)
 }
 
 // waitMade waits until the node made n edges.

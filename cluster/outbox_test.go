@@ -12,7 +12,7 @@ import (
 )
 
 // A node dies with edges it made and had not delivered: the node that
-// claims it hands them to its own Produced, under the same IDs, before the
+// claims it hands them to its own Relay as EventProduced, under the same IDs, before the
 // offline and leave edges of the claim; edges delivered before the node
 // died are not handed on again.
 func TestOutboxHandsADeadNodesEdgesToItsClaimer(t *testing.T) {

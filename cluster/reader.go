@@ -193,7 +193,9 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 			for _, uid := range members {
 				r.postKnown(uid, &touched)
 			}
-			r.post(shard, func(rl presence.Relay) { rl.SetMembers(ch, members, away) })
+			r.post(shard, func(rl presence.Relay) {
+				rl.Receive(presence.Event{Kind: presence.EventMembers, Channel: ch, Members: members, Away: away})
+			})
 			r.loaded(ts, vals[0].(int64))
 		}
 	}
@@ -220,9 +222,9 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 				}
 				r.wentOffline(uid, !on)
 				r.post(shard, func(rl presence.Relay) {
-					rl.UserChanged(uid, on, at)
+					rl.Receive(presence.Event{Kind: presence.EventUser, UID: uid, On: on, At: at})
 					if on {
-						rl.ActivityChanged(uid, away)
+						rl.Receive(presence.Event{Kind: presence.EventActivity, UID: uid, On: away})
 					}
 				})
 				r.loaded(ts, seq)
@@ -305,9 +307,9 @@ func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(prese
 			// this engine: do it on a goroutine of its own, once what came
 			// before it is delivered, so that nobody waits on a goroutine
 			// that is inside the Node.
-			return func(rl presence.Relay) { go rl.Deliver(m) }
+			return func(rl presence.Relay) { go rl.Receive(presence.Event{Kind: presence.EventMessage, Message: m}) }
 		}
-		return func(rl presence.Relay) { rl.Deliver(m) }
+		return func(rl presence.Relay) { rl.Receive(presence.Event{Kind: presence.EventMessage, Message: m}) }
 	}
 	if ts.loaded && !ts.stale {
 		if ev.S <= ts.seq {
@@ -336,7 +338,9 @@ func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(prese
 			}
 			r.postKnown(uid, touched)
 		}
-		return func(rl presence.Relay) { rl.MemberChanged(t.Channel, uid, joined) }
+		return func(rl presence.Relay) {
+			rl.Receive(presence.Event{Kind: presence.EventMember, Channel: t.Channel, UID: uid, On: joined})
+		}
 	}
 	if ev.On == 0 && r.w.holds("", t.UID) {
 		return nil // our own connection is on its way to Redis
@@ -350,7 +354,9 @@ func (r *router) decide(ts *topicState, ev wireEvent, touched *[]int) func(prese
 	if ev.At > 0 {
 		at = time.UnixMilli(ev.At)
 	}
-	return func(rl presence.Relay) { rl.UserChanged(t.UID, on, at) }
+	return func(rl presence.Relay) {
+		rl.Receive(presence.Event{Kind: presence.EventUser, UID: t.UID, On: on, At: at})
+	}
 }
 
 // decideActivity returns the Relay call for an away or active edge of a
@@ -365,11 +371,15 @@ func (r *router) decideActivity(t presence.Topic, ev wireEvent) func(presence.Re
 		}
 		r.m.relayed.WithLabelValues("member_activity").Inc()
 		uid := ev.UID
-		return func(rl presence.Relay) { rl.MemberActivity(t.Channel, uid, away) }
+		return func(rl presence.Relay) {
+			rl.Receive(presence.Event{Kind: presence.EventActivity, Channel: t.Channel, UID: uid, On: away})
+		}
 	}
 	if away && r.w.holdsActive("", t.UID) {
 		return nil
 	}
 	r.m.relayed.WithLabelValues("activity").Inc()
-	return func(rl presence.Relay) { rl.ActivityChanged(t.UID, away) }
+	return func(rl presence.Relay) {
+		rl.Receive(presence.Event{Kind: presence.EventActivity, UID: t.UID, On: away})
+	}
 }

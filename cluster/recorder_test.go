@@ -48,6 +48,30 @@ func newRecorder() *recorder {
 		records: map[string]protocol.Record{}, recAt: map[string][]time.Time{}, joinedAt: map[string][]time.Time{}}
 }
 
+// Receive hands each event to the method that records its kind.
+func (r *recorder) Receive(e presence.Event) {
+	switch e.Kind {
+	case presence.EventUser:
+		r.UserChanged(e.UID, e.On, e.At)
+	case presence.EventActivity:
+		if e.Channel != "" {
+			r.MemberActivity(e.Channel, e.UID, e.On)
+		} else {
+			r.ActivityChanged(e.UID, e.On)
+		}
+	case presence.EventMember:
+		r.MemberChanged(e.Channel, e.UID, e.On)
+	case presence.EventRecord:
+		r.RecordChanged(e.UID, e.Record, e.At)
+	case presence.EventMembers:
+		r.SetMembers(e.Channel, e.Members, e.Away)
+	case presence.EventProduced:
+		r.Produced(e.Edge)
+	case presence.EventMessage:
+		r.Deliver(e.Message)
+	}
+}
+
 // UserChanged records an edge when it changes the user's state, as a
 // Node's view does: a snapshot of an offline user is no edge.
 func (r *recorder) UserChanged(uid string, on bool, at time.Time) {

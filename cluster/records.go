@@ -215,7 +215,7 @@ func (w *writer) flushRecords(ctx context.Context) error {
 
 // writeRecords runs recordScript for ops, in pipelined calls per shard (a
 // user's changes stay in order: they are in one shard), and hands the edges
-// of the sets and expiries that changed a record to Produced.
+// of the sets and expiries that changed a record to the Relay as EventProduced.
 func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout())
 	defer cancel()
@@ -308,7 +308,7 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 	r := w.relay()
 	for _, e := range edges {
 		w.m.edges.WithLabelValues(e.Kind.String()).Inc()
-		r.Produced(e)
+		r.Receive(presence.Event{Kind: presence.EventProduced, Edge: e})
 	}
 	return failed
 }

@@ -427,7 +427,7 @@ func TestRecordSurvivesReconnect(t *testing.T) {
 	assert.Equal(t, map[string]protocol.Record{"alice": want}, recs)
 }
 
-// seenRelay is a recorder that keeps the time of every offline UserChanged,
+// seenRelay is a recorder that keeps the time of every offline EventUser,
 // snapshots' included.
 type seenRelay struct {
 	*recorder
@@ -435,13 +435,13 @@ type seenRelay struct {
 	at map[string]time.Time
 }
 
-func (r *seenRelay) UserChanged(uid string, on bool, at time.Time) {
-	if !on {
+func (r *seenRelay) Receive(e presence.Event) {
+	if e.Kind == presence.EventUser && !e.On {
 		r.mu.Lock()
-		r.at[uid] = at
+		r.at[e.UID] = e.At
 		r.mu.Unlock()
 	}
-	r.recorder.UserChanged(uid, on, at)
+	r.recorder.Receive(e)
 }
 
 func (r *seenRelay) get(uid string) time.Time {

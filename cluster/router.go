@@ -194,9 +194,9 @@ func (r *router) sweep() {
 		gone[ts.shard] = append(gone[ts.shard], name)
 		t := ts.t
 		if t.Channel != "" {
-			r.post(ts.shard, func(rl presence.Relay) { rl.SetMembers(t.Channel, nil, nil) })
+			r.post(ts.shard, func(rl presence.Relay) { rl.Receive(presence.Event{Kind: presence.EventMembers, Channel: t.Channel}) })
 		} else {
-			r.post(ts.shard, func(rl presence.Relay) { rl.UserChanged(t.UID, false, time.Time{}) })
+			r.post(ts.shard, func(rl presence.Relay) { rl.Receive(presence.Event{Kind: presence.EventUser, UID: t.UID}) })
 		}
 	}
 	for s, names := range gone {

@@ -66,7 +66,7 @@ func TestOwnEdgeInTheRelayOnReturn(t *testing.T) {
 	}
 }
 
-// blockingRelay holds the Relay's UserChanged for one user until released,
+// blockingRelay holds the Relay's EventUser for one user until released,
 // as a slow Relay would.
 type blockingRelay struct {
 	*recorder
@@ -75,12 +75,12 @@ type blockingRelay struct {
 	release chan struct{}
 }
 
-func (r *blockingRelay) UserChanged(uid string, on bool, at time.Time) {
-	if uid == r.uid {
+func (r *blockingRelay) Receive(e presence.Event) {
+	if e.Kind == presence.EventUser && e.UID == r.uid {
 		r.entered <- struct{}{}
 		<-r.release
 	}
-	r.recorder.UserChanged(uid, on, at)
+	r.recorder.Receive(e)
 }
 
 // A Relay call in progress holds no lock of the engine: other shards'
@@ -152,11 +152,11 @@ type callbackRelay struct {
 	e *Engine
 }
 
-func (r *callbackRelay) Deliver(m presence.Message) {
-	if m.Kind == presence.MessageDisconnect {
-		r.e.Apply(presence.Change{Kind: presence.ChangeUser, UID: m.UID, N: 1})
+func (r *callbackRelay) Receive(e presence.Event) {
+	if e.Kind == presence.EventMessage && e.Message.Kind == presence.MessageDisconnect {
+		r.e.Apply(presence.Change{Kind: presence.ChangeUser, UID: e.Message.UID, N: 1})
 	}
-	r.recorder.Deliver(m)
+	r.recorder.Receive(e)
 }
 
 // A disconnect delivered to the Relay may call back into the engine, on the

@@ -99,7 +99,9 @@ func (r *router) knownRecord(uid string) (knownRecord, bool) {
 // the calls that need the record. Called with r.mu held.
 func (r *router) postRecord(uid string, rec protocol.Record, at time.Time, touched *[]int) {
 	s := r.shard(uid)
-	r.post(s, func(rl presence.Relay) { rl.RecordChanged(uid, rec, at) })
+	r.post(s, func(rl presence.Relay) {
+		rl.Receive(presence.Event{Kind: presence.EventRecord, UID: uid, Record: rec, At: at})
+	})
 	for _, t := range *touched {
 		if t == s {
 			return

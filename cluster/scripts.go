@@ -196,7 +196,7 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- held again, as for any write not applied, which makes no edge if it had
 -- landed). And a call lists the numbers whose replies its node lost
 -- (unknown, comma-separated): their edges come first in its reply, so an
--- edge made by a call whose reply was lost reaches its node's Produced all
+-- edge made by a call whose reply was lost reaches its node's Relay as produced all
 -- the same, once. An entry "lo-hi" of unknown stands for every number from lo to hi:
 -- its node heard no call there answered but renewals, which keep no edge,
 -- so every reply kept in that range is a lost one. A call numbered 0 (a

@@ -268,7 +268,7 @@ func (w *writer) loop(ctx context.Context) {
 			// (below). The claim script itself pauses claims after a gap,
 			// for every node, until all have had a renewal round. A node
 			// without a Relay yet does not claim: the edges it reaps must
-			// reach Produced.
+			// reach the Relay as produced.
 			if w.attached() && !w.health.isDown() && w.health.recovered() == seen {
 				err = w.claim(ctx)
 			}

@@ -278,19 +278,19 @@ func TestActivityFromOtherNodesIsNetted(t *testing.T) {
 	obs := connect(t, n, "obs", "lobby")
 	n.Step()
 	obs.take()
-	relay := &n.v // what the Engine calls
-	relay.MemberChanged("lobby", "zed", true)
-	relay.MemberActivity("lobby", "zed", true)
+	var relay Relay = &n.v // what the Engine calls
+	relay.Receive(Event{Kind: EventMember, Channel: "lobby", UID: "zed", On: true})
+	relay.Receive(Event{Kind: EventActivity, Channel: "lobby", UID: "zed", On: true})
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":["zed"],"leaves":[],"away":["zed"]}`}, obs.take())
 
-	relay.MemberChanged("lobby", "zed", false)
-	relay.MemberChanged("lobby", "zed", true)
-	relay.MemberActivity("lobby", "zed", true)
+	relay.Receive(Event{Kind: EventMember, Channel: "lobby", UID: "zed", On: false})
+	relay.Receive(Event{Kind: EventMember, Channel: "lobby", UID: "zed", On: true})
+	relay.Receive(Event{Kind: EventActivity, Channel: "lobby", UID: "zed", On: true})
 	n.Step()
 	assert.Empty(t, obs.take(), "left and came back away: nothing changed")
 
-	relay.SetMembers("lobby", []string{"obs", "zed"}, nil) // a snapshot after an outage: zed is back
+	relay.Receive(Event{Kind: EventMembers, Channel: "lobby", Members: []string{"obs", "zed"}}) // a snapshot after an outage: zed is back
 	n.Step()
 	assert.Equal(t, []string{`{"type":"presence","channel":"lobby","count":2,"joins":[],"leaves":[],"active":["zed"]}`}, obs.take())
 }

@@ -57,7 +57,7 @@ type ChangeKind uint8
 
 // The kinds of changes. A user's record (info, mode, note) lives while the
 // user is online and for Config.LastSeenTTL after; its changes reach the
-// Relay as RecordChanged, and Produced as EdgeUpdate once cluster-wide.
+// Relay as EventRecord, and are produced as EdgeUpdate once cluster-wide.
 const (
 	// ChangeUser: this node holds N live connections of UID, Away of them
 	// away.
@@ -114,50 +114,6 @@ type Router interface {
 // engine released after the Node closed would make them for nobody to hear.
 type Withdrawer interface {
 	Withdraw(ctx context.Context) error
-}
-
-// A Relay receives what an Engine delivers. Each edge comes once, in the
-// order it happened for its user (or user and channel): a user goes online
-// when its first connection on any node appears and offline when its last
-// one is gone; it joins a channel when its first connection in the channel
-// joins it and leaves when its last one there leaves or closes. An engine
-// that routes delivers only the topics its node follows. Relay methods never
-// block on I/O and never call the Engine; an engine calls them holding none
-// of its own locks, in the order of each topic's edges.
-//
-// Activity edges come the same way: a user turns away while online when its
-// last active connection turns away, and active again when one is active; a
-// member of a channel, when every connection of the user on every node that
-// holds the membership says so. An online user who arrives away gets its
-// online edge, then its away edge; a user who goes offline away gets no
-// active edge.
-type Relay interface {
-	// UserChanged reports a user's online or offline edge, made at at: an
-	// offline edge's time is the user's last seen. at is zero where the
-	// time is not known (a snapshot's state, a topic dropped).
-	UserChanged(uid string, online bool, at time.Time)
-	// ActivityChanged reports an online user's away or active edge.
-	ActivityChanged(uid string, away bool)
-	// Produced reports an edge that this node's change (or its claim of a
-	// dead node's records) produced: each edge reaches Produced on exactly
-	// one node, or, where the engine keeps edges until they are delivered
-	// (Edge.ID set), on a node that claims that one too.
-	Produced(e Edge)
-	MemberChanged(channel, uid string, joined bool)
-	// MemberActivity reports a member's away or active edge in channel.
-	MemberActivity(channel, uid string, away bool)
-	// RecordChanged reports uid's whole record after a change made at at.
-	// It also comes, with a zero at, before the online edge of a user that
-	// has a record, and before a snapshot (SetMembers, or a followed
-	// user's state) for each of its users that has one: a Relay may forget
-	// the record of a user that went offline.
-	RecordChanged(uid string, r protocol.Record, at time.Time)
-	// SetMembers replaces what the Relay knows of channel's members, and of
-	// which of them are away, with a snapshot (when the node starts
-	// following the channel, or catches up after losing what it shares
-	// presence through); the differences count as edges.
-	SetMembers(channel string, members, away []string)
-	Deliver(m Message)
 }
 
 // UserStatus is what Engine.Status knows of a user.

@@ -102,23 +102,23 @@ func (e *memoryEngine) setUser(uid string, n, away int) {
 	now := time.Now()
 	if hasRec {
 		// As it stands: the Node's book knows since when it is invisible.
-		e.relay.RecordChanged(uid, rec, time.Time{})
+		e.relay.Receive(Event{Kind: EventRecord, UID: uid, Record: rec})
 	}
 	if was != (n > 0) {
 		kind := EdgeOffline
 		if n > 0 {
 			kind = EdgeOnline
 		}
-		e.relay.UserChanged(uid, n > 0, now)
-		e.relay.Produced(Edge{Kind: kind, UID: uid, At: now})
+		e.relay.Receive(Event{Kind: EventUser, UID: uid, On: n > 0, At: now})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: kind, UID: uid, At: now}})
 	}
 	if n > 0 && isAway != (was && wasAway) {
 		kind := EdgeActive
 		if isAway {
 			kind = EdgeAway
 		}
-		e.relay.ActivityChanged(uid, isAway)
-		e.relay.Produced(Edge{Kind: kind, UID: uid, At: now})
+		e.relay.Receive(Event{Kind: EventActivity, UID: uid, On: isAway})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: kind, UID: uid, At: now}})
 	}
 }
 
@@ -155,12 +155,12 @@ func (e *memoryEngine) setMember(channel, uid string, n int, away bool) {
 		if n > 0 {
 			kind = EdgeJoin
 		}
-		e.relay.MemberChanged(channel, uid, n > 0)
-		e.relay.Produced(Edge{Kind: kind, UID: uid, Channel: channel, At: time.Now()})
+		e.relay.Receive(Event{Kind: EventMember, Channel: channel, UID: uid, On: n > 0})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: kind, UID: uid, Channel: channel, At: time.Now()}})
 	}
 	// A leave takes the member's activity with it.
 	if n > 0 && isAway != (wasAway && !changed) {
-		e.relay.MemberActivity(channel, uid, isAway)
+		e.relay.Receive(Event{Kind: EventActivity, Channel: channel, UID: uid, On: isAway})
 	}
 }
 
@@ -205,7 +205,7 @@ func (e *memoryEngine) Publish(ctx context.Context, m Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.relay.Deliver(m)
+	e.relay.Receive(Event{Kind: EventMessage, Message: m})
 	return nil
 }
 
@@ -224,7 +224,7 @@ func applySet(r *protocol.Record, set protocol.Set) {
 }
 
 // change applies f to uid's record and, if that changed it, tells the
-// Relay, and Produced too if edge (a set or an expiry, not an info).
+// Relay, and produces its edge too if edge (a set or an expiry, not an info).
 func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 	now := time.Now()
 	e.mu.Lock()
@@ -246,9 +246,9 @@ func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 		e.records = shrink.Map(e.records, &e.recordsPeak)
 	}
 	e.mu.Unlock()
-	e.relay.RecordChanged(uid, rec, now)
+	e.relay.Receive(Event{Kind: EventRecord, UID: uid, Record: rec, At: now})
 	if edge {
-		e.relay.Produced(Edge{Kind: EdgeUpdate, UID: uid, Record: rec, At: now})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: EdgeUpdate, UID: uid, Record: rec, At: now}})
 	}
 }
 
@@ -265,7 +265,7 @@ func (e *memoryEngine) forgetRecord(uid string) {
 	}
 	e.mu.Unlock()
 	if ok {
-		e.relay.RecordChanged(uid, protocol.Record{}, time.Time{})
+		e.relay.Receive(Event{Kind: EventRecord, UID: uid, Record: protocol.Record{}})
 	}
 }
 

@@ -47,27 +47,6 @@ func (v *view) visibleLocked(uid string) bool {
 	return v.users[uid].online && v.seenLocked("", uid).Conns > 0
 }
 
-func (cv *channelView) isHidden(uid string) bool {
-	_, ok := cv.hidden[uid]
-	return ok
-}
-
-// has reports whether uid is a member, visible or not.
-func (cv *channelView) has(uid string) bool { return cv.members.Has(uid) || cv.isHidden(uid) }
-
-func (cv *channelView) hide(uid string) {
-	if cv.hidden == nil {
-		cv.hidden = make(map[string]struct{})
-	}
-	cv.hidden[uid] = struct{}{}
-}
-
-func (cv *channelView) unhide(uid string) {
-	if delete(cv.hidden, uid); len(cv.hidden) == 0 {
-		cv.hidden = nil
-	}
-}
-
 // countMemberLocked counts uid in or out of channel, and keeps its
 // record's channels.
 func (v *view) countMemberLocked(uid, channel string, joined bool) {
@@ -119,10 +98,10 @@ func (v *view) dropRecordLocked(uid string) {
 	v.records = shrink.Map(v.records, &v.recordsPeak)
 }
 
-// RecordChanged records uid's new record: an edgeRecord where it is
+// recordChanged records uid's new record: an edgeRecord where it is
 // visible or its own connections are, and, if it turned invisible or
 // visible, the edges the other clients see of that.
-func (v *view) RecordChanged(uid string, rec protocol.Record, at time.Time) {
+func (v *view) recordChanged(uid string, rec protocol.Record, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.notes.setLocked(uid, rec.Note)

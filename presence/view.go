@@ -94,6 +94,27 @@ func (cv *channelView) isAway(uid string) bool {
 	return ok
 }
 
+func (cv *channelView) isHidden(uid string) bool {
+	_, ok := cv.hidden[uid]
+	return ok
+}
+
+// has reports whether uid is a member, visible or not.
+func (cv *channelView) has(uid string) bool { return cv.members.Has(uid) || cv.isHidden(uid) }
+
+func (cv *channelView) hide(uid string) {
+	if cv.hidden == nil {
+		cv.hidden = make(map[string]struct{})
+	}
+	cv.hidden[uid] = struct{}{}
+}
+
+func (cv *channelView) unhide(uid string) {
+	if delete(cv.hidden, uid); len(cv.hidden) == 0 {
+		cv.hidden = nil
+	}
+}
+
 // setAway records whether member uid is away and reports whether that
 // changed.
 func (cv *channelView) setAway(uid string, away bool) bool {
@@ -149,17 +170,42 @@ func (v *view) init(memberList, presenceLists int) {
 	v.records = make(map[string]*userRecord)
 }
 
-// Produced passes an edge this node made on to the embedder's callbacks,
+// Receive takes the Engine's events: the one place the view hears of
+// presence from outside.
+func (v *view) Receive(e Event) {
+	switch e.Kind {
+	case EventUser:
+		v.userChanged(e.UID, e.On, e.At)
+	case EventActivity:
+		if e.Channel != "" {
+			v.memberActivity(e.Channel, e.UID, e.On)
+		} else {
+			v.activityChanged(e.UID, e.On)
+		}
+	case EventMember:
+		v.memberChanged(e.Channel, e.UID, e.On)
+	case EventRecord:
+		v.recordChanged(e.UID, e.Record, e.At)
+	case EventMembers:
+		v.setMembers(e.Channel, e.Members, e.Away)
+	case EventProduced:
+		v.produced(e.Edge)
+	case EventMessage:
+		v.deliver(e.Message)
+	}
+}
+
+// produced passes an edge this node made on to the embedder's callbacks,
 // and records when a user went offline.
-func (v *view) Produced(e Edge) {
+func (v *view) produced(e Edge) {
 	if e.Kind == EdgeOffline {
 		v.book.offline(e.UID, e.At)
 	}
 	v.notify.push(e)
 }
 
-// UserChanged records an online or offline edge; offline ends being away.
-func (v *view) UserChanged(uid string, online bool, at time.Time) {
+// userChanged records an online or offline edge; offline ends being away.
+func (v *view) userChanged(uid string, online bool, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	u := v.users[uid]
@@ -214,8 +260,8 @@ func (v *view) logUserOnlineLocked(uid string, online, wasAway bool, at time.Tim
 	}
 }
 
-// ActivityChanged records an online user's away or active edge.
-func (v *view) ActivityChanged(uid string, away bool) {
+// activityChanged records an online user's away or active edge.
+func (v *view) activityChanged(uid string, away bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	u := v.users[uid]
@@ -229,8 +275,8 @@ func (v *view) ActivityChanged(uid string, away bool) {
 	}
 }
 
-// MemberActivity records a member's away or active edge in channel.
-func (v *view) MemberActivity(channel, uid string, away bool) {
+// memberActivity records a member's away or active edge in channel.
+func (v *view) memberActivity(channel, uid string, away bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.memberActivityLocked(channel, uid, away)
@@ -256,16 +302,16 @@ func (v *view) logLocked(cv *channelView, e edge) {
 	cv.log = append(cv.log, e)
 }
 
-// MemberChanged records a join or leave edge of channel.
-func (v *view) MemberChanged(channel, uid string, joined bool) {
+// memberChanged records a join or leave edge of channel.
+func (v *view) memberChanged(channel, uid string, joined bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.memberChangedLocked(channel, uid, joined)
 }
 
-// SetMembers replaces channel's members, and who of them is away, with a
+// setMembers replaces channel's members, and who of them is away, with a
 // snapshot, recording the differences as edges.
-func (v *view) SetMembers(channel string, members, away []string) {
+func (v *view) setMembers(channel string, members, away []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := make(map[string]struct{}, len(members))
@@ -349,9 +395,9 @@ func (v *view) dropIfUnused(cv *channelView) {
 	}
 }
 
-// Deliver sends m's frame to the clients it is for, or closes them; a
+// deliver sends m's frame to the clients it is for, or closes them; a
 // typing message marks its user typing, and a chat line ends that.
-func (v *view) Deliver(m Message) {
+func (v *view) deliver(m Message) {
 	v.mu.Lock()
 	if m.Kind == MessageTyping {
 		v.typingLocked(m.Channel, m.From)
