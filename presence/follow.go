@@ -169,36 +169,3 @@ func (n *Node) settled(topics []Topic, done chan struct{}) {
 		}
 	}
 }
-
-// setUserLocked queues u's counts for the Engine. was is whether u was
-// away here before the change: if that turned, each of its memberships
-// carries the news to its channel.
-func (n *Node) setUserLocked(uid string, u *userState, was bool) {
-	n.queueLocked(Change{Kind: ChangeUser, UID: uid, N: u.count(), Away: u.awayCount()})
-	if u.isAway() != was {
-		for _, ch := range u.channels() {
-			n.setMemberLocked(ch, uid, u)
-		}
-	}
-}
-
-func (n *Node) setMemberLocked(channel, uid string, u *userState) {
-	c := Change{Kind: ChangeMember, Channel: channel, UID: uid, N: u.memberCount(channel)}
-	if u.isAway() {
-		c.Away = 1
-	}
-	n.queueLocked(c)
-}
-
-// queueLocked queues c for the Engine, behind the changes made before it.
-func (n *Node) queueLocked(c Change) {
-	_, _ = n.out.Push(c) // unbounded and never closed: no error
-}
-
-// sendOps hands the queued changes to the Engine, one goroutine at a time
-// and in order, and returns once those queued before it was called are
-// applied: what the caller changed is then in the Engine and, for the
-// in-memory one, in the view.
-func (n *Node) sendOps() {
-	n.out.Flush(n.engine.Apply)
-}

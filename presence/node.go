@@ -1,26 +1,3 @@
-// Package presence keeps who is online and who is in which channel, counted
-// over connections, and turns its changes into the frames clients asked for.
-//
-// A Node is one server process's side of it, and its one clock: it holds the
-// deadlines of everything it counts on rings of its own (a connection's
-// keepalives, an HTTP-heartbeat lease, a grace period, a token's expiry, a
-// last-seen record, a typing indicator), stepped by Run. Its connections are Clients of any kind (the transport
-// package's WebSockets): each keepalive is a Touch, and the Node probes a
-// silent connection and closes it when it times out. A user is online while
-// at least one of its connections, or a heartbeat lease, is live, and a
-// member of a channel while one of them has joined it. A grace period may
-// hold a user's presence for a while after its last connection went, so a
-// page reload does not flap. The counts go to an Engine, which stores them
-// and tells each node about the edges of the topics it follows: in memory
-// for one node; through Redis for several.
-//
-// Clients hear only what they asked for: a connection that joined a channel
-// gets a snapshot, then at most one diff per tick with the channel's joins
-// and leaves netted over the tick (a user who leaves and comes back within it
-// appears in neither list); one that watches users gets at most one status
-// frame per tick. A snapshot and the diffs after it never miss or repeat an
-// edge. Above Config.PresenceLists members a channel's diffs carry its count
-// only.
 package presence
 
 import (
