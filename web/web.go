@@ -25,8 +25,11 @@ var modTime time.Time
 var static embed.FS
 
 // clientJS is the JavaScript client, web/client/presenced.js: the page's
-// connections use it, and other pages may load it from /presenced.js.
+// connections use it, and other pages may load it from /presenced.js. It is
+// one file, built from the modules in web/client/src, so that whoever
+// serves or copies it needs nothing beside it.
 //
+//go:generate go run gen_client.go
 //go:embed client/presenced.js
 var clientJS []byte
 
