@@ -27,8 +27,9 @@ import (
 // connection's life (readLoop). The handler owns session: it is whoever
 // drains the inbox (see inbox.go), the reader itself for a frame that
 // cannot wait while the inbox is idle, else a worker, one at a time. The
-// writer (writer.go) runs on a worker from when the queue becomes non-empty until it is
-// empty again, so an idle polled connection holds no goroutine at all. The
+// writer (writer.go) runs on a worker from when the queue becomes non-empty
+// until it is empty again, so an idle polled connection holds no goroutine
+// at all. The
 // queue is bounded in bytes by Hub.queueBytes; a client that falls that far
 // behind is closed.
 //
@@ -54,8 +55,8 @@ type conn struct {
 	silenced atomic.Bool // control frames are not keepalives (demo aid)
 	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
 
-	// The fields are laid out for size: 15,000 idle connections hold 15,000
-	// of these, and the struct sits just under an allocation size class.
+	// The fields are laid out for size: every idle connection holds one of
+	// these, and the struct sits just under an allocation size class.
 	mu       lockorder.Mutex[lockorder.Conn]
 	queue    []protocol.Encoded // outbound text frames; one with nil Data is a ping, one of type pongFrame a pong
 	closeMsg *[]byte            // the close frame to send, once

@@ -14,9 +14,10 @@ import (
 )
 
 // framer is a gorilla Conn lent to a connection while gorilla reads or
-// writes its frames. gorilla's Conn and its read buffer are about 700 B, a
-// third of what an idle connection costs, and an idle polled connection
-// needs neither: its pings are read and answered without gorilla (reader.go).
+// writes its frames. gorilla's Conn and its read buffer are a large part of
+// an idle connection (docs/floor.md, third pass), and an idle polled
+// connection needs neither: its pings are read and answered without gorilla
+// (reader.go).
 // So a polled connection holds a framer only while its reader, its writer or
 // its handshake uses one, and gives it back to the Hub's spares when the
 // last of them is done. A connection that is not polled keeps its framer for
@@ -98,7 +99,7 @@ func (h *Hub) setUp(f *framer) {
 // can run: a framer is lent to a connection while a worker reads or writes
 // it (and while a handshake runs), so twice the workers is rarely short.
 // They are kept across collections, which would empty a sync.Pool: a framer
-// made afresh costs a blank handshake and about 1.2 KB of garbage.
+// made afresh costs a blank handshake and its garbage.
 const spareFramers = 2
 
 // spareFramer returns one of the Hub's spare framers, or a new one.

@@ -42,9 +42,9 @@ import (
 //     (drain). Whatever else ends c closes the socket (closeSocket), and
 //     the reader, woken, finishes.
 //
-// The poller's goroutine does not take the quick path itself: measured at
-// 15,000 connections, that cost more CPU than the hand-off it saved, and
-// silent clients were found late in three runs of five.
+// The poller's goroutine does not take the quick path itself: it must wake
+// every connection and arm the close deadlines, and answering pings too
+// left it behind on both (docs/floor.md, "Tried and dropped").
 
 // wake starts c's worker, or makes the running one read again before it
 // exits: the poller calls it when c's socket becomes readable, and so does
