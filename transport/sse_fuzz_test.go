@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzSplitFrames checks the reading of a POST's body: the frames are its
-// non-blank lines, in order, whole, without their line ends.
+// non-blank lines, in order, whole, without their line ends (\n or \r\n).
 func FuzzSplitFrames(f *testing.F) {
 	for _, seed := range []string{"", "\n", `{"type":"ping"}`, "{\"type\":\"ping\"}\r\n{\"type\":\"join\",\"channel\":\"a\"}\n", "\r", " \t\n\n\r\n", "a\rb\n\rc", "\xff\n\x00"} {
 		f.Add([]byte(seed))
@@ -25,7 +25,6 @@ func FuzzSplitFrames(f *testing.F) {
 		require.Equal(t, want, frames)
 		for _, fr := range frames {
 			require.NotContains(t, string(fr), "\n")
-			require.False(t, bytes.HasSuffix(fr, []byte("\r")))
 		}
 	})
 }
