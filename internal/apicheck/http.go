@@ -261,7 +261,9 @@ func declares(route *routers.Route, ct string) bool {
 }
 
 // isStream reports whether an answer is a stream of Server-Sent Events.
-func isStream(h http.Header) bool { return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") }
+func isStream(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+}
 
 func init() {
 	for _, typ := range []string{"text/html", "text/javascript", "application/openmetrics-text", "text/event-stream"} {
