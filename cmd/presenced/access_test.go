@@ -196,7 +196,7 @@ var accessProbes = map[string]probe{
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode == http.StatusNoContent, res.StatusCode, string(b)
 	},
-	"`GET /api/ring`":       status("GET", "/api/ring", "", http.StatusOK),
+	"`GET /api/ring`": status("GET", "/api/ring", "", http.StatusOK),
 	"`GET /api/ring`, its `due`": func(t *testing.T, s accessServer, a ask) (bool, int, string) {
 		code, b := s.http(t, "GET", "/api/ring", "", a)
 		return code == http.StatusOK && strings.Contains(b, `"due":[`), code, b
