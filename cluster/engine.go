@@ -137,6 +137,7 @@ type Engine struct {
 	w *writer
 	r *router
 	p *publisher
+	f *forwarder
 
 	withdrawOnce sync.Once
 	withdrawErr  error
@@ -301,6 +302,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	w := newWriter(b)
 	e := &Engine{base: b, w: w, r: newRouter(b, w), p: newPublisher(b)}
+	e.f = newForwarder(b)
 	w.recordOf, w.learned = e.r.knownRecord, e.r.wroteRecord
 	w.start()
 	e.p.start()
@@ -329,7 +331,10 @@ func (e *Engine) Attach(r presence.Relay) { e.relayP.Store(&relayBox{r}) }
 // write what Redis may have lost. It retries Redis forever and returns nil
 // when ctx is done; it returns an error only while another Run is going.
 // Called by presence.Node; an embedder does not call it.
-func (e *Engine) Run(ctx context.Context) error { return e.r.runLoop(ctx) }
+func (e *Engine) Run(ctx context.Context) error {
+	defer e.f.listen(ctx)()
+	return e.r.runLoop(ctx)
+}
 
 // Apply records a change this node made. It never blocks on Redis: the
 // writer's goroutine writes the changes in the order they were handed

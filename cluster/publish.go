@@ -59,9 +59,15 @@ func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 	if err != nil {
 		return fmt.Errorf("cluster: publish: %w", err)
 	}
+	shard := e.topicShard(topic)
+	return e.publish(ctx, shard, e.topicName(topic), payload)
+}
+
+// publish hands payload to the publisher for the Pub/Sub channel of shard
+// named channel, and waits for the outcome as Publish says.
+func (e *Engine) publish(ctx context.Context, shard int, channel string, payload []byte) error {
 	var id [12]byte
 	_, _ = rand.Read(id[:])
-	shard := e.topicShard(topic)
 	now := time.Now()
 	give := now.Add(e.cfg.PublishTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(give) {
@@ -70,7 +76,7 @@ func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 	o := &outgoing{
 		shard:   shard,
 		idKey:   e.keys[shard].msg(hex.EncodeToString(id[:])),
-		channel: e.topicName(topic),
+		channel: channel,
 		payload: payload,
 		wait:    give.Sub(now),
 		give:    give,

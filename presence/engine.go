@@ -183,6 +183,9 @@ type Message struct {
 	UID     string
 	Frame   protocol.Encoded
 	From    string
+	// Reply is where the answer to a MessageForward goes, as its engine
+	// wrote it: see Forwarder.
+	Reply string
 }
 
 // A MessageKind says what a Message carries.
@@ -194,4 +197,5 @@ const (
 	MessageChat                          // a line From said in Channel: it ends From's typing there
 	MessageTyping                        // From types in Channel; no frame
 	MessageDisconnect                    // ends every connection of UID; no frame
+	MessageForward                       // a request from another node (Forwarder), in Frame.Data; no topic
 )

@@ -3,6 +3,7 @@ package presence
 import (
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/presenced/presenced/internal/lockorder"
@@ -42,6 +43,8 @@ type view struct {
 	// records holds the records of the users online or a member here: see
 	// records.go.
 	records map[string]*userRecord
+
+	forwarded atomic.Pointer[func(Message)] // Node.OnForward's handler
 
 	// The peak sizes of the maps, so they give memory back after churn.
 	usersPeak, othersPeak, channelsPeak, watchersPeak, watchingPeak, recordsPeak int
@@ -398,6 +401,10 @@ func (v *view) dropIfUnused(cv *channelView) {
 // deliver sends m's frame to the clients it is for, or closes them; a
 // typing message marks its user typing, and a chat line ends that.
 func (v *view) deliver(m Message) {
+	if m.Kind == MessageForward {
+		v.forward(m)
+		return
+	}
 	v.mu.Lock()
 	if m.Kind == MessageTyping {
 		v.typingLocked(m.Channel, m.From)

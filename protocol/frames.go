@@ -69,6 +69,16 @@ type (
 		Protocol  string `json:"protocol,omitempty"` // the server's Version
 		Mode      string `json:"mode,omitempty"`     // the user's own mode, when set
 		Note      *Note  `json:"note,omitempty"`     // the user's own note, when set
+		// Session names a Server-Sent Events connection, for the POSTs
+		// that carry its client's frames: a capability, only on that
+		// transport.
+		Session string `json:"session,omitempty"`
+	}
+	// Close is the last event of a Server-Sent Events stream the server
+	// ends: the code and reason a WebSocket's close frame would carry.
+	Close struct {
+		Code   int    `json:"code"`
+		Reason string `json:"reason"`
 	}
 	// Pong answers Ping.
 	Pong struct{}
@@ -186,6 +196,7 @@ func (Activity) Type() string { return "activity" }
 func (c Custom) Type() string { return c.Kind }
 func (Welcome) Type() string  { return "welcome" }
 func (Pong) Type() string     { return "pong" }
+func (Close) Type() string    { return "close" }
 func (Error) Type() string    { return "error" }
 func (Joined) Type() string   { return "joined" }
 func (Left) Type() string     { return "left" }

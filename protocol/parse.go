@@ -167,6 +167,7 @@ func JSONError(err error) error {
 var serverFrames = map[string]func() Frame{
 	"welcome":  func() Frame { return new(Welcome) },
 	"pong":     func() Frame { return new(Pong) },
+	"close":    func() Frame { return new(Close) },
 	"error":    func() Frame { return new(Error) },
 	"joined":   func() Frame { return new(Joined) },
 	"left":     func() Frame { return new(Left) },

@@ -52,6 +52,8 @@ type conn struct {
 	rate    rateState // owned by the reader
 	inbox   queue.Queue[inboxItem]
 
+	sse *sseStream // a Server-Sent Events connection's stream (sse.go); nil on a WebSocket
+
 	silenced atomic.Bool // control frames are not keepalives (demo aid)
 	stopped  atomic.Bool // mirrors closing, for the reader's lock-free checks
 
@@ -120,7 +122,13 @@ func (c *conn) Send(f protocol.Encoded) {
 
 // Probe pings a connection silent for half the timeout: browsers answer a
 // ping even from a background tab whose timers are throttled.
-func (c *conn) Probe() { c.enqueue(protocol.Encoded{}) }
+// A stream has no ping a client answers by itself: its client's POSTs are
+// the only keepalives.
+func (c *conn) Probe() {
+	if c.sse == nil {
+		c.enqueue(protocol.Encoded{})
+	}
+}
 
 // Close closes c with code at the node's request: a timeout, an expired
 // token or a disconnect.

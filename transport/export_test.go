@@ -37,3 +37,7 @@ const InboxLimit = inboxLimit
 // DropSpareFramers empties h's spare framers: the next connection to need
 // one has one made.
 func (h *Hub) DropSpareFramers() { h.dropSpareFramers() }
+
+// SetSSEKeepalive makes h's streams carry a keepalive comment every d
+// instead of every 15 s.
+func (h *Hub) SetSSEKeepalive(d time.Duration) { h.sseKeepalive = d }

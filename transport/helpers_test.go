@@ -63,6 +63,9 @@ type serverOptions struct {
 	sendBuffer int
 	// handover, if set, replaces the 2 s a chat may wait for the engine.
 	handover time.Duration
+	// timeouts, if set, is the http.Server's ReadTimeout and WriteTimeout,
+	// as cmd/presenced sets them.
+	timeouts time.Duration
 }
 
 // startServer serves a Hub for cfg on loopback whose ring steps only when
@@ -96,6 +99,7 @@ func startServerWith(t *testing.T, cfg transport.Config, opts serverOptions) *te
 	}
 	srv := httptest.NewUnstartedServer(apicheck.Handler(t, hub, checks...))
 	srv.Config.ReadHeaderTimeout = cmp(opts.headerTimeout, waitLong)
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = opts.timeouts, opts.timeouts
 	if opts.sendBuffer > 0 {
 		srv.Listener = smallSendBuffers{srv.Listener, opts.sendBuffer}
 	}

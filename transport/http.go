@@ -48,8 +48,19 @@ func (h *Hub) routes() {
 		"GET /healthz": h.serveHealth,
 		"GET /readyz":  h.serveReady,
 	}
-	h.mux, h.api, h.health = http.NewServeMux(), http.NewServeMux(), http.NewServeMux()
+	// A page on an allowed origin may open a stream and POST to it, as it
+	// may open a WebSocket: the origin rules are /ws's, with CORS headers
+	// so that the page can read the answers (EventSource needs them).
+	sse := h.withPreflight(map[string]http.HandlerFunc{
+		"GET /sse":            h.serveSSE,
+		"POST /sse/{session}": h.serveSSEPost,
+	})
+	h.mux, h.api, h.health, h.sse = http.NewServeMux(), http.NewServeMux(), http.NewServeMux(), http.NewServeMux()
 	h.mux.HandleFunc("GET /ws", h.ServeWS)
+	for pattern, f := range sse {
+		h.mux.HandleFunc(pattern, f)
+		h.sse.HandleFunc(pattern, f)
+	}
 	for pattern, f := range api {
 		h.mux.HandleFunc(pattern, f)
 		h.api.HandleFunc(pattern, f)
@@ -60,9 +71,11 @@ func (h *Hub) routes() {
 	}
 }
 
-// ServeHTTP serves GET /ws, the HTTP API under /api/, GET /healthz and
-// GET /readyz. Mount it for "/ws", "/api/", "/healthz" and "/readyz" in a
-// larger mux, or mount ServeWS, APIHandler and HealthHandler one by one.
+// ServeHTTP serves GET /ws, Server-Sent Events at /sse and /sse/{session},
+// the HTTP API under /api/, GET /healthz and GET /readyz. Mount it for
+// "/ws", "/sse", "/sse/", "/api/", "/healthz" and "/readyz" in a larger
+// mux, or mount ServeWS, SSEHandler, APIHandler and HealthHandler one by
+// one.
 // Unknown paths and methods get 404 and 405 with a JSON body, like every
 // other refusal. Pages on the allowed origins may call the API (CORS, with
 // preflights); see CORS for /presenced.js.
@@ -75,10 +88,25 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var cors *originPolicy
-	if strings.HasPrefix(r.URL.Path, "/api/") {
+	if strings.HasPrefix(r.URL.Path, "/api/") || isSSEPath(r.URL.Path) {
 		cors = h.origins
 	}
 	serveJSONMux(h.mux, cors, w, r)
+}
+
+// isSSEPath reports whether path is /sse or under it.
+func isSSEPath(path string) bool { return path == "/sse" || strings.HasPrefix(path, "/sse/") }
+
+// SSEHandler serves Server-Sent Events alone: GET /sse opens a stream of
+// the frames a WebSocket would get, POST /sse/{session} carries its
+// client's frames, and OPTIONS on both answers CORS preflights from the
+// allowed origins. Mount it for "/sse" and "/sse/"; ServeHTTP serves it too.
+func (h *Hub) SSEHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.allowed(w, r, accessPublic) {
+			serveJSONMux(h.sse, h.origins, w, r)
+		}
+	})
 }
 
 // APIHandler serves the HTTP API alone: POST /api/heartbeat, GET /api/ring

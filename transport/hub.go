@@ -227,6 +227,7 @@ type Hub struct {
 	mux            *http.ServeMux // every route
 	api            *http.ServeMux // the HTTP API alone
 	health         *http.ServeMux // the health checks alone
+	sse            *http.ServeMux // Server-Sent Events alone
 
 	maxMessage   int64
 	queueBytes   int
@@ -236,13 +237,15 @@ type Hub struct {
 	writeTimeout time.Duration
 	closeTimeout time.Duration
 	handover     time.Duration // chatHandover; a test that stalls the engine sets more
+	sseKeepalive time.Duration // DefaultSSEKeepalive; a test sets less
 	socketBuffer int
 
 	// mu guards the sockets' bookkeeping. Lock order: mu before the
 	// poller's and a conn's mu (the whole server's order is package
 	// lockorder's); neither is held while calling the Node.
 	mu       lockorder.Mutex[lockorder.Hub]
-	live     map[*conn]struct{} // upgraded WebSockets not yet finished, unless the poller has them
+	live     map[*conn]struct{} // upgraded WebSockets not yet finished, unless the poller has them, and streams
+	sessions map[string]*conn   // the live streams, by session (sse.go)
 	livePeak int
 	perUser  map[string]int // WebSockets per user, counted from before the upgrade
 	conns    int            // the sum of perUser
@@ -334,6 +337,8 @@ func build(cfg Config, log *slog.Logger, manual bool, stopAuth func()) (*Hub, er
 		handover:     chatHandover,
 		socketBuffer: cmp.Or(cfg.SocketBuffer, DefaultSocketBuffer),
 		live:         make(map[*conn]struct{}),
+		sessions:     make(map[string]*conn),
+		sseKeepalive: sseKeepalive,
 		shutDone:     make(chan struct{}),
 		workers:      newWorkers(),
 	}
@@ -384,6 +389,7 @@ func build(cfg Config, log *slog.Logger, manual bool, stopAuth func()) (*Hub, er
 	h.blankUpgrader = h.upgrader
 	h.blankUpgrader.CheckOrigin = func(*http.Request) bool { return true }
 	h.framers = make(chan *framer, spareFramers*h.workers.max)
+	h.node.OnForward(h.forwarded)
 	h.routes()
 	if !cfg.ParkReaders {
 		if h.poller, err = newPoller(); err != nil {

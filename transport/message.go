@@ -36,25 +36,32 @@ func (c *conn) message(mt int, data []byte, n int64) error {
 	if !c.admit(int(n)) || mt == websocket.BinaryMessage {
 		return nil
 	}
+	c.text(data)
+	return nil
+}
+
+// text acts on a text frame within the limits, from a WebSocket or a
+// stream's POST (sse_post.go): parsed and handed to the inbox, or answered
+// with an error frame there.
+func (c *conn) text(data []byte) {
 	if bytes.Equal(data, pingText) {
 		c.deliver(inboxItem{frame: protocol.Ping{}})
-		return nil
+		return
 	}
 	if !utf8.Valid(data) {
 		c.closeWith(protocol.CloseInvalidPayload, protocol.ReasonInvalidUTF8, reasonInvalid)
-		return nil
+		return
 	}
 	f, err := protocol.ParseClient(data)
 	if err != nil {
 		c.deliver(inboxItem{err: err.Error(), payload: namedChannel(data)})
-		return nil
+		return
 	}
 	if _, ok := f.(protocol.Silence); ok && c.hub.demo {
 		// The reader's own business: it counts the keepalives.
 		c.silenced.Store(true)
 	}
 	c.deliver(inboxItem{frame: f})
-	return nil
 }
 
 // namedChannel returns the "channel" of a frame that could not be parsed,

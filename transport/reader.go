@@ -271,6 +271,10 @@ func (c *conn) setReadDeadline(t time.Time) {
 
 // closeSocket closes c's socket; its reader then finishes c.
 func (c *conn) closeSocket() {
+	if c.sse != nil {
+		c.sse.hangUp()
+		return
+	}
 	c.w.Close()
 	if c.w.polled {
 		c.wake()

@@ -83,8 +83,19 @@ func (c *conn) enqueue(f protocol.Encoded) bool {
 func (c *conn) startWriterLocked() {
 	if c.welcomed && !c.writing && !c.held {
 		c.writing = true
-		c.hub.workers.run((*writeTask)(c))
+		c.runWriterLocked()
 	}
+}
+
+// runWriterLocked starts the writer: a worker for a WebSocket, the
+// request's own goroutine for a stream (sse.go). Called with writing just
+// set.
+func (c *conn) runWriterLocked() {
+	if c.sse != nil {
+		c.sse.wakeWriter()
+		return
+	}
+	c.hub.workers.run((*writeTask)(c))
 }
 
 // sendWelcome puts the welcome first in the queue, ahead of broadcasts that
@@ -320,7 +331,7 @@ func (c *conn) closeWith(code int, reason, metric string) {
 	c.welcomed = true // a close needs no welcome before it
 	if !c.writing {
 		c.writing = true
-		c.hub.workers.run((*writeTask)(c))
+		c.runWriterLocked()
 	}
 	c.mu.Unlock()
 	c.end(leaving)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/internal/presencedtest"
+	"github.com/presenced/presenced/internal/ssetest"
 )
 
 // accessRow is a row of protocol.md's table of who may ask what: a path,
@@ -152,7 +153,50 @@ var accessProbes = map[string]probe{
 		return false, res.StatusCode, string(b)
 	},
 	"`POST /api/heartbeat`": status("POST", "/api/heartbeat", "", http.StatusNoContent),
-	"`GET /api/ring`":       status("GET", "/api/ring", "", http.StatusOK),
+	"`GET /sse`": func(t *testing.T, s accessServer, a ask) (bool, int, string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+s.addr+"/sse?"+s.identity(a), nil)
+		require.NoError(t, err)
+		if a.host != "" {
+			req.Host = a.host
+		}
+		if a.auth != "" {
+			req.Header.Set("Authorization", a.auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			return true, res.StatusCode, "" // a stream: it lasts
+		}
+		b, _ := io.ReadAll(res.Body)
+		return false, res.StatusCode, string(b)
+	},
+	// With a user the probe opens a stream first, on the server's own
+	// Host, and posts to its session; without, to a session of nobody.
+	"`POST /sse/{session}`": func(t *testing.T, s accessServer, a ask) (bool, int, string) {
+		session := strings.Repeat("A", 22)
+		if a.user {
+			st, err := ssetest.Open("http://"+s.addr, s.identity(a), nil)
+			require.NoError(t, err)
+			defer st.Close()
+			session = st.Session
+		}
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/sse/"+session, strings.NewReader(`{"type":"ping"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "text/plain")
+		if a.host != "" {
+			req.Host = a.host
+		}
+		if a.auth != "" {
+			req.Header.Set("Authorization", a.auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode == http.StatusNoContent, res.StatusCode, string(b)
+	},
+	"`GET /api/ring`": status("GET", "/api/ring", "", http.StatusOK),
 	"`GET /api/ring`, its `due`": func(t *testing.T, s accessServer, a ask) (bool, int, string) {
 		code, b := s.http(t, "GET", "/api/ring", "", a)
 		return code == http.StatusOK && strings.Contains(b, `"due":[`), code, b
@@ -212,6 +256,9 @@ func TestWhoMayAskWhat(t *testing.T) {
 					granted, code, body := ask1(t, s, ask{})
 					assert.False(t, granted, "%s without a user: %d %s", r.path, code, body)
 					assert.Contains(t, []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusUpgradeRequired}, code, "%s without a user: %s", r.path, body)
+				case "session":
+					check(ask{user: true}, true)
+					check(ask{}, false, http.StatusNotFound)
 				case "key":
 					check(ask{}, false, http.StatusUnauthorized)
 					check(ask{auth: "apikey wrong"}, false, http.StatusUnauthorized)
@@ -220,7 +267,7 @@ func TestWhoMayAskWhat(t *testing.T) {
 					check(ask{}, false, http.StatusForbidden)
 					check(ask{auth: "apikey " + accessKey}, false, http.StatusForbidden)
 				default:
-					t.Errorf("%s: %q is not open, user, key or off", r.path, need)
+					t.Errorf("%s: %q is not open, user, session, key or off", r.path, need)
 				}
 				// A Host the server does not know: refused before anything
 				// else, the key and the user notwithstanding, but by the

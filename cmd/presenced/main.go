@@ -153,6 +153,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	mux.Handle("/", hub.Public(page))
 	mux.Handle("/presenced.js", hub.Public(hub.CORS(page)))
 	mux.Handle("/ws", hub)
+	mux.Handle("/sse", hub)
+	mux.Handle("/sse/", hub)
 	mux.Handle("/api/", hub)
 	mux.Handle("/healthz", hub)
 	mux.Handle("/readyz", hub)
