@@ -3,6 +3,10 @@ package cluster
 import (
 	"context"
 	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,6 +54,67 @@ func TestLuaScriptLines(t *testing.T) {
 	}
 	assert.Equal(t, "alive", shardKeyNames[0], "KEYS[1] routes every call")
 	assert.Equal(t, []string{"ob", "oe"}, shardKeyNames[len(shardKeyNames)-2:], "the outbox's keys come last")
+}
+
+var luacheckLine = regexp.MustCompile(`^(.+?):(\d+):(\d+): (.*)$`)
+
+// luacheck passes on every script as Redis runs it: its prelude and its
+// own file, assembled. A warning in a prelude counts once every script
+// that has the prelude has it: a local the prelude defines for some
+// scripts is unused in the others.
+func TestLuacheck(t *testing.T) {
+	bin, err := exec.LookPath("luacheck")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("luacheck not found and CI is set: install it (apt-get install lua-check): %v", err)
+		}
+		t.Skip("luacheck not found; install it (apt-get install lua-check) to check the Lua scripts")
+	}
+	rc, err := filepath.Abs("lua/.luacheckrc")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	byName := map[string]*luaScript{}
+	having := map[string]int{} // file -> how many scripts have it
+	var paths []string
+	for _, s := range allLuaScripts() {
+		byName[s.name] = s
+		for _, p := range s.parts {
+			having[p.file]++
+		}
+		path := filepath.Join(dir, s.name)
+		require.NoError(t, os.WriteFile(path, []byte(s.src), 0o644))
+		paths = append(paths, path)
+	}
+	cmd := exec.Command(bin, append([]string{"--config", rc, "--codes", "--formatter", "plain"}, paths...)...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if code := cmd.ProcessState.ExitCode(); code > 2 { // 1: warnings, 2: syntax errors, both listed
+		t.Fatalf("luacheck failed (exit %d: %v): %s", code, err, out)
+	}
+	seen := map[string]int{} // warning, at its file and line -> how many scripts have it
+	var order []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		m := luacheckLine.FindStringSubmatch(line)
+		require.NotNil(t, m, "luacheck said %q", line)
+		s := byName[filepath.Base(m[1])]
+		require.NotNil(t, s, "luacheck said %q", line)
+		n, _ := strconv.Atoi(m[2])
+		file, at := s.where(n)
+		w := luaDir + file + ":" + strconv.Itoa(at) + ":" + m[3] + ": " + m[4]
+		if seen[w] == 0 {
+			order = append(order, w)
+		}
+		seen[w]++
+	}
+	for _, w := range order {
+		file := strings.TrimPrefix(w[:strings.Index(w, ".lua:")+4], luaDir)
+		if seen[w] == having[file] {
+			t.Error(w)
+		}
+	}
 }
 
 // An error a script raises names the file of lua/ and the line in it, and

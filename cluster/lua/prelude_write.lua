@@ -9,6 +9,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag = ARGV[1]
 local function P(s) return tag .. ':' .. s end
+local function num(v) return tonumber(v or '0') or 0 end
 
 -- produced collects this call's edges for the caller, in the order they
 -- were made: kind, uid, channel ('' for a user's), time (ms), outbox id
@@ -124,8 +125,6 @@ local function takeOver(node, budget)
   end
   return budget
 end
-
-local function num(v) return tonumber(v or '0') or 0 end
 
 -- A call may run while its reply is lost (a timeout, a broken connection:
 -- Redis runs what it read, however late), and a client may send the same
