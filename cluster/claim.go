@@ -294,7 +294,7 @@ type scriptCall struct {
 // them, unless it is a renewal. A shard whose list is full gets only that
 // first call; the others fail unsent (see maxLostRuns). Only the loop
 // calls it (and leave, once the loop is over).
-func (w *writer) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+func (w *writer) runScripts(ctx context.Context, s *luaScript, calls []scriptCall) []*redis.Cmd {
 	from := map[int]int64{} // shard -> the lowest number whose reply this node may lack
 	for _, c := range calls {
 		if f, ok := from[c.shard]; !ok || c.write < f {

@@ -17,7 +17,7 @@
 // Users' records (info, mode, note) live in the users' shards for as long
 // as last seen does, changed by scripts that publish each change on the
 // user's topic; the nodes that hold the user's memberships copy it to the
-// channels' shards and topics (see recordscripts.go and routerrecords.go).
+// channels' shards and topics (see lua/prelude_records.lua and routerrecords.go).
 //
 // Messages (chat, publish, send, disconnect) wait in a bounded queue per
 // node that one goroutine hands to Redis, so a stalled Redis delays them but

@@ -74,3 +74,24 @@ func TestANodeBackJustAfterTheRestoreWindowMakesNoEdge(t *testing.T) {
 	time.Sleep(3 * testTimeout)
 	assert.Equal(t, want, edges(), "each user's edges, over both nodes")
 }
+
+// A restore after the window puts back a user that went offline since the
+// loss with its online edge again: the script reads the user's last seen to
+// tell so, for a user that has one.
+func TestARestoreAfterTheWindowReadsTheLastSeen(t *testing.T) {
+	c := startRedis(t).client(t)
+	k := newShardKeys("t", 0)
+	minute := time.Minute.Milliseconds()
+	set := func(mode string, v, landed int64, n int) []any {
+		t.Helper()
+		res, err := scriptResult(setScript.Run(context.Background(), c, k.keys, k.tag, "a", minute, minute, landed, v,
+			minute, mode, 1, v, "", "u", "u1", n, 0), setHead)
+		require.NoError(t, err)
+		return res
+	}
+	set("w", 1, 0, 1)
+	set("w", 2, 1, 0) // u1 goes offline: it has a last seen
+	res := set("r", 3, 2, 1)
+	assert.Equal(t, int64(3), res[1], "restored")
+	assert.Equal(t, []any{"online", "u1", ""}, res[setHead:setHead+3], "u1's online edge")
+}

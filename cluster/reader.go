@@ -157,9 +157,10 @@ func (r *router) snapshot(ctx context.Context, shard int, want func(*topicState)
 		userCmd = usersScript.EvalSha(ctx, pipe, k.keys, args...)
 	}
 	_, err := pipe.Exec(ctx)
+	err = usersScript.explain(channelScript.explain(err))
 	if isNoScript(err) {
 		// Redis lost its script cache: load the scripts and read again.
-		for _, s := range []*redis.Script{channelScript, usersScript} {
+		for _, s := range []*luaScript{channelScript, usersScript} {
 			if lerr := s.Load(ctx, r.rdb).Err(); lerr != nil {
 				err = lerr
 			}

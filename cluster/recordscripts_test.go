@@ -2,9 +2,6 @@ package cluster
 
 import (
 	"context"
-	"os"
-	"regexp"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -12,24 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// The record scripts, like the others, touch only the shard's declared
-// keys (see TestScriptsTouchOnlyDeclaredKeys).
-func TestRecordScriptsTouchOnlyDeclaredKeys(t *testing.T) {
-	src, err := os.ReadFile("recordscripts.go")
-	require.NoError(t, err)
-	calls := regexp.MustCompile(`redis\.call\('([A-Z]+)'(?:, (K\([^)]*\)|[^,)]+))?`).FindAllStringSubmatch(string(src), -1)
-	require.NotEmpty(t, calls)
-	for _, c := range calls {
-		if c[1] == "TIME" {
-			continue
-		}
-		assert.Regexp(t, `^K\(.+\)$`, c[2], "%s: its key is not declared", c[0])
-	}
-	for _, name := range regexp.MustCompile(`K\('([a-z]+)'\)`).FindAllStringSubmatch(string(src), -1) {
-		assert.True(t, slices.Contains(shardKeyNames, name[1]), "K('%s') is not a shard key", name[1])
-	}
-}
 
 // recordRun runs recordScript on one shard with changes, at the node's
 // clock now, and returns the records it changed, in order.

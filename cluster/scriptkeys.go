@@ -6,27 +6,17 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // shardKeyNames are the keys of a shard, T:<name>, in the order every
-// script of the shard is given them as KEYS; see the table above. The
-// last two, the outbox, only with Config.Outbox (withOutbox).
-var shardKeyNames = []string{"alive", "dead", "clock", "ver", "reaped", "seq", "seen", "nodes", "conns",
-	"away", "online", "mn", "mna", "u", "ua", "ui", "m", "ma", "c", "ca", "ri", "rm", "rn", "rh", "hid", "mr", "life", "proof", "done", "dk", "ob", "oe"}
+// script of the shard is given them as KEYS: the list of
+// lua/prelude_keys.lua, which lays them out. The last two, the outbox,
+// only with Config.Outbox (withOutbox).
+var shardKeyNames = luaKeyNames()
 
-// luaKeys makes K(name) the shard's key of that name, from KEYS: a name
-// not in KEYS is an error, so a script never touches a key it did not
-// declare.
-var luaKeys = `
-local KEY = {}
-for i, name in ipairs({'` + strings.Join(shardKeyNames, "', '") + `'}) do KEY[name] = KEYS[i] end
-local function K(s) return KEY[s] or error('undeclared key ' .. s) end
-`
-
-// shardKeys names the keys of one shard; see the table above.
+// shardKeys names the keys of one shard; see lua/prelude_keys.lua.
 type shardKeys struct {
 	tag, alive string
 	online     string
@@ -95,14 +85,14 @@ func isNoScript(err error) bool {
 
 // A scriptRun is one script call on its keys.
 type scriptRun struct {
-	s    *redis.Script
+	s    *luaScript
 	keys []string
 	args []any
 }
 
 // runScripts makes calls in a pipeline by their scripts' SHAs, then those
 // that met an empty script cache (Redis restarted: they did not run) again
-// with the source.
+// with the source; their errors name the scripts' files (see explain).
 func runScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptRun) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := rdb.Pipeline()
@@ -122,6 +112,9 @@ func runScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptRu
 			cmds[i] = calls[i].s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		_, _ = pipe.Exec(ctx)
+	}
+	for i, cmd := range cmds {
+		calls[i].s.explainCmd(cmd)
 	}
 	return cmds
 }

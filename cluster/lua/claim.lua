@@ -1,40 +1,51 @@
-package cluster
+-- claim.lua renews the claiming node, marks the nodes whose liveness
+-- expired as dead and reaps up to ARGV[4] of their records. The script is
+-- atomic, so when several nodes claim at once each record is dropped, and
+-- each edge emitted, by exactly one of them. After prelude_keys,
+-- prelude_write, prelude_records and prelude_presence.
+--
+-- A long gap since the last claim by any node means nobody reached Redis
+-- meanwhile (Redis stalled or was cut off from all nodes): every node may
+-- look expired then, though it is alive and about to renew. So after a gap
+-- of ARGV[5] ms claims pause for ARGV[6] ms, one renewal round. That also
+-- covers a claim sent before a stall and run by Redis only after it.
+-- Claims also pause while a restore window is open (see standing): a node
+-- not restored yet is not dead.
+-- A user's memberships and its record live in different shards, so a
+-- claim goes in two phases over every shard: "m" reaps memberships alone
+-- until no dead node has one left, then "a" reaps the rest; a user's
+-- leaves are then made before its offline, as when it really leaves.
+--
+-- A claimer remembers the nodes it reaped in full (see remark).
+--
+-- KEYS: the shard's (prelude_keys.lua).
+-- ARGV[1]   tag
+-- ARGV[2]   claiming node
+-- ARGV[3]   ttl ms
+-- ARGV[4]   limit: the most records to reap
+-- ARGV[5]   gap ms
+-- ARGV[6]   pause ms
+-- ARGV[7]   last-seen TTL ms
+-- ARGV[8]   the claimer's landed writes
+-- ARGV[9]   this write's number
+-- ARGV[10]  restore window ms
+-- ARGV[11]  phase: "m" or "a"
+-- ARGV[12]  the claimer's life
+-- ARGV[13]  from (see recall)
+-- ARGV[14]  unknown (see recall)
+-- ARGV[15]  the nodes other shards found dead in this claim, comma-separated
+-- ARGV[16...] the remembered triples: a node reaped in full, the life
+--           reaped and when (ms)
+--
+-- Returns {1 if the claimer's life ended (it owes), 1 if paused (2 if
+-- paused as Redis lost the claimer's writes: it must restore), 1 if more is
+-- left to reap in this phase, Redis's time (ms), the nodes reaped in full
+-- by this call as "node life", those to forget (comma-separated lists),
+-- and, unless paused, the nodes dead here (comma-separated), the life
+-- Redis holds of the claimer, then kind, uid, channel, ms, outbox id per
+-- edge made}. A stale call (see recall) is paused, and so is a claimer
+-- whose life ended.
 
-import "github.com/redis/go-redis/v9"
-
-// claimScript renews the claiming node, marks the nodes whose liveness
-// expired as dead and reaps up to ARGV[4] of their records. The script is
-// atomic, so when several nodes claim at once each record is dropped, and
-// each edge emitted, by exactly one of them.
-//
-// A long gap since the last claim by any node means nobody reached Redis
-// meanwhile (Redis stalled or was cut off from all nodes): every node may
-// look expired then, though it is alive and about to renew. So after a gap of
-// ARGV[5] ms claims pause for ARGV[6] ms, one renewal round. That also
-// covers a claim sent before a stall and run by Redis only after it.
-// Claims also pause while a restore window is open (see check): a node
-// not restored yet is not dead.
-// A user's memberships and its record live in different shards, so a
-// claim goes in two phases over every shard: "m" reaps memberships alone
-// until no dead node has one left, then "a" reaps the rest; a user's
-// leaves are then made before its offline, as when it really leaves.
-//
-// A claimer remembers the nodes it reaped in full (see remark): ARGV from
-// the 16th are triples of such a node, the life reaped and when.
-//
-// ARGV: tag, claiming node, ttl ms, limit, gap ms, pause ms, last-seen TTL
-// ms, the claimer's landed writes, this write's number, restore window ms,
-// phase ("m" or "a"), the claimer's life, from and unknown (see recall),
-// the nodes other shards found dead in this claim (comma-separated), then
-// the remembered triples. Returns {1 if the claimer's life ended (it
-// owes), 1 if paused (2 if paused as Redis lost the claimer's writes: it
-// must restore), 1 if more is left to reap in this phase, Redis's time
-// (ms), the nodes reaped in full by this call as "node life", those to
-// forget (comma-separated lists), and, unless paused, the nodes dead here
-// (comma-separated), the life Redis holds of the claimer, then kind, uid,
-// channel, ms, outbox id per edge made}. A stale call (see recall) is
-// paused, and so is a claimer whose life ended.
-var claimScript = redis.NewScript(luaPrelude + `
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
 seenTTL = tonumber(ARGV[7])
@@ -129,40 +140,3 @@ for _, node in ipairs(dead) do
   end
 end
 return reply(head(0, 0, more, dead))
-`)
-
-// leaveScript drops up to ARGV[3] of the node's own records, for a node that
-// shuts down; once none is left it drops the node's liveness too.
-// It goes in the two phases of claimScript, memberships first.
-// ARGV: tag, node, limit, last-seen TTL ms, phase ("m" or "a"), this
-// call's number, from and unknown (see recall). Returns {1 if more is left
-// in this phase, then kind, uid, channel, ms, outbox id per edge made}. A node gone
-// this way is kept in T:reaped, for the last-seen TTL, as the replies of
-// its calls are.
-var leaveScript = redis.NewScript(luaPrelude + `
-local node = ARGV[2]
-seenTTL = tonumber(ARGV[4])
-local seen, c = recall(node, num(ARGV[6]), num(ARGV[7]), ARGV[8])
-if seen == 'replay' then return replayed(c) end
-if seen == 'stale' then return unapplied({1}) end
-redis.call('HSET', K('ver'), node, math.max(verOf(node), num(ARGV[6])))
-redis.call('SADD', K('dead'), node)
-local membersOnly = ARGV[5] == 'm'
-local more = 0
-reap(node, tonumber(ARGV[3]), membersOnly)
-if membersOnly then
-  if #recordsOf('m', node, 1) > 0 then more = 1 end
-elseif holdsRecords(node) then
-  more = 1
-end
-if not holdsRecords(node) then
-  -- Edges it made and has not delivered yet: its lease runs on, and a
-  -- claim takes them over if it dies before it delivers them.
-  if not keeps(node) then redis.call('ZREM', K('alive'), node) end
-  redis.call('SREM', K('dead'), node)
-  redis.call('ZADD', K('reaped'), now, node)
-  more = 0
-end
-trimSeen()
-return reply({more})
-`)

@@ -1,0 +1,67 @@
+-- prelude_keys.lua comes first in every script of a shard (all but
+-- publish.lua, settle.lua and time.lua). KEYS: the shard's keys, T:<name>
+-- for each name of the list below, in its order; K(name) is the key of
+-- that name, and a name not in KEYS is an error, so a script never
+-- touches a key it did not declare. ARGV: as each script says.
+--
+-- Every script runs on the keys of one shard, all under the shard's hash
+-- tag T = {prefix:N}, so it touches a single cluster slot. Every key a
+-- script touches is one of its KEYS, as the scripting contract asks
+-- (proxies and Redis-compatible stores route and lock by KEYS): a shard has
+-- a fixed set of keys, the list below (Go reads its shardKeyNames from it),
+-- passed in that order to every script of the shard, so KEYS[1] is T:alive,
+-- which routes the call; the last two, the outbox, are there only with
+-- Config.Outbox. Records of a node or a channel are members of the shard's
+-- keys, not keys of their own, so a claim finds a dead node's records
+-- without naming keys it cannot know beforehand; node names, channels and
+-- uids have no space, so "node ..." and "channel ..." records range by
+-- prefix (ZRANGE BYLEX):
+--
+--  T:alive   ZSET  node -> liveness expiry (ms, Redis clock); renewed per node, never per user
+--  T:dead    SET   nodes whose liveness expired and whose records are being reaped
+--  T:proof   HASH  dead node -> its last proof of life (ms): when its users went offline
+--  T:clock   HASH  last = time of the last claim, pause = no claims before,
+--                  restore = end of the restore window after Redis lost records,
+--                  lost = when that window opened
+--  T:ver     HASH  node -> the newest write of the node this shard has seen
+--  T:reaped  ZSET  node -> when its life's records were all reaped (kept for the last-seen TTL)
+--  T:life    HASH  node -> the node's life in this shard (see standing)
+--  T:done    HASH  "node v" -> the reply of the node's call v, kept a while, so a call run twice answers once (see recall)
+--  T:dk      ZSET  "node v", score 0: T:done's fields in order, per node
+--  T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
+--  T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
+--  T:u       HASH  "node uid" -> connections the node holds, for users of this shard
+--  T:ua      HASH  "node uid" -> how many of those are away (absent: none)
+--  T:ui      ZSET  "node uid", score 0: T:u's records by node
+--  T:m       ZSET  "node channel uid", score 0: the nodes' memberships, for channels of this shard
+--  T:ma      SET   "node channel uid": those of them the node says are away
+--  T:nodes   HASH  uid -> nodes holding the user (the online edge counter)
+--  T:conns   HASH  uid -> connections summed over nodes
+--  T:away    HASH  uid -> away connections summed over nodes; away when it equals T:conns
+--  T:online  ZSET  online users, score 0 (listed in order with ZRANGE BYLEX)
+--  T:seen    ZSET  uid -> when it last went offline (ms, Redis clock), kept for the last-seen TTL
+--  T:mn      HASH  "channel uid" -> nodes holding the membership (the join edge counter)
+--  T:mna     HASH  "channel uid" -> those of them that say away; away when it equals T:mn
+--  T:c       ZSET  "channel uid", score 0: the channels' members
+--  T:ca      ZSET  "channel uid", score 0: the members who are away
+--  T:seq     STRING the shard's edge counter: orders edges against snapshots; starts at 10 x ms
+--  T:ri, T:rm, T:rn, T:rh, T:hid, T:mr  users' records, and members' copies of them: see prelude_records.lua
+--
+-- and, declared alone by the scripts that publish a message (publish.lua,
+-- settle.lua),
+--
+--  T:msg:<id> STRING a published message's ID, so a retried or settled publish is not delivered twice
+--
+-- Edges are published, inside the script that makes them, on the sharded
+-- Pub/Sub channels T:pu:<uid> and T:pc:<channel> (channels, not keys; named
+-- from the tag in ARGV[1]), which only the nodes following that user or
+-- channel subscribe to: {s, on} for online or offline and {s, a} for away
+-- (a=1) or active (a=2) on a user's; {s, u, j} for a join or leave and
+-- {s, u, a} for a member's activity on a channel's.
+--
+-- Expiry uses the Redis server's clock (TIME), so nodes' clocks never matter.
+-- Scripts are effect-replicated, as always since Redis 7, which sharded
+-- Pub/Sub needs anyway.
+local KEY = {}
+for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'ob', 'oe'}) do KEY[name] = KEYS[i] end
+local function K(s) return KEY[s] or error('undeclared key ' .. s) end

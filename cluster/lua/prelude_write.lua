@@ -1,0 +1,244 @@
+-- prelude_write.lua follows prelude_keys.lua in the scripts that write
+-- (set, claim, leave, record, member_record), before prelude_records.lua
+-- and prelude_presence.lua: Redis's clock, the edges a call makes and
+-- publishes, the outbox and the replies kept per call (recall).
+-- KEYS: the shard's (prelude_keys.lua). ARGV[1]: the shard's tag T, which
+-- names its Pub/Sub channels; ARGV[2]: in the scripts that make edges (set,
+-- claim, leave), the calling node, which owns them in the outbox.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tag = ARGV[1]
+local function P(s) return tag .. ':' .. s end
+local function num(v) return tonumber(v or '0') or 0 end
+
+-- produced collects this call's edges for the caller, in the order they
+-- were made: kind, uid, channel ('' for a user's), time (ms), outbox id
+-- ('' without the outbox), ...
+local produced = {}
+-- quiet puts back state whose edges were produced before Redis lost it:
+-- the other nodes' views still hear it (publish), nobody produces it again.
+local quiet = false
+-- restoring puts back what had landed of a node's after Redis lost it
+-- (mode "r") once the restore window has passed: quietly, but for a user
+-- that went offline since the loss (see wentOffline), whose online and
+-- join edges are owed again. Inside the window a restore is quiet.
+local restoring = false
+
+-- seenTTL is how long T:seen keeps an offline time (ms); each script sets
+-- it from its arguments. offlines counts this call's offline edges, which
+-- pay for trimming T:seen (trimSeen).
+local seenTTL = 86400000
+local offlines = 0
+
+-- T:seq starts at ten times the Redis time in ms, so that once Redis lost
+-- it the counter still goes on from above what nodes hold (unless a shard
+-- averaged ten edges per ms), and their filters let the new edges pass;
+-- it stays within the 14 digits cjson writes exactly.
+--
+-- hushed drops stale records without a word: Redis kept an older state
+-- than the node's (a replica that missed writes took over), and the node
+-- puts back what it holds right after. Publishing the drop would show the
+-- other nodes an offline and an online for a user who never left; they
+-- read the topics again instead, as a failover ended their subscriptions.
+local hushed = false
+local function nextSeq()
+  local s = redis.call('INCR', K('seq'))
+  if s == 1 then
+    s = now * 10
+    redis.call('SET', K('seq'), string.format('%.0f', s))
+  end
+  return s
+end
+
+local function publish(channel, msg)
+  msg.s = nextSeq()
+  if not hushed then redis.call('SPUBLISH', channel, cjson.encode(msg)) end
+  return msg.s
+end
+
+-- The outbox, when the script is given its keys (Config.Outbox): every
+-- edge made is also kept in the shard, under the node whose call made it
+-- (owner, ARGV[2]), until that node says it was delivered
+-- (Engine.Delivered): T:ob "node id", T:oe id -> the edge. A claim hands a
+-- dead node's kept edges to the claimer (takeOver), so an edge outlives
+-- the node that made it, under the same id: a receiver can tell a second
+-- delivery from a new edge.
+local outbox = KEY['ob'] ~= nil
+local owner = ARGV[2]
+local function emit(kind, uid, channel, at, id)
+  produced[#produced + 1] = kind
+  produced[#produced + 1] = uid
+  produced[#produced + 1] = channel
+  produced[#produced + 1] = at
+  produced[#produced + 1] = id
+end
+
+-- wentAt is when the users being reaped were last seen, if not now: a
+-- dead node's users went away at its last proof of life (T:proof, see
+-- reap), not when a claim found it dead, about a timeout later. It dates
+-- their last seen only: the edges keep the time they were made, so that a
+-- user's edges stay in time order with those of its other nodes.
+local wentAt = nil
+local function stamp() return wentAt or now end
+
+-- wentOffline reports whether uid's offline edge was made since the
+-- shard last found a loss (T:clock lost): T:seen has every offline time.
+-- Inside the restore window no change is applied, so none was; after
+-- it, a node that restores late may find that another node's change
+-- made the user's offline meanwhile.
+local function wentOffline(uid)
+  local seen = redis.call('ZSCORE', K('seen'), uid)
+  return seen ~= false and tonumber(seen) >= num(redis.call('HGET', K('clock'), 'lost'))
+end
+
+local function produce(kind, uid, channel)
+  if quiet or (restoring and not wentOffline(uid)) then return end
+  local id = ''
+  if outbox then
+    id = string.format('%.0f', nextSeq())
+    redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
+    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, now}))
+  end
+  emit(kind, uid, channel, now, id)
+end
+
+-- keeps reports whether node has edges kept in the outbox.
+local function keeps(node)
+  return outbox and #redis.call('ZRANGEBYLEX', K('ob'), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, 1) > 0
+end
+
+-- takeOver hands up to budget of node's kept edges to owner, the claimer,
+-- and returns what is left of budget. Only a node whose lease ran out: one
+-- that leaves delivers its own.
+local function takeOver(node, budget)
+  if not outbox or budget <= 0 or redis.call('ZSCORE', K('alive'), node) then return budget end
+  for _, rec in ipairs(redis.call('ZRANGEBYLEX', K('ob'), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, budget)) do
+    local id = string.sub(rec, #node + 2)
+    redis.call('ZREM', K('ob'), rec)
+    local raw = redis.call('HGET', K('oe'), id)
+    if raw then
+      redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
+      local e = cjson.decode(raw)
+      emit(e[1], e[2], e[3], e[4], id)
+    end
+    budget = budget - 1
+  end
+  return budget
+end
+
+-- A call may run while its reply is lost (a timeout, a broken connection:
+-- Redis runs what it read, however late), and a client may send the same
+-- call again. So a node numbers its calls (v, rising per shard) and the
+-- shard keeps the replies of the node's recent calls that made edges, from
+-- the lowest one whose reply the node may still lack (from): T:done,
+-- "node v" -> JSON {h = head, e = edges}, one field per call (a burst of
+-- calls then costs each call its own reply, not all the others'), and
+-- T:dk, "node v" by v (padded, so that lexical order is numeric order),
+-- to find those below from, or in a range. A call whose number has a
+-- reply there ran already: it answers that reply again and changes
+-- nothing. One numbered at or below the newest the shard has seen of the
+-- node (T:ver) without a reply there ran already without an edge, or was
+-- overtaken by a later call: it changes nothing (its node writes what it
+-- held again, as for any write not applied, which makes no edge if it had
+-- landed). And a call lists the numbers whose replies its node lost
+-- (unknown, comma-separated): their edges come first in its reply, so an
+-- edge made by a call whose reply was lost is produced on its node all
+-- the same, once. An entry "lo-hi" of unknown stands for every number from lo to hi:
+-- its node heard no call there answered but renewals, which keep no edge,
+-- so every reply kept in that range is a lost one. A call numbered 0 (a
+-- test's, or one run by hand), or from -1 (a renewal, which makes no edge
+-- and is the same run twice), keeps and finds nothing.
+local own, callNode, callV, callFrom = 0, nil, 0, 0
+
+local function doneField(node, v) return node .. ' ' .. string.format('%015d', v) end
+
+-- dropAll runs cmd on key with every one of list, a few hundred at a time
+-- (Lua's unpack has a limit).
+local function dropAll(cmd, key, list)
+  for i = 1, #list, 500 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))
+  end
+end
+
+-- forgetCalls drops node's kept replies numbered below from (all if nil).
+local function forgetCalls(node, from)
+  local upTo = '(' .. node .. '!'
+  if from then upTo = '(' .. doneField(node, from) end
+  local old = redis.call('ZRANGEBYLEX', K('dk'), '[' .. node .. ' ', upTo)
+  if #old > 0 then
+    dropAll('HDEL', K('done'), old)
+    dropAll('ZREM', K('dk'), old)
+  end
+end
+
+-- verOf reads node's T:ver once per call; check updates it.
+local vers = {}
+local function verOf(node)
+  if vers[node] == nil then vers[node] = num(redis.call('HGET', K('ver'), node)) end
+  return vers[node]
+end
+
+local function recall(node, v, from, unknown)
+  callNode, callV, callFrom = node, v, from
+  if v <= 0 or from < 0 then return 'new' end
+  for u in string.gmatch(unknown or '', '[^,]+') do
+    local fields
+    local lo, hi = string.match(u, '^(%d+)-(%d+)$')
+    if lo then
+      fields = redis.call('ZRANGEBYLEX', K('dk'), '[' .. doneField(node, tonumber(lo)), '[' .. doneField(node, tonumber(hi)))
+    else
+      fields = {doneField(node, tonumber(u))}
+    end
+    for _, f in ipairs(fields) do
+      local raw = redis.call('HGET', K('done'), f)
+      if raw then
+        for _, x in ipairs(cjson.decode(raw).e) do produced[#produced + 1] = x end
+      end
+    end
+  end
+  own = #produced
+  local raw = redis.call('HGET', K('done'), doneField(node, v))
+  if raw then return 'replay', cjson.decode(raw) end
+  if v <= verOf(node) then return 'stale' end
+  return 'new'
+end
+
+-- reply returns head and then the edges of this call (those of lost
+-- replies first), keeping head and this call's own edges in T:done if it
+-- made any, or if keep (a reply the node must hear even if it ran twice:
+-- Redis lost the node's writes).
+local function reply(head, keep)
+  local e = {}
+  for i = own + 1, #produced do e[#e + 1] = produced[i] end
+  -- Only a call that keeps a reply forgets the old ones: nothing is kept
+  -- but by such calls, and calls at rest (claims that find nothing) pay
+  -- nothing.
+  if callV > 0 and callFrom >= 0 and (#e > 0 or keep) then
+    forgetCalls(callNode, callFrom)
+    local f = doneField(callNode, callV)
+    redis.call('HSET', K('done'), f, cjson.encode({h = head, e = e}))
+    redis.call('ZADD', K('dk'), 0, f)
+  end
+  local out = {}
+  for _, x in ipairs(head) do out[#out + 1] = x end
+  for _, x in ipairs(produced) do out[#out + 1] = x end
+  return out
+end
+
+-- replayed answers a call that ran already: the reply it made then, after
+-- the edges of the lost replies this call lists.
+local function replayed(c)
+  local out = {}
+  for _, x in ipairs(c.h) do out[#out + 1] = x end
+  for _, x in ipairs(produced) do out[#out + 1] = x end
+  for _, x in ipairs(c.e) do out[#out + 1] = x end
+  return out
+end
+
+-- unapplied answers a stale call: head, and the edges of lost replies.
+local function unapplied(head)
+  local out = {}
+  for _, x in ipairs(head) do out[#out + 1] = x end
+  for _, x in ipairs(produced) do out[#out + 1] = x end
+  return out
+end
