@@ -1,31 +1,3 @@
-// Package cluster shares presence between several presenced nodes through
-// Redis (single server, Sentinel or Cluster, via go-redis's UniversalClient).
-//
-// Each node keeps its own ring for its own connections: a keepalive never
-// touches Redis. What a node holds (its users' connection counts and their
-// channel memberships) is written to Redis only when it changes, coalesced
-// and batched; the node proves it is alive with one liveness entry per shard,
-// renewed a few times per timeout, so Redis's steady-state work does not grow
-// with the number of users. Lua scripts change the records atomically and
-// publish each edge (a user's first node arrives or its last goes; a user's
-// first membership of a channel appears or its last goes) on a sharded
-// Pub/Sub channel of that user or channel. A node subscribes only to the
-// channels and users its own connections follow. A node that dies stops
-// renewing; the first live node to claim its shards reaps its records and
-// emits their edges, each exactly once.
-//
-// Users' records (info, mode, note) live in the users' shards for as long
-// as last seen does, changed by scripts that publish each change on the
-// user's topic; the nodes that hold the user's memberships copy it to the
-// channels' shards and topics (see lua/prelude_records.lua and routerrecords.go).
-//
-// Messages (chat, publish, send, disconnect) wait in a bounded queue per
-// node that one goroutine hands to Redis, so a stalled Redis delays them but
-// holds no caller past Config.PublishTimeout; one not taken in time is
-// reported not delivered, and Redis does not publish it afterwards.
-//
-// All keys of a shard share one hash tag, so every script touches one cluster
-// slot. Nodes that share presence must use the same Prefix and Shards.
 package cluster
 
 import (
