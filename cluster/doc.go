@@ -36,7 +36,9 @@
 //     each script's file names its KEYS and ARGV.
 //   - Edges, each exactly once: a user's node count (T:nodes) and a
 //     membership's (T:mn) turn 0<->1 inside setUser and setMember
-//     (lua/prelude_presence.lua), the only places an edge is made; a call
+//     (lua/prelude_presence.lua), the only places a presence edge is made
+//     (a record's update edge is made from its script's reply, records.go,
+//     where the record's version changed); a call
 //     that runs twice answers once (recall, lua/prelude_write.lua, and
 //     recall.go for the calls whose replies were lost).
 //   - Liveness of nodes: a node's life in a shard, and what every call
