@@ -513,25 +513,6 @@ func goingAway(ws *websocket.Conn, timeout time.Duration) {
 	ws.Close()
 }
 
-// mayJoin reports whether the user of s may join channel: its token's
-// channels claim and the embedder's Authorize must both say yes.
-func (h *Hub) mayJoin(s Session, channel string) bool {
-	return s.Allows(channel) && (h.authorize == nil || h.authorize(s.UID, channel))
-}
-
-// mayWatch reports whether the user of s may watch target: as
-// Config.AuthorizeWatch says or, without it, everyone in demo mode and
-// else the watch claim.
-func (h *Hub) mayWatch(s Session, target string) bool {
-	switch {
-	case h.authorizeWatch != nil:
-		return h.authorizeWatch(s.UID, target)
-	case h.demo:
-		return true
-	}
-	return s.MayWatch(target)
-}
-
 // errNotAllowed answers a join the token or the embedder refused.
 const errNotAllowed = "not allowed to join this channel"
 

@@ -2,7 +2,13 @@ package transport
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/presenced/presenced/internal/queue"
@@ -141,4 +147,131 @@ func frameType(f protocol.Frame) string {
 		return "custom"
 	}
 	return "other"
+}
+
+func (t *drainTask) run() { (*conn)(t).drainInbox() }
+
+// followWait bounds how long a join or watch waits for the state of what it
+// follows, past which the state follows as diffs: 5 s, and less than the
+// timeout, so a reader held up by a stalled engine still counts as alive.
+func (h *Hub) followWait() time.Duration { return min(5*time.Second, h.Timeout()/4) }
+
+// handle acts on one item of c's inbox, in its turn. Whatever the client
+// sent, the answer is a frame; a bad one gets an error frame and the
+// connection stays open.
+func (c *conn) handle(it inboxItem) {
+	h := c.hub
+	if it.end != notEnding {
+		c.ended(it.end)
+		return
+	}
+	if it.err != "" {
+		c.replyError(it.err, it.payload)
+		return
+	}
+	if it.pong {
+		c.pong(it.payload)
+		return
+	}
+	switch f := it.frame.(type) {
+	case protocol.Ping:
+		if !c.push(pongAnswer) {
+			c.closeSlow()
+		}
+	case protocol.Silence:
+		if !h.demo {
+			c.replyError(`"silence" is a demo aid, accepted only in demo mode`, "")
+		}
+	case protocol.Join:
+		if !h.mayJoin(c.sess(), f.Channel) {
+			c.replyError(errNotAllowed, f.Channel)
+			return
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.followWait()))
+		defer cancel()
+		if err := h.node.Join(ctx, c, f.Channel); err != nil {
+			c.failed(it, err.Error(), f.Channel, nil)
+		}
+	case protocol.Leave:
+		if err := h.node.Leave(c, f.Channel); err != nil {
+			c.replyError(err.Error(), f.Channel)
+		}
+	case protocol.Watch:
+		var refused []string
+		uids := slices.DeleteFunc(slices.Clone(f.UIDs), func(uid string) bool {
+			if !h.mayWatch(c.sess(), uid) {
+				refused = append(refused, uid)
+				return true
+			}
+			return false
+		})
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.followWait()))
+		defer cancel()
+		if err := h.node.Watch(ctx, c, uids); err != nil {
+			c.failed(it, err.Error(), "", nil)
+			return
+		}
+		if len(refused) > 0 {
+			c.replyError(notAllowedToWatch(refused), "")
+		}
+	case protocol.Members:
+		// From the node's view, queued in order with the channel's diffs.
+		if err := h.node.SendMembers(c, f.Channel, f.After, f.Limit); err != nil {
+			c.replyError(err.Error(), f.Channel)
+		}
+	case protocol.Activity:
+		if err := h.node.SetActivity(c, f.State == "away"); err != nil {
+			c.replyError(err.Error(), "")
+		}
+	case protocol.Refresh:
+		if err := c.refresh(f.Token); err != nil {
+			c.replyError(err.Error(), "")
+		}
+	case protocol.Set:
+		if err := h.node.Set(c, f); err != nil {
+			c.replyError(err.Error(), "")
+		}
+	case protocol.Chat:
+		h.m.chats.Inc()
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.handover))
+		defer cancel()
+		c.handedOver(it, "chat", f.Channel, f.Ref, h.node.Chat(ctx, c, f.Channel, f.Text))
+	case protocol.Typing:
+		ctx, cancel := context.WithDeadline(context.Background(), it.at.Add(h.handover))
+		defer cancel()
+		c.handedOver(it, "typing", f.Channel, nil, h.node.Typing(ctx, c, f.Channel))
+	case protocol.Custom:
+		if h.onMessage == nil {
+			c.replyError(fmt.Sprintf("unknown type %q", protocol.Truncate(f.Kind)), "")
+			return
+		}
+		if err := h.onMessage(c.life.ctx, c.uid, f.Kind, f.Raw); err != nil {
+			c.failed(it, err.Error(), "", nil)
+		}
+	}
+}
+
+// failed answers a frame that could not be handled with an error frame, or,
+// if c is closing and nobody would read it, counts the frame as lost.
+func (c *conn) failed(it inboxItem, msg, channel string, ref json.RawMessage) {
+	if c.stopped.Load() {
+		c.lost(it)
+		return
+	}
+	c.reply(protocol.Error{Error: msg, Channel: channel, Ref: ref})
+}
+
+// notAllowedToWatch names the user IDs a watch frame may not have, the
+// first few of them in full.
+func notAllowedToWatch(uids []string) string {
+	const shown = 10
+	names := make([]string, 0, shown)
+	for _, uid := range uids[:min(len(uids), shown)] {
+		names = append(names, strconv.Quote(uid))
+	}
+	msg := "not allowed to watch " + strings.Join(names, ", ")
+	if len(uids) > shown {
+		msg += fmt.Sprintf(" and %d more", len(uids)-shown)
+	}
+	return msg + "; the others are watched"
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
@@ -145,4 +146,28 @@ func (c *conn) pingHandler(data string) error {
 func (c *conn) pongHandler(string) error {
 	c.controlKeepalive(false)
 	return nil
+}
+
+// touch counts an inbound frame as a keepalive.
+func (c *conn) touch() {
+	if !c.stopped.Load() {
+		c.hub.node.Touch(c)
+	}
+}
+
+// admit applies the inbound limits to a frame of size bytes and reports
+// whether to act on it. The first frame over the limit gets an error frame;
+// a connection that stays over it is closed.
+func (c *conn) admit(size int) bool {
+	switch c.rate.check(&c.hub.limits, time.Now(), size) {
+	case accept:
+		return true
+	case cutOff:
+		c.closeWith(protocol.ClosePolicyViolation, protocol.ReasonRateLimit, reasonFlood)
+	default:
+		if c.rate.refused == 1 {
+			c.deliver(inboxItem{err: "too many messages: slow down, this one was dropped"})
+		}
+	}
+	return false
 }

@@ -358,3 +358,5 @@ func (c *conn) drain() {
 	w.draining = false
 	c.shut()
 }
+
+func (t *readTask) run() { (*conn)(t).serveReady() }

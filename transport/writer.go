@@ -401,3 +401,14 @@ func (c *conn) pong(data string) {
 
 // pongFrame marks a queued WebSocket pong: no text frame has this type.
 const pongFrame = "\x00pong"
+
+func (t *writeTask) run() { (*conn)(t).writeLoop() }
+
+// Send queues a frame from the presence node. A connection whose queue is
+// full is closed as a slow consumer, on a goroutine of its own: the node
+// calls Send under its locks.
+func (c *conn) Send(f protocol.Encoded) {
+	if !c.push(f) {
+		go c.closeSlow()
+	}
+}
