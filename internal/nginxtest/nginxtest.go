@@ -22,6 +22,20 @@ import (
 // what it proxies: a server under test answers it (presenced: -hosts).
 const Upstream = "presenced"
 
+// Find returns the path of the nginx binary: on PATH, or where Debian puts it.
+func Find() (string, error) {
+	bin, err := exec.LookPath("nginx")
+	if err == nil {
+		return bin, nil
+	}
+	for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
+		if _, serr := os.Stat(p); serr == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("find nginx: %w", err)
+}
+
 // Proxy is one nginx process.
 type Proxy struct {
 	Addr string // 127.0.0.1:port
@@ -38,15 +52,7 @@ type Proxy struct {
 // CI is set: then it fails.
 func Start(t testing.TB, upstreams ...string) *Proxy {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
-			if _, serr := os.Stat(p); serr == nil {
-				bin, err = p, nil
-				break
-			}
-		}
-	}
+	bin, err := Find()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("nginx not found and CI is set: install it (apt-get install nginx): %v", err)

@@ -822,11 +822,13 @@ class Connection {
     this.#c.retryAt = 0;
     if (this.#link) return;
     this.silenced = false;
-    this.#on.state('connecting');
     // Every attempt tries the WebSocket first, where it may: after a
     // stream ended, the way may be open again (another network, a proxy
     // fixed), and a refused upgrade costs one round trip.
-    this.#open(this.#mode === 'sse' || !this.#WS ? 'sse' : 'websocket');
+    const kind = this.#mode === 'sse' || !this.#WS ? 'sse' : 'websocket';
+    this.#c.transport = kind;
+    this.#on.state('connecting');
+    this.#open(kind);
   }
 
   close(reason) {
