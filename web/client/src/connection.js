@@ -63,6 +63,7 @@ export class Connection {
   #c;
   #WS;
   #mode; // the transport option
+  #fellBack = null; // the close of this attempt's WebSocket, once it fell back to a stream
   #on;
   #link = null;
   #pingTimer = 0;
@@ -94,6 +95,7 @@ export class Connection {
     // fixed), and a refused upgrade costs one round trip.
     const kind = this.#mode === 'sse' || !this.#WS ? 'sse' : 'websocket';
     this.#c.transport = kind;
+    this.#fellBack = null;
     this.#on.state('connecting');
     this.#open(kind);
   }
@@ -184,6 +186,10 @@ export class Connection {
         close: (code, reason, final) => {
           if (link !== this.#link) return;
           if (this.#fallBack(link, kind, code, reason, final)) return;
+          // A stream that failed as its WebSocket did says less of why
+          // (a server without streams, a proxy's error page) than the WebSocket.
+          const ws = this.#fellBack;
+          if (ws && !final && !this.welcomes && code !== 4401 && !FINAL_CLOSES.includes(code)) return this.#lost(ws.code, ws.reason);
           if (!final) return this.#lost(code, reason);
           this.#link = null;
           this.#ended(code, reason);
@@ -224,6 +230,7 @@ export class Connection {
     this.#link = null;
     link.terminate();
     this.#c.lastClose = { code, reason, at: Date.now() };
+    this.#fellBack = { code, reason };
     this.#open('sse');
     return true;
   }
