@@ -52,6 +52,26 @@ type Proxy struct {
 // CI is set: then it fails.
 func Start(t testing.TB, upstreams ...string) *Proxy {
 	t.Helper()
+	return StartAt(t, "", upstreams...)
+}
+
+// FreeAddr returns a loopback address no one listens on now, for StartAt:
+// a server behind nginx may need to know nginx's address before it starts
+// (as the origin of the pages nginx serves).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// StartAt is Start listening on addr (127.0.0.1:port), or on a free port
+// when addr is empty.
+func StartAt(t testing.TB, addr string, upstreams ...string) *Proxy {
+	t.Helper()
 	bin, err := Find()
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -59,12 +79,9 @@ func Start(t testing.TB, upstreams ...string) *Proxy {
 		}
 		t.Skip("nginx not found; install it (apt-get install nginx) to run the tests through a proxy")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	if addr == "" {
+		addr = FreeAddr(t)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	p := &Proxy{Addr: addr, URL: "http://" + addr, dir: t.TempDir(), done: make(chan struct{})}
 	conf := filepath.Join(p.dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(p.config(upstreams)), 0o644); err != nil {
