@@ -3,6 +3,8 @@
 // server reports (every joined channel's members, who of them is away and
 // who types, the watched users' state and last seen, and the record of
 // each user it sees: info, mode and note) exact across reconnects.
+// It speaks WebSocket only: unlike the JavaScript client it does not fall
+// back to Server-Sent Events where a proxy strips the upgrade.
 //
 // Dial connects and returns once the connection is live: the server's
 // welcome and the snapshot of every channel of Options.Channels have come;

@@ -18,13 +18,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/presenced/presenced/internal/apicheck"
+	"github.com/presenced/presenced/internal/nginxtest"
 	"github.com/presenced/presenced/transport"
 	"github.com/presenced/presenced/web"
 )
 
 // TestJSClient runs the JavaScript client's tests (web/client/test, with
 // node --test) against real Hubs on loopback: one in demo mode with a
-// cuttable proxy in front, one with a short timeout, one with JWTs. The
+// cuttable proxy in front and, where nginx is installed, a plain nginx
+// proxy_pass in front (no upgrade headers: WebSockets do not open through
+// it), one with a short timeout, one with JWTs. The
 // Node side finds them in environment variables; each Hub also answers
 // POST /test/disconnect?uid= (Hub.Disconnect, close 4403) and, in demo
 // mode, POST /test/cut, which drops every connection through the proxy as
@@ -33,7 +36,9 @@ func TestJSClient(t *testing.T) {
 	node := needNode(t)
 	const secret, apiKey = "js-client-test-secret", "js-client-test-key"
 
-	demo := startHub(t, transport.Config{Slots: 101, Tick: 50 * time.Millisecond, TypingTTL: 500 * time.Millisecond})
+	// nginx sends its upstream's name as the Host.
+	demo := startHub(t, transport.Config{Slots: 101, Tick: 50 * time.Millisecond, TypingTTL: 500 * time.Millisecond,
+		Hosts: []string{nginxtest.Upstream}})
 	proxy := startProxy(t, demo.Listener.Addr().String())
 	demo.control.HandleFunc("POST /test/cut", func(w http.ResponseWriter, r *http.Request) {
 		proxy.cut()
@@ -51,6 +56,12 @@ func TestJSClient(t *testing.T) {
 	for i, f := range files {
 		files[i], _ = filepath.Rel("client", f)
 	}
+	nginxURL := ""
+	if _, err := nginxtest.Find(); err == nil || os.Getenv("CI") != "" {
+		nginxURL = nginxtest.Start(t, demo.Listener.Addr().String()).URL
+	} else {
+		tellTerminal(t.Name() + ": no nginx, so the fallback through it is skipped: " + err.Error())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-reporter=spec", "--test-concurrency=1"}, files...)...)
@@ -58,6 +69,7 @@ func TestJSClient(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"PRESENCED_URL="+demo.URL,
 		"PRESENCED_PROXY_URL=http://"+proxy.addr(),
+		"PRESENCED_NGINX_URL="+nginxURL,
 		"PRESENCED_SHORT_URL="+short.URL,
 		"PRESENCED_JWT_URL="+jwtHub.URL,
 		"PRESENCED_JWT_SECRET="+secret,
@@ -120,6 +132,8 @@ func startHub(t *testing.T, cfg transport.Config) *testHub {
 	mux.Handle("/", web.Handler())
 	checked := apicheck.Handler(t, hub) // against docs/openapi.yaml
 	mux.Handle("/ws", checked)
+	mux.Handle("/sse", checked)
+	mux.Handle("/sse/", checked)
 	mux.Handle("/api/", checked)
 	mux.HandleFunc("POST /test/disconnect", func(w http.ResponseWriter, r *http.Request) {
 		if err := hub.Disconnect(r.Context(), r.URL.Query().Get("uid")); err != nil {

@@ -22,6 +22,20 @@ import (
 // what it proxies: a server under test answers it (presenced: -hosts).
 const Upstream = "presenced"
 
+// Find returns the path of the nginx binary: on PATH, or where Debian puts it.
+func Find() (string, error) {
+	bin, err := exec.LookPath("nginx")
+	if err == nil {
+		return bin, nil
+	}
+	for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
+		if _, serr := os.Stat(p); serr == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("find nginx: %w", err)
+}
+
 // Proxy is one nginx process.
 type Proxy struct {
 	Addr string // 127.0.0.1:port
@@ -38,27 +52,36 @@ type Proxy struct {
 // CI is set: then it fails.
 func Start(t testing.TB, upstreams ...string) *Proxy {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
+	return StartAt(t, "", upstreams...)
+}
+
+// FreeAddr returns a loopback address no one listens on now, for StartAt:
+// a server behind nginx may need to know nginx's address before it starts
+// (as the origin of the pages nginx serves).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
-			if _, serr := os.Stat(p); serr == nil {
-				bin, err = p, nil
-				break
-			}
-		}
+		t.Fatalf("find a free port: %v", err)
 	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// StartAt is Start listening on addr (127.0.0.1:port), or on a free port
+// when addr is empty.
+func StartAt(t testing.TB, addr string, upstreams ...string) *Proxy {
+	t.Helper()
+	bin, err := Find()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("nginx not found and CI is set: install it (apt-get install nginx): %v", err)
 		}
 		t.Skip("nginx not found; install it (apt-get install nginx) to run the tests through a proxy")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	if addr == "" {
+		addr = FreeAddr(t)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	p := &Proxy{Addr: addr, URL: "http://" + addr, dir: t.TempDir(), done: make(chan struct{})}
 	conf := filepath.Join(p.dir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(p.config(upstreams)), 0o644); err != nil {

@@ -85,6 +85,12 @@ export interface WebSocketLike {
 /** A WebSocket implementation: `globalThis.WebSocket` in browsers, the `ws` package's default export in Node. */
 export type WebSocketConstructor = new (url: string, ...rest: any[]) => WebSocketLike;
 
+/**
+ * How the client reaches the server: `websocket`, or `sse` (Server-Sent Events: `GET /sse` read with `fetch`,
+ * frames sent as `POST /sse/{session}`), for where a proxy strips the WebSocket upgrade.
+ */
+export type Transport = 'websocket' | 'sse';
+
 export interface PresencedOptions {
   /** The server's WebSocket address, e.g. `wss://chat.example.com/ws`. */
   url: string;
@@ -96,8 +102,14 @@ export interface PresencedOptions {
   uid?: string;
   /** Joined at connect and again after every reconnect. */
   channels?: string[];
-  /** A WebSocket implementation; default `globalThis.WebSocket`. In Node 20, pass the `ws` package. */
-  WebSocket?: WebSocketConstructor;
+  /** A WebSocket implementation; default `globalThis.WebSocket`. In Node 20, pass the `ws` package; with none, `auto` uses streams only. */
+  WebSocket?: WebSocketConstructor | null;
+  /**
+   * `auto` (the default): every attempt tries a WebSocket first and, when it does not open or ends before its
+   * welcome, falls back at once to Server-Sent Events, at the `/sse` beside the `/ws` of `url`. `websocket` or
+   * `sse` pins one.
+   */
+  transport?: 'auto' | Transport;
   /** Reconnect after a close the server did not mean as final (default true). */
   reconnect?: boolean;
   /** Send app pings (default true). */
@@ -164,6 +176,8 @@ export class Presenced extends EventTarget {
   keepalive: boolean;
   maxMessageBytes: number;
   connectTimeoutMs: number;
+  /** The transport of the current connection, or of the attempt under way. */
+  readonly transport: Transport;
   readonly state: State;
   /** The server's idle timeout, from its welcome (0 before). */
   readonly timeoutMs: number;

@@ -12,6 +12,9 @@
 //   const p = new Presenced({ url: 'wss://chat.example.com/ws', token, refreshToken, channels: ['lobby'] });
 //   p.addEventListener('presence', (e) => draw(p.channel(e.detail.channel)));
 //
+// Where a WebSocket does not open (a proxy that strips the upgrade), it
+// falls back to Server-Sent Events by itself, with the same API and events.
+//
 // This file is built from the modules in src/, one concern each, by
 // go generate ./web; edit those, and build it again.
 
@@ -418,54 +421,29 @@ function settle(m, k, fn) {
   for (const w of a) fn(w);
 }
 
-// ---- connection.js ----
-// The connection: opening it, keeping it alive, its token, and reconnecting
-// with a backoff after a close the server did not mean as final. This is
-// the one place that opens a transport and hears what it says.
+// ---- link.js ----
+// What the transports share: the link a connection drives, and how each
+// opener tells what ended it.
+//
+// A link is one open transport, as the connection drives it:
+//   open       whether a frame sent now goes out
+//   send(text) sends one frame
+//   close(code, reason)  ends it (with a closing handshake where there is
+//                        one, after the frames sent before), and says nothing more
+//   terminate()          ends it at once, and says nothing more
+// Its opener feeds it to `on`: on.message(data) for each message, then one
+// on.close(code, reason, final) when it ends of itself; final says a retry
+// would be refused the same way. on.error(text), where the opener has it,
+// tells of frames the server refused while the link stays up. The
+// connection is up at the server's welcome, not when the transport opens,
+// so an opener reports no open.
 
-/** Close codes never retried: 4401 (token expired) would fail again with the same token, 4403 is on purpose. */
-const FINAL_CLOSES = [4401, 4403];
-
-// Handshake refusals never retried, where the WebSocket implementation tells
-// the status (a browser's does not): a bad user ID, an origin or a path.
+// Handshake refusals never retried, where the transport tells the status (a
+// browser's WebSocket does not): a bad user ID, an origin or a path.
 const REFUSALS = [400, 403, 404];
 
-// A connection that stayed live (welcomed) this long resets the backoff;
-// until one does, every attempt waits longer than the last, so a server that
-// accepts and drops at once, or welcomes and drops, is not hammered.
-const STABLE_MS = 10000;
-const MAX_TIMER = 2 ** 31 - 1; // setTimeout overflows past this
-const MIN_PING_MS = 100; // app pings never come closer than this, whatever the welcome says
-
-/** The default of the maxMessageBytes option: 4 MiB, ample for a page of 1000 members. */
-const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
-/** The default of the connectTimeoutMs option: from opening a connection to its welcome. */
-const CONNECT_TIMEOUT_MS = 10000;
-
-// Codes the client reports (in 'state' and lastClose) for connections it
-// ended itself: no welcome in time, a message over the limit, a snapshot or
-// diff that breaks the protocol. In a browser the close frame it sends says
-// only 1000 or nothing, the codes a page may send.
-const NO_WELCOME = 1006;
+// The code reported for a message over maxMessageBytes: the link ends it itself.
 const TOO_BIG = 1009;
-const PROTOCOL_ERROR = 1002;
-
-/** backoffDelay is the wait before reconnect attempt n (0-based): 0.5 s doubling to 15 s, the upper half jittered. */
-function backoffDelay(n) {
-  const base = Math.min(15000, 500 * 2 ** Math.min(n, 10));
-  return base / 2 + Math.random() * (base / 2);
-}
-
-/** tokenExpiry returns a JWT's exp in Unix ms, or 0 when it has none or is not a JWT. */
-function tokenExpiry(token) {
-  try {
-    const b64 = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
-    const exp = Number(JSON.parse(atob(b64)).exp);
-    return Number.isFinite(exp) && exp > 0 ? exp * 1000 : 0;
-  } catch {
-    return 0;
-  }
-}
 
 // byteSize is the size of a message as it came, in UTF-8 bytes for text; it
 // counts a long string's bytes only when its length leaves a doubt.
@@ -484,21 +462,223 @@ function byteSize(data, limit) {
   return 0;
 }
 
+// ---- sse.js ----
+// The Server-Sent Events transport, for where a proxy strips the WebSocket
+// upgrade: the server's frames as a stream from GET /sse, the client's as
+// POSTs to /sse/{session}. The stream is read with fetch, not EventSource:
+// one implementation for browsers and Node 20 (which has no EventSource),
+// and fetch tells the status of a refused stream, which EventSource hides.
+
+// After a POST's 404 (the session ended) the stream is given this long to
+// bring its close event, which says why, before the link ends without one.
+const SESSION_END_MS = 2000;
+
+// sseURL is the stream's address for a WebSocket address: ws://host/ws?q is
+// http://host/sse?q (wss: https:).
+function sseURL(url) {
+  const u = new URL(url);
+  if (u.protocol === 'ws:') u.protocol = 'http:';
+  else if (u.protocol === 'wss:') u.protocol = 'https:';
+  u.pathname = u.pathname.endsWith('/ws') ? `${u.pathname.slice(0, -3)}/sse` : `${u.pathname.replace(/\/$/, '')}/sse`;
+  return u.toString();
+}
+
+// frameType reads the type of a frame that starts as the server writes
+// them, {"type":..., without parsing the whole frame.
+const frameType = (data) => {
+  const m = /^\{\s*"type"\s*:\s*"(\w+)"/.exec(data);
+  return m ? m[1] : '';
+};
+
+// drop discards a body that says nothing, freeing its connection.
+const drop = (res) => (res.body ? res.body.cancel().catch(() => {}) : undefined);
+
+const message = (err) => String((err && (err.cause && err.cause.message || err.message)) || err);
+
+// errorText reads the error of a refused POST's JSON body.
+async function errorText(res) {
+  try {
+    const body = await res.text();
+    try {
+      return String(JSON.parse(body).error || body);
+    } catch {
+      return body;
+    }
+  } catch {
+    return '';
+  }
+}
+
+// openSSE opens a link over a stream of Server-Sent Events, url being the
+// WebSocket address with its query.
+function openSSE(url, maxMessageBytes, on) {
+  const streamURL = sseURL(url);
+  const stream = new AbortController();
+  const posts = new AbortController();
+  let session = '';
+  let postURL = '';
+  let done = false; // nothing more is reported
+  let closing = false; // close(): the stream ends once the frames sent before are posted
+  let queue = [];
+  let flushing = false; // a POST in flight, or one to start in this turn
+  let endTimer = 0;
+
+  const stop = () => {
+    clearTimeout(endTimer);
+    stream.abort();
+  };
+  const end = (code, reason, final) => {
+    if (done) return;
+    done = true;
+    stop();
+    posts.abort();
+    on.close(code, reason, final);
+  };
+  const link = {
+    get open() { return !done && !closing && session !== ''; },
+    send(text) {
+      queue.push(text);
+      if (flushing) return;
+      flushing = true;
+      queueMicrotask(flush); // frames sent in the same turn go in one POST
+    },
+    close() {
+      done = true;
+      closing = true;
+      if (!flushing) stop();
+    },
+    terminate() {
+      done = true;
+      stop();
+      posts.abort();
+    },
+  };
+
+  // flush posts what is queued, one POST at a time, so that the server
+  // takes the frames in the order they were sent.
+  async function flush() {
+    while (queue.length) {
+      const body = queue.join('\n');
+      queue = [];
+      let res;
+      try {
+        res = await fetch(postURL, { method: 'POST', body, headers: { 'Content-Type': 'text/plain' }, signal: posts.signal });
+      } catch (err) {
+        end(1006, `POST failed: ${message(err)}`, false);
+        break;
+      }
+      if (res.status === 404) {
+        await drop(res);
+        // Its close event may be on its way: the stream ends soon either way.
+        if (!done && !endTimer) endTimer = setTimeout(() => end(1006, 'the session ended (HTTP 404)', false), SESSION_END_MS);
+        break;
+      }
+      if (res.ok) {
+        await drop(res);
+        continue;
+      }
+      // 429's frames over the rates: the stream brings the error frame a
+      // WebSocket gets. Others (413 past -max-message, 503 from a node that
+      // did not answer) say nothing on the stream: tell the app.
+      const text = await errorText(res);
+      if (res.status !== 429 && !done && on.error) on.error(`the server refused frames (HTTP ${res.status}): ${text}`);
+    }
+    flushing = false;
+    if (closing) stop();
+  }
+
+  const read = async () => {
+    let res;
+    try {
+      res = await fetch(streamURL, { headers: { Accept: 'text/event-stream' }, cache: 'no-store', signal: stream.signal });
+    } catch (err) {
+      return end(1006, `cannot open the stream: ${message(err)}`, false);
+    }
+    if (res.status !== 200 || !res.body) {
+      await drop(res);
+      const s = res.status;
+      if (s === 401) return end(4401, 'HTTP 401', false); // refreshed and retried like a 4401
+      // A 404 here may be a server without streams (a WebSocket may still
+      // open next time), so it is retried, unlike on /ws.
+      return end(1006, `HTTP ${s}`, REFUSALS.includes(s) && s !== 404);
+    }
+    const reader = res.body.getReader();
+    const text = new TextDecoder();
+    let buf = ''; // what came of the current line
+    let data = null; // the event's data lines so far, null before its first
+    const line = (l) => {
+      if (l === '') {
+        if (data === null) return true;
+        const d = data;
+        data = null;
+        return event(d);
+      }
+      if (l.startsWith('data:')) {
+        const v = l.slice(l[5] === ' ' ? 6 : 5);
+        data = data === null ? v : `${data}\n${v}`;
+      }
+      return true; // comments (": keepalive") and other fields say nothing
+    };
+    const event = (d) => {
+      const n = byteSize(d, maxMessageBytes);
+      if (n > maxMessageBytes) {
+        end(TOO_BIG, `a message of ${n} bytes, over maxMessageBytes (${maxMessageBytes})`, false);
+        return false;
+      }
+      const type = frameType(d);
+      if (type === 'close') {
+        let f = {};
+        try { f = JSON.parse(d); } catch { /* a close all the same */ }
+        const code = Number.isInteger(f.code) ? f.code : 1006;
+        end(code, typeof f.reason === 'string' ? f.reason : '', false);
+        return false;
+      }
+      if (!session && type === 'welcome') {
+        try {
+          session = String(JSON.parse(d).session || '');
+        } catch { /* the connection reports the bad welcome */ }
+        if (session) postURL = `${streamURL.replace(/[?#].*$/, '')}/${encodeURIComponent(session)}`;
+      }
+      on.message(d);
+      return !done;
+    };
+    try {
+      for (;;) {
+        const { value, done: over } = await reader.read();
+        if (done) return;
+        if (over) break;
+        buf += text.decode(value, { stream: true });
+        let at;
+        while ((at = buf.search(/\r\n|\r|\n/)) >= 0) {
+          if (at === buf.length - 1 && buf[at] === '\r') break; // its \n may come next
+          const l = buf.slice(0, at);
+          buf = buf.slice(at + (buf[at] === '\r' && buf[at + 1] === '\n' ? 2 : 1));
+          if (!line(l)) return;
+        }
+        // A line longer than any message it could carry: no need to wait for its end.
+        if (buf.length > maxMessageBytes + 6 || (data !== null && data.length > maxMessageBytes)) {
+          return end(TOO_BIG, `a message over maxMessageBytes (${maxMessageBytes})`, false);
+        }
+      }
+      end(1006, 'the stream ended without a close event', false);
+    } catch (err) {
+      end(1006, `the stream broke: ${message(err)}`, false);
+    } finally {
+      reader.cancel().catch(() => {});
+    }
+  };
+  read();
+  return link;
+}
+
+// ---- websocket.js ----
+// The WebSocket transport: a link over a WebSocket of the implementation the
+// app gives (a browser's own, the ws package in Node).
+
 // isWsPackage tells the ws package's WebSocket (or a subclass), which takes
 // options, from a browser's, whose second argument is the subprotocols.
 const isWsPackage = (WS) => typeof WS === 'function' && !!WS.prototype &&
   typeof WS.prototype.terminate === 'function' && typeof WS.prototype.on === 'function';
-
-// A link is one open transport, as the connection drives it:
-//   open       whether a frame sent now goes out
-//   send(text) sends one frame
-//   close(code, reason)  ends it with a closing handshake, and says nothing more
-//   terminate()          ends it at once, and says nothing more
-// Its opener feeds it to `on`: on.message(data) for each message, then one
-// on.close(code, reason, final) when it ends of itself; final says a retry
-// would be refused the same way. The connection is up at the server's
-// welcome, not when the transport opens, so an opener reports no open.
-// Another transport plugs in as another opener, chosen in #transport.
 
 // openWebSocket opens a link over a WebSocket of the implementation WS.
 function openWebSocket(WS, url, maxMessageBytes, on) {
@@ -553,6 +733,52 @@ function openWebSocket(WS, url, maxMessageBytes, on) {
   return link;
 }
 
+// ---- connection.js ----
+// The connection: opening it, keeping it alive, its token, and reconnecting
+// with a backoff after a close the server did not mean as final. This is
+// the one place that opens a transport and hears what it says.
+
+/** Close codes never retried: 4401 (token expired) would fail again with the same token, 4403 is on purpose. */
+const FINAL_CLOSES = [4401, 4403];
+
+// A connection that stayed live (welcomed) this long resets the backoff;
+// until one does, every attempt waits longer than the last, so a server that
+// accepts and drops at once, or welcomes and drops, is not hammered.
+const STABLE_MS = 10000;
+const MAX_TIMER = 2 ** 31 - 1; // setTimeout overflows past this
+const MIN_PING_MS = 100; // app pings never come closer than this, whatever the welcome says
+
+/** The default of the maxMessageBytes option: 4 MiB, ample for a page of 1000 members. */
+const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+/** The default of the connectTimeoutMs option: from opening a connection to its welcome. */
+const CONNECT_TIMEOUT_MS = 10000;
+// The values of the transport option: 'auto' tries a WebSocket first and falls back to Server-Sent Events.
+const TRANSPORTS = ['auto', 'websocket', 'sse'];
+
+// Codes the client reports (in 'state' and lastClose) for connections it
+// ended itself: no welcome in time, a message over the limit, a snapshot or
+// diff that breaks the protocol. In a browser the close frame it sends says
+// only 1000 or nothing, the codes a page may send.
+const NO_WELCOME = 1006;
+const PROTOCOL_ERROR = 1002;
+
+/** backoffDelay is the wait before reconnect attempt n (0-based): 0.5 s doubling to 15 s, the upper half jittered. */
+function backoffDelay(n) {
+  const base = Math.min(15000, 500 * 2 ** Math.min(n, 10));
+  return base / 2 + Math.random() * (base / 2);
+}
+
+/** tokenExpiry returns a JWT's exp in Unix ms, or 0 when it has none or is not a JWT. */
+function tokenExpiry(token) {
+  try {
+    const b64 = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const exp = Number(JSON.parse(atob(b64)).exp);
+    return Number.isFinite(exp) && exp > 0 ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
+
 // pending marks an attempt under way that has no link yet (a token being
 // refreshed): connect() and close() see it, and nothing goes out on it.
 const pending = () => ({ open: false, send() {}, close() {}, terminate() {} });
@@ -560,7 +786,8 @@ const pending = () => ({ open: false, send() {}, close() {}, terminate() {} });
 // Connection is the client's connection, reconnected as needed. It keeps
 // its state in the client's public fields (url, token, refreshToken, uid,
 // reconnect, keepalive, maxMessageBytes, connectTimeoutMs, state,
-// timeoutMs, attempt, retryAt, liveSince, lastSent, lastRecv, lastClose)
+// transport, timeoutMs, attempt, retryAt, liveSince, lastSent, lastRecv,
+// lastClose)
 // and tells the client, through on: frame(data) for each message,
 // state(state, code) for each change, error(text), lost(code) when a
 // connection ends and another may follow, ended(code, reason) when the
@@ -568,6 +795,8 @@ const pending = () => ({ open: false, send() {}, close() {}, terminate() {} });
 class Connection {
   #c;
   #WS;
+  #mode; // the transport option
+  #fellBack = null; // the close of this attempt's WebSocket, once it fell back to a stream
   #on;
   #link = null;
   #pingTimer = 0;
@@ -579,9 +808,10 @@ class Connection {
   pongs = 0; // and pongs received: the server answers each in turn
   silenced = false;
 
-  constructor(client, WS, on) {
+  constructor(client, WS, mode, on) {
     this.#c = client;
     this.#WS = WS;
+    this.#mode = mode;
     this.#on = on;
   }
 
@@ -593,8 +823,14 @@ class Connection {
     this.#c.retryAt = 0;
     if (this.#link) return;
     this.silenced = false;
+    // Every attempt tries the WebSocket first, where it may: after a
+    // stream ended, the way may be open again (another network, a proxy
+    // fixed), and a refused upgrade costs one round trip.
+    const kind = this.#mode === 'sse' || !this.#WS ? 'sse' : 'websocket';
+    this.#c.transport = kind;
+    this.#fellBack = null;
     this.#on.state('connecting');
-    this.#open();
+    this.#open(kind);
   }
 
   close(reason) {
@@ -650,7 +886,8 @@ class Connection {
     this.#lost(code, reason);
   }
 
-  async #open() {
+  // open opens a link of kind ('websocket' or 'sse') for this attempt.
+  async #open(kind) {
     const c = this.#c;
     const mark = pending(); // marks this attempt, so a close() during the refresh below wins
     this.#link = mark;
@@ -672,7 +909,8 @@ class Connection {
       const u = new URL(c.url);
       if (c.token) u.searchParams.set('token', c.token);
       else if (c.uid) u.searchParams.set('uid', c.uid);
-      link = this.#transport(u.toString(), {
+      c.transport = kind;
+      link = this.#transport(kind, u.toString(), {
         message: (data) => {
           if (link !== this.#link) return;
           c.lastRecv = Date.now();
@@ -680,9 +918,17 @@ class Connection {
         },
         close: (code, reason, final) => {
           if (link !== this.#link) return;
+          if (this.#fallBack(link, kind, code, reason, final)) return;
+          // A stream that failed as its WebSocket did says less of why
+          // (a server without streams, a proxy's error page) than the WebSocket.
+          const ws = this.#fellBack;
+          if (ws && !final && !this.welcomes && code !== 4401 && !FINAL_CLOSES.includes(code)) return this.#lost(ws.code, ws.reason);
           if (!final) return this.#lost(code, reason);
           this.#link = null;
           this.#ended(code, reason);
+        },
+        error: (text) => {
+          if (link === this.#link) this.#on.error(text);
         },
       });
     } catch (err) {
@@ -695,12 +941,31 @@ class Connection {
     this.welcomes = 0;
     this.pings = 0;
     this.pongs = 0;
-    this.#welcomeTimer = setTimeout(() => this.#abort(link, NO_WELCOME, `no welcome within ${c.connectTimeoutMs} ms`), c.connectTimeoutMs);
+    this.#welcomeTimer = setTimeout(() => {
+      const reason = `no welcome within ${c.connectTimeoutMs} ms`;
+      if (link !== this.#link || this.#fallBack(link, kind, NO_WELCOME, reason, false)) return;
+      this.#abort(link, NO_WELCOME, reason);
+    }, c.connectTimeoutMs);
   }
 
   // transport opens the link of one connection attempt to url, feeding it to on.
-  #transport(url, on) {
+  #transport(kind, url, on) {
+    if (kind === 'sse') return openSSE(url, this.#c.maxMessageBytes, on);
     return openWebSocket(this.#WS, url, this.#c.maxMessageBytes, on);
+  }
+
+  // fallBack opens a stream at once, in the same attempt, for a WebSocket
+  // that ended before its welcome in a way a stream might not (a proxy that
+  // strips the upgrade, one that passes no frames); it reports whether it did.
+  #fallBack(link, kind, code, reason, final) {
+    if (this.#mode !== 'auto' || kind !== 'websocket' || this.welcomes || final || FINAL_CLOSES.includes(code) || code === 4401) return false;
+    clearTimeout(this.#welcomeTimer);
+    this.#link = null;
+    link.terminate();
+    this.#c.lastClose = { code, reason, at: Date.now() };
+    this.#fellBack = { code, reason };
+    this.#open('sse');
+    return true;
   }
 
   // Pinging a spread fraction of the timeout after the last frame sent keeps
@@ -1206,6 +1471,7 @@ export class Presenced extends EventTarget {
    * @param {string} [o.uid] the user ID, for a server in demo mode (no token)
    * @param {string[]} [o.channels] joined at connect and after every reconnect
    * @param {any} [o.WebSocket] a WebSocket implementation (the ws package in Node); default globalThis.WebSocket
+   * @param {'auto'|'websocket'|'sse'} [o.transport] 'auto' (the default) tries a WebSocket first on every attempt and falls back to Server-Sent Events at once when it does not open or ends before its welcome; the others pin one
    * @param {boolean} [o.reconnect] reconnect after a close the server did not mean as final (default true)
    * @param {boolean} [o.keepalive] send app pings (default true)
    * @param {number} [o.maxMessageBytes] the largest message read; a larger one ends the connection (1009) (default 4 MiB)
@@ -1213,11 +1479,16 @@ export class Presenced extends EventTarget {
    */
   constructor({
     url, token = '', refreshToken = null, uid = '', channels = [], WebSocket = globalThis.WebSocket, reconnect = true, keepalive = true,
-    maxMessageBytes = MAX_MESSAGE_BYTES, connectTimeoutMs = CONNECT_TIMEOUT_MS,
+    maxMessageBytes = MAX_MESSAGE_BYTES, connectTimeoutMs = CONNECT_TIMEOUT_MS, transport = 'auto',
   } = {}) {
     super();
     if (!url) throw new TypeError('Presenced: url is required');
-    if (!WebSocket) throw new TypeError('Presenced: no WebSocket implementation: pass one (in Node, the ws package)');
+    if (!TRANSPORTS.includes(transport)) throw new TypeError(`Presenced: transport is 'auto', 'websocket' or 'sse', not ${JSON.stringify(transport)}`);
+    if (!WebSocket && transport === 'websocket') throw new TypeError('Presenced: no WebSocket implementation: pass one (in Node, the ws package)');
+    if (typeof globalThis.fetch !== 'function' && transport !== 'websocket') {
+      if (!WebSocket) throw new TypeError('Presenced: neither a WebSocket implementation nor fetch: pass a WebSocket (in Node, the ws package)');
+      transport = 'websocket'; // no streams without fetch
+    }
     if (!whole(maxMessageBytes) || maxMessageBytes < 1) throw new TypeError(`Presenced: maxMessageBytes is a positive whole number, not ${maxMessageBytes}`);
     if (!(connectTimeoutMs > 0 && connectTimeoutMs <= MAX_TIMER)) throw new TypeError(`Presenced: connectTimeoutMs is a positive number of ms, not ${connectTimeoutMs}`);
     this.url = url;
@@ -1228,6 +1499,8 @@ export class Presenced extends EventTarget {
     this.keepalive = keepalive;
     this.maxMessageBytes = maxMessageBytes;
     this.connectTimeoutMs = connectTimeoutMs;
+    /** @type {'websocket'|'sse'} the transport of the current connection, or of the attempt under way */
+    this.transport = transport === 'sse' || !WebSocket ? 'sse' : 'websocket';
     /** @type {State} */
     this.state = 'connecting';
     this.timeoutMs = 0; // the server's idle timeout, from its welcome
@@ -1238,7 +1511,7 @@ export class Presenced extends EventTarget {
     this.lastSent = 0; // ms epoch of the last frame sent: the last keepalive
     this.lastRecv = 0;
     this.lastClose = null; // {code, reason, at}
-    this.#conn = new Connection(this, WebSocket, {
+    this.#conn = new Connection(this, WebSocket || null, transport, {
       frame: (data) => this.#frame(data),
       state: (state, code) => this.#setState(state, code),
       error: (error) => this.#emit('error', { error }),

@@ -55,7 +55,7 @@ function guestUid() {
 
 // me is the page's connection, made once the page knows it may connect;
 // until then a stand-in says "not yet".
-page.me = { state: 'new', uid, timeoutMs: 0, away: false, attempt: 0, retryAt: 0, liveSince: 0, lastSent: 0, lastRecv: 0, lastClose: null, channel: () => null, record: () => undefined };
+page.me = { state: 'new', uid, transport: '', timeoutMs: 0, away: false, attempt: 0, retryAt: 0, liveSince: 0, lastSent: 0, lastRecv: 0, lastClose: null, channel: () => null, record: () => undefined };
 
 // ---- demo mode or tokens ----
 
@@ -283,6 +283,8 @@ function renderMe(now) {
   ui.meAway.setAttribute('aria-pressed', String(page.me.away));
   ui.me.dataset.away = String(page.me.away);
   ui.meActivity.textContent = !live(page.me) ? '—' : page.me.away ? 'away: still online, drawn dimmed' : 'active';
+  ui.meTransport.textContent = page.me.transport === 'sse' ? 'via SSE' : page.me.transport ? 'via WebSocket' : '—';
+  ui.meTransport.dataset.transport = page.me.transport || '';
   if (page.blocked) {
     ui.me.dataset.state = 'needs-token';
     ui.pill.dataset.state = 'needs-token';

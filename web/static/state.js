@@ -20,6 +20,7 @@ export const ui = {
   me: $('me'),
   meUid: $('me-uid'),
   meState: $('me-state'),
+  meTransport: $('me-transport'),
   meKeepalive: $('me-keepalive'),
   meRecv: $('me-recv'),
   meClose: $('me-close'),

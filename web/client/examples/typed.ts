@@ -5,7 +5,7 @@
 // refuse: a declaration too loose to catch one fails the check too.
 import { Presenced, FINAL_CLOSES, backoffDelay, tokenExpiry, MAX_MESSAGE_BYTES, CONNECT_TIMEOUT_MS } from '@presenced/client';
 import { MAX_NOTE_TEXT, MAX_NOTE_EMOJI } from '@presenced/client';
-import type { ChannelState, Mode, Note, PresencedOptions, Records, SetOptions, State, UserRecord, UserState, WebSocketLike } from '@presenced/client';
+import type { ChannelState, Mode, Note, PresencedOptions, Records, SetOptions, State, Transport, UserRecord, UserState, WebSocketLike } from '@presenced/client';
 
 const options: PresencedOptions = {
   url: 'wss://chat.example.com/ws',
@@ -17,8 +17,15 @@ const options: PresencedOptions = {
   keepalive: true,
   maxMessageBytes: MAX_MESSAGE_BYTES,
   connectTimeoutMs: CONNECT_TIMEOUT_MS,
+  transport: 'auto',
 };
 const p = new Presenced(options);
+const via: Transport = p.transport;
+console.log(via === 'sse' ? 'via SSE' : 'via WebSocket');
+// @ts-expect-error: no such transport
+new Presenced({ url: 'wss://chat.example.com/ws', transport: 'polling' });
+// @ts-expect-error: which transport is in use is the client's to say
+p.transport = 'sse';
 
 function draw(c: ChannelState): string {
   const names: string[] = [...c.members].sort();

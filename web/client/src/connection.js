@@ -2,12 +2,11 @@
 // with a backoff after a close the server did not mean as final. This is
 // the one place that opens a transport and hears what it says.
 
+import { openSSE } from './sse.js';
+import { openWebSocket } from './websocket.js';
+
 /** Close codes never retried: 4401 (token expired) would fail again with the same token, 4403 is on purpose. */
 export const FINAL_CLOSES = [4401, 4403];
-
-// Handshake refusals never retried, where the WebSocket implementation tells
-// the status (a browser's does not): a bad user ID, an origin or a path.
-const REFUSALS = [400, 403, 404];
 
 // A connection that stayed live (welcomed) this long resets the backoff;
 // until one does, every attempt waits longer than the last, so a server that
@@ -20,13 +19,14 @@ const MIN_PING_MS = 100; // app pings never come closer than this, whatever the 
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 /** The default of the connectTimeoutMs option: from opening a connection to its welcome. */
 export const CONNECT_TIMEOUT_MS = 10000;
+// The values of the transport option: 'auto' tries a WebSocket first and falls back to Server-Sent Events.
+export const TRANSPORTS = ['auto', 'websocket', 'sse'];
 
 // Codes the client reports (in 'state' and lastClose) for connections it
 // ended itself: no welcome in time, a message over the limit, a snapshot or
 // diff that breaks the protocol. In a browser the close frame it sends says
 // only 1000 or nothing, the codes a page may send.
 const NO_WELCOME = 1006;
-const TOO_BIG = 1009;
 export const PROTOCOL_ERROR = 1002;
 
 /** backoffDelay is the wait before reconnect attempt n (0-based): 0.5 s doubling to 15 s, the upper half jittered. */
@@ -46,92 +46,6 @@ export function tokenExpiry(token) {
   }
 }
 
-// byteSize is the size of a message as it came, in UTF-8 bytes for text; it
-// counts a long string's bytes only when its length leaves a doubt.
-function byteSize(data, limit) {
-  if (typeof data === 'string') {
-    if (data.length > limit || data.length * 3 <= limit) return data.length;
-    let n = 0;
-    for (let i = 0; i < data.length; i++) {
-      const c = data.charCodeAt(i);
-      n += c < 0x80 ? 1 : c < 0x800 ? 2 : c >= 0xd800 && c < 0xdc00 ? (i++, 4) : 3;
-    }
-    return n;
-  }
-  if (data && typeof data.byteLength === 'number') return data.byteLength; // ArrayBuffer, Buffer, views
-  if (data && typeof data.size === 'number') return data.size; // Blob
-  return 0;
-}
-
-// isWsPackage tells the ws package's WebSocket (or a subclass), which takes
-// options, from a browser's, whose second argument is the subprotocols.
-const isWsPackage = (WS) => typeof WS === 'function' && !!WS.prototype &&
-  typeof WS.prototype.terminate === 'function' && typeof WS.prototype.on === 'function';
-
-// A link is one open transport, as the connection drives it:
-//   open       whether a frame sent now goes out
-//   send(text) sends one frame
-//   close(code, reason)  ends it with a closing handshake, and says nothing more
-//   terminate()          ends it at once, and says nothing more
-// Its opener feeds it to `on`: on.message(data) for each message, then one
-// on.close(code, reason, final) when it ends of itself; final says a retry
-// would be refused the same way. The connection is up at the server's
-// welcome, not when the transport opens, so an opener reports no open.
-// Another transport plugs in as another opener, chosen in #transport.
-
-// openWebSocket opens a link over a WebSocket of the implementation WS.
-function openWebSocket(WS, url, maxMessageBytes, on) {
-  // The ws package reads no message past maxPayload (its default is
-  // 100 MiB); other implementations are checked as each message comes.
-  const ws = isWsPackage(WS) ? new WS(url, undefined, { maxPayload: maxMessageBytes }) : new WS(url);
-  let done = false;
-  let refused = 0; // the HTTP status of a refused handshake, where the implementation says it (ws does)
-  const link = {
-    get open() { return ws.readyState === 1; },
-    send(text) { ws.send(text); },
-    close(code, reason) {
-      done = true;
-      if (ws.readyState <= 1) ws.close(code, reason);
-    },
-    terminate() {
-      done = true;
-      try {
-        if (typeof ws.terminate === 'function') ws.terminate(); // the ws package: no closing handshake to wait out
-        else ws.close(); // a browser may send no other code than 1000 here
-      } catch { /* closed already */ }
-    },
-  };
-  const tooBig = (reason) => {
-    if (done) return;
-    link.terminate();
-    on.close(TOO_BIG, reason, false);
-  };
-  ws.onmessage = (ev) => {
-    if (done) return;
-    const n = byteSize(ev.data, maxMessageBytes);
-    if (n > maxMessageBytes) tooBig(`a message of ${n} bytes, over maxMessageBytes (${maxMessageBytes})`);
-    else on.message(ev.data);
-  };
-  ws.onclose = (ev) => {
-    if (done) return;
-    done = true;
-    if (refused === 401) on.close(4401, 'HTTP 401', false); // refreshed and retried like a 4401
-    else if (REFUSALS.includes(refused)) on.close(ev.code, `HTTP ${refused}`, true);
-    else on.close(ev.code, ev.reason, false);
-  };
-  ws.onerror = (ev) => { // a close follows, with its code
-    const msg = String((ev && (ev.message || (ev.error && ev.error.message))) || '');
-    const m = /Unexpected server response: (\d+)/.exec(msg);
-    if (m) refused = Number(m[1]);
-    // Past maxPayload the ws package stops reading and closes, but waits
-    // for the server's close frame (up to 30 s): end it now.
-    if ((ev && ev.error && ev.error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') || /max payload size exceeded/i.test(msg)) {
-      tooBig(`a message over maxMessageBytes (${maxMessageBytes})`);
-    }
-  };
-  return link;
-}
-
 // pending marks an attempt under way that has no link yet (a token being
 // refreshed): connect() and close() see it, and nothing goes out on it.
 const pending = () => ({ open: false, send() {}, close() {}, terminate() {} });
@@ -139,7 +53,8 @@ const pending = () => ({ open: false, send() {}, close() {}, terminate() {} });
 // Connection is the client's connection, reconnected as needed. It keeps
 // its state in the client's public fields (url, token, refreshToken, uid,
 // reconnect, keepalive, maxMessageBytes, connectTimeoutMs, state,
-// timeoutMs, attempt, retryAt, liveSince, lastSent, lastRecv, lastClose)
+// transport, timeoutMs, attempt, retryAt, liveSince, lastSent, lastRecv,
+// lastClose)
 // and tells the client, through on: frame(data) for each message,
 // state(state, code) for each change, error(text), lost(code) when a
 // connection ends and another may follow, ended(code, reason) when the
@@ -147,6 +62,8 @@ const pending = () => ({ open: false, send() {}, close() {}, terminate() {} });
 export class Connection {
   #c;
   #WS;
+  #mode; // the transport option
+  #fellBack = null; // the close of this attempt's WebSocket, once it fell back to a stream
   #on;
   #link = null;
   #pingTimer = 0;
@@ -158,9 +75,10 @@ export class Connection {
   pongs = 0; // and pongs received: the server answers each in turn
   silenced = false;
 
-  constructor(client, WS, on) {
+  constructor(client, WS, mode, on) {
     this.#c = client;
     this.#WS = WS;
+    this.#mode = mode;
     this.#on = on;
   }
 
@@ -172,8 +90,14 @@ export class Connection {
     this.#c.retryAt = 0;
     if (this.#link) return;
     this.silenced = false;
+    // Every attempt tries the WebSocket first, where it may: after a
+    // stream ended, the way may be open again (another network, a proxy
+    // fixed), and a refused upgrade costs one round trip.
+    const kind = this.#mode === 'sse' || !this.#WS ? 'sse' : 'websocket';
+    this.#c.transport = kind;
+    this.#fellBack = null;
     this.#on.state('connecting');
-    this.#open();
+    this.#open(kind);
   }
 
   close(reason) {
@@ -229,7 +153,8 @@ export class Connection {
     this.#lost(code, reason);
   }
 
-  async #open() {
+  // open opens a link of kind ('websocket' or 'sse') for this attempt.
+  async #open(kind) {
     const c = this.#c;
     const mark = pending(); // marks this attempt, so a close() during the refresh below wins
     this.#link = mark;
@@ -251,7 +176,8 @@ export class Connection {
       const u = new URL(c.url);
       if (c.token) u.searchParams.set('token', c.token);
       else if (c.uid) u.searchParams.set('uid', c.uid);
-      link = this.#transport(u.toString(), {
+      c.transport = kind;
+      link = this.#transport(kind, u.toString(), {
         message: (data) => {
           if (link !== this.#link) return;
           c.lastRecv = Date.now();
@@ -259,9 +185,17 @@ export class Connection {
         },
         close: (code, reason, final) => {
           if (link !== this.#link) return;
+          if (this.#fallBack(link, kind, code, reason, final)) return;
+          // A stream that failed as its WebSocket did says less of why
+          // (a server without streams, a proxy's error page) than the WebSocket.
+          const ws = this.#fellBack;
+          if (ws && !final && !this.welcomes && code !== 4401 && !FINAL_CLOSES.includes(code)) return this.#lost(ws.code, ws.reason);
           if (!final) return this.#lost(code, reason);
           this.#link = null;
           this.#ended(code, reason);
+        },
+        error: (text) => {
+          if (link === this.#link) this.#on.error(text);
         },
       });
     } catch (err) {
@@ -274,12 +208,31 @@ export class Connection {
     this.welcomes = 0;
     this.pings = 0;
     this.pongs = 0;
-    this.#welcomeTimer = setTimeout(() => this.#abort(link, NO_WELCOME, `no welcome within ${c.connectTimeoutMs} ms`), c.connectTimeoutMs);
+    this.#welcomeTimer = setTimeout(() => {
+      const reason = `no welcome within ${c.connectTimeoutMs} ms`;
+      if (link !== this.#link || this.#fallBack(link, kind, NO_WELCOME, reason, false)) return;
+      this.#abort(link, NO_WELCOME, reason);
+    }, c.connectTimeoutMs);
   }
 
   // transport opens the link of one connection attempt to url, feeding it to on.
-  #transport(url, on) {
+  #transport(kind, url, on) {
+    if (kind === 'sse') return openSSE(url, this.#c.maxMessageBytes, on);
     return openWebSocket(this.#WS, url, this.#c.maxMessageBytes, on);
+  }
+
+  // fallBack opens a stream at once, in the same attempt, for a WebSocket
+  // that ended before its welcome in a way a stream might not (a proxy that
+  // strips the upgrade, one that passes no frames); it reports whether it did.
+  #fallBack(link, kind, code, reason, final) {
+    if (this.#mode !== 'auto' || kind !== 'websocket' || this.welcomes || final || FINAL_CLOSES.includes(code) || code === 4401) return false;
+    clearTimeout(this.#welcomeTimer);
+    this.#link = null;
+    link.terminate();
+    this.#c.lastClose = { code, reason, at: Date.now() };
+    this.#fellBack = { code, reason };
+    this.#open('sse');
+    return true;
   }
 
   // Pinging a spread fraction of the timeout after the last frame sent keeps

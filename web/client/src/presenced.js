@@ -11,10 +11,13 @@
 //   import { Presenced } from './presenced.js';
 //   const p = new Presenced({ url: 'wss://chat.example.com/ws', token, refreshToken, channels: ['lobby'] });
 //   p.addEventListener('presence', (e) => draw(p.channel(e.detail.channel)));
+//
+// Where a WebSocket does not open (a proxy that strips the upgrade), it
+// falls back to Server-Sent Events by itself, with the same API and events.
 
 import { activityFrame, awayAfter, typingFrame } from './activity.js';
 import { Channels } from './channels.js';
-import { CONNECT_TIMEOUT_MS, Connection, MAX_MESSAGE_BYTES, MAX_TIMER, PROTOCOL_ERROR } from './connection.js';
+import { CONNECT_TIMEOUT_MS, Connection, MAX_MESSAGE_BYTES, MAX_TIMER, PROTOCOL_ERROR, TRANSPORTS } from './connection.js';
 import { CHANNEL, whole } from './frames.js';
 import { Records, readRecord } from './records.js';
 import { SetWait, Sets, refusesSet, setFrame } from './sets.js';
@@ -66,6 +69,7 @@ export class Presenced extends EventTarget {
    * @param {string} [o.uid] the user ID, for a server in demo mode (no token)
    * @param {string[]} [o.channels] joined at connect and after every reconnect
    * @param {any} [o.WebSocket] a WebSocket implementation (the ws package in Node); default globalThis.WebSocket
+   * @param {'auto'|'websocket'|'sse'} [o.transport] 'auto' (the default) tries a WebSocket first on every attempt and falls back to Server-Sent Events at once when it does not open or ends before its welcome; the others pin one
    * @param {boolean} [o.reconnect] reconnect after a close the server did not mean as final (default true)
    * @param {boolean} [o.keepalive] send app pings (default true)
    * @param {number} [o.maxMessageBytes] the largest message read; a larger one ends the connection (1009) (default 4 MiB)
@@ -73,11 +77,16 @@ export class Presenced extends EventTarget {
    */
   constructor({
     url, token = '', refreshToken = null, uid = '', channels = [], WebSocket = globalThis.WebSocket, reconnect = true, keepalive = true,
-    maxMessageBytes = MAX_MESSAGE_BYTES, connectTimeoutMs = CONNECT_TIMEOUT_MS,
+    maxMessageBytes = MAX_MESSAGE_BYTES, connectTimeoutMs = CONNECT_TIMEOUT_MS, transport = 'auto',
   } = {}) {
     super();
     if (!url) throw new TypeError('Presenced: url is required');
-    if (!WebSocket) throw new TypeError('Presenced: no WebSocket implementation: pass one (in Node, the ws package)');
+    if (!TRANSPORTS.includes(transport)) throw new TypeError(`Presenced: transport is 'auto', 'websocket' or 'sse', not ${JSON.stringify(transport)}`);
+    if (!WebSocket && transport === 'websocket') throw new TypeError('Presenced: no WebSocket implementation: pass one (in Node, the ws package)');
+    if (typeof globalThis.fetch !== 'function' && transport !== 'websocket') {
+      if (!WebSocket) throw new TypeError('Presenced: neither a WebSocket implementation nor fetch: pass a WebSocket (in Node, the ws package)');
+      transport = 'websocket'; // no streams without fetch
+    }
     if (!whole(maxMessageBytes) || maxMessageBytes < 1) throw new TypeError(`Presenced: maxMessageBytes is a positive whole number, not ${maxMessageBytes}`);
     if (!(connectTimeoutMs > 0 && connectTimeoutMs <= MAX_TIMER)) throw new TypeError(`Presenced: connectTimeoutMs is a positive number of ms, not ${connectTimeoutMs}`);
     this.url = url;
@@ -88,6 +97,8 @@ export class Presenced extends EventTarget {
     this.keepalive = keepalive;
     this.maxMessageBytes = maxMessageBytes;
     this.connectTimeoutMs = connectTimeoutMs;
+    /** @type {'websocket'|'sse'} the transport of the current connection, or of the attempt under way */
+    this.transport = transport === 'sse' || !WebSocket ? 'sse' : 'websocket';
     /** @type {State} */
     this.state = 'connecting';
     this.timeoutMs = 0; // the server's idle timeout, from its welcome
@@ -98,7 +109,7 @@ export class Presenced extends EventTarget {
     this.lastSent = 0; // ms epoch of the last frame sent: the last keepalive
     this.lastRecv = 0;
     this.lastClose = null; // {code, reason, at}
-    this.#conn = new Connection(this, WebSocket, {
+    this.#conn = new Connection(this, WebSocket || null, transport, {
       frame: (data) => this.#frame(data),
       state: (state, code) => this.#setState(state, code),
       error: (error) => this.#emit('error', { error }),
