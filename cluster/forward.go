@@ -53,7 +53,9 @@ func (b *base) inbox(addr string) (int, string) {
 func (e *Engine) Address() string { return e.cfg.Node }
 
 // Forward hands req to the node at address to and returns its answer. It
-// fails when Redis did not take the request, and when no answer came
+// fails when Redis did not take the request, with presence.ErrNoNode when
+// Redis says nobody listens at to (SPUBLISH reaches no subscriber), and
+// when no answer came
 // before ctx ended: the node is gone, or Redis or the node is slow (the
 // request may have arrived then). Called by presence.Node.
 func (e *Engine) Forward(ctx context.Context, to string, req []byte) ([]byte, error) {
@@ -78,7 +80,7 @@ func (e *Engine) Forward(ctx context.Context, to string, req []byte) ([]byte, er
 		return nil, fmt.Errorf("cluster: forward: %w", err)
 	}
 	shard, name := e.inbox(to)
-	if err := e.publish(ctx, shard, name, payload); err != nil {
+	if err := e.publish(ctx, shard, name, payload, true); err != nil {
 		return nil, fmt.Errorf("cluster: forward: %w", err)
 	}
 	select {
@@ -101,7 +103,7 @@ func (e *Engine) Answer(ctx context.Context, m presence.Message, answer []byte) 
 		return fmt.Errorf("cluster: answer: %w", err)
 	}
 	shard, name := e.inbox(from)
-	if err := e.publish(ctx, shard, name, payload); err != nil {
+	if err := e.publish(ctx, shard, name, payload, true); err != nil {
 		return fmt.Errorf("cluster: answer: %w", err)
 	}
 	return nil

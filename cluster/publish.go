@@ -34,6 +34,9 @@ var (
 	errTooLate   = errors.New("redis took it too late to publish it")
 	errSettled   = errors.New("settled unpublished before it ran")
 	errClosed    = errors.New("the engine is closed")
+	// errNobody: published to a node's own channel, which nobody
+	// subscribes to, so no node listens there.
+	errNobody = fmt.Errorf("nobody listens on the channel: %w", presence.ErrNoNode)
 )
 
 // Publish sends m to the followers of its channel or user, on every node,
@@ -60,12 +63,14 @@ func (e *Engine) Publish(ctx context.Context, m presence.Message) error {
 		return fmt.Errorf("cluster: publish: %w", err)
 	}
 	shard := e.topicShard(topic)
-	return e.publish(ctx, shard, e.topicName(topic), payload)
+	return e.publish(ctx, shard, e.topicName(topic), payload, false)
 }
 
 // publish hands payload to the publisher for the Pub/Sub channel of shard
-// named channel, and waits for the outcome as Publish says.
-func (e *Engine) publish(ctx context.Context, shard int, channel string, payload []byte) error {
+// named channel, and waits for the outcome as Publish says. heard asks for
+// a subscriber: a message published to none then fails with errNobody, as a
+// node's own channel has one while the node runs (a topic's may have none).
+func (e *Engine) publish(ctx context.Context, shard int, channel string, payload []byte, heard bool) error {
 	var id [12]byte
 	_, _ = rand.Read(id[:])
 	now := time.Now()
@@ -78,6 +83,7 @@ func (e *Engine) publish(ctx context.Context, shard int, channel string, payload
 		idKey:   e.keys[shard].msg(hex.EncodeToString(id[:])),
 		channel: channel,
 		payload: payload,
+		heard:   heard,
 		wait:    give.Sub(now),
 		give:    give,
 		last:    give.Add(-give.Sub(now) / 4),
@@ -132,6 +138,7 @@ type outgoing struct {
 	idKey   string
 	channel string // its Pub/Sub channel
 	payload []byte
+	heard   bool // fails with errNobody if no subscriber got it
 	wait    time.Duration
 	give    time.Time  // when its caller gives up: wait after it called
 	last    time.Time  // when Redis must have run it, so the answer can come by give
@@ -290,7 +297,7 @@ func (p *publisher) failed(err error) error {
 		err  error
 		name string
 	}{{errQueueFull, "queue_full"}, {errTimeout, "timeout"}, {errTooLate, "too_late"}, {errClosed, "closed"},
-		{context.Canceled, "cancelled"}} {
+		{errNobody, "no_listener"}, {context.Canceled, "cancelled"}} {
 		if errors.Is(err, r.err) {
 			reason = r.name
 			break
@@ -432,7 +439,7 @@ func (p *publisher) send(ctx context.Context, batch []*outgoing) {
 		}
 	}
 	for i, o := range out {
-		res, err := scriptResult(cmds[i], 2)
+		res, err := scriptResult(cmds[i], 3)
 		if err != nil {
 			if _, refused := errors.AsType[redis.Error](err); refused {
 				// Redis answered with an error: the script did not publish.
@@ -448,6 +455,10 @@ func (p *publisher) send(ctx context.Context, batch []*outgoing) {
 		}
 		switch code, _ := res[0].(int64); code {
 		case 1:
+			if got, _ := res[2].(int64); o.heard && got == 0 {
+				p.answer(o, errNobody)
+				continue
+			}
 			p.answer(o, nil)
 		case -1:
 			p.answer(o, errTooLate)

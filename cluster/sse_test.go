@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/base64"
 	"net/http"
 	"os"
 	"sort"
@@ -56,8 +57,9 @@ func TestSSEPostForwardedToTheNodeHoldingTheStream(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
-// A session's node that is gone does not answer: the POST says so, within
-// the forward's bound, rather than hang or claim the frames were taken.
+// A session whose node is gone, or that names a node that never was (a
+// forged one), is no session: 404 at once, as Redis says nobody listens
+// there, rather than a wait for an answer that cannot come.
 func TestSSEPostForwardedToANodeThatIsGone(t *testing.T) {
 	srv := startRedis(t)
 	tc := transport.Config{Slots: 31, Tick: 100 * time.Millisecond}
@@ -70,8 +72,13 @@ func TestSSEPostForwardedToANodeThatIsGone(t *testing.T) {
 	start := time.Now()
 	status, answer, err := s.Post(b.URL, `{"type":"ping"}`)
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusServiceUnavailable, status, answer)
+	assert.Equal(t, http.StatusNotFound, status, answer)
 	assert.Less(t, time.Since(start), 10*time.Second)
+
+	forged := base64.RawURLEncoding.EncodeToString([]byte("nobody")) + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16))
+	status, answer, err = ssetest.Post(b.URL, forged, `{"type":"ping"}`)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusNotFound, status, answer)
 }
 
 // TestSSEForwardLatency reports, with -v, the latency of a ping POSTed to

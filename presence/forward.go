@@ -17,7 +17,8 @@ type Forwarder interface {
 	// Relay as a MessageForward, and returns that node's answer. It fails
 	// when the request could not be handed over, or no answer came before
 	// ctx ended (the node is gone, or slow: the request may still have
-	// arrived).
+	// arrived); with an error that is ErrNoNode when the engine knows at
+	// once that no node listens at to.
 	Forward(ctx context.Context, to string, req []byte) ([]byte, error)
 	// Answer sends the answer to the request of m, a MessageForward.
 	Answer(ctx context.Context, m Message, answer []byte) error
@@ -26,6 +27,11 @@ type Forwarder interface {
 // ErrNoForwarder is Forward's error on a Node whose Engine is no
 // Forwarder: there is no other node to ask.
 var ErrNoForwarder = errors.New("presence: the engine does not forward requests to other nodes")
+
+// ErrNoNode is Forward's error when no node listens at the address asked:
+// the node is gone, or never was (a forged session names one), so nothing
+// it held lives on.
+var ErrNoNode = errors.New("presence: no node listens at that address")
 
 // Address is what Forwarder.Address says of this node, or "" when its Engine
 // is no Forwarder.

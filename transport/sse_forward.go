@@ -39,7 +39,9 @@ func (h *Hub) forwardPost(ctx context.Context, id string, body []byte) postAnswe
 	ctx, cancel := context.WithTimeout(ctx, forwardWait)
 	defer cancel()
 	raw, err := h.node.Forward(ctx, addr, req)
-	if errors.Is(err, presence.ErrNoForwarder) {
+	if errors.Is(err, presence.ErrNoForwarder) || errors.Is(err, presence.ErrNoNode) {
+		// No node listens where the session says: it ended with its
+		// node, or never was.
 		return postAnswer{http.StatusNotFound, errNoSession.Error()}
 	}
 	if err != nil {

@@ -13,14 +13,15 @@
 -- ARGV[4]   last moment (ms, Redis clock)
 --
 -- Returns {1 if published (now or before), 0 if settled unpublished, -1 if
--- too late; Redis's time in ms}.
+-- too late; Redis's time in ms; how many subscribers got it, -1 where it
+-- was published before}.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = redis.call('GET', KEYS[1])
-if id == '1' then return {1, now} end
-if id then return {0, now} end
-if now > tonumber(ARGV[4]) then return {-1, now} end
+if id == '1' then return {1, now, -1} end
+if id then return {0, now, -1} end
+if now > tonumber(ARGV[4]) then return {-1, now, -1} end
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[3])
-redis.call('SPUBLISH', ARGV[1], ARGV[2])
-return {1, now}
+local got = redis.call('SPUBLISH', ARGV[1], ARGV[2])
+return {1, now, got}
