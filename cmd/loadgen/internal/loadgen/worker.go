@@ -71,7 +71,7 @@ var appPing = protocol.MustEncode(protocol.Ping{}).Data
 // without a readable type as "invalid".
 var frameTypes = []string{
 	"welcome", "joined", "left", "presence", "status", "watching",
-	"chat", "publish", "message", "pong", "error",
+	"chat", "publish", "message", "pong", "error", "close",
 }
 
 const (
@@ -131,19 +131,21 @@ func frameType(msg []byte) (string, bool) {
 	return *m.Type, true
 }
 
-// client is one raw gorilla connection. The load generator does not use
+// client is one raw gorilla connection, or one stream and its POSTs
+// (worker_sse.go). The load generator does not use
 // package client: it measures how the server treats connections that idle,
 // go silent and get closed, so it must see every close instead of having it
 // hidden by a reconnect, keep no presence state per connection, and send the
 // app pings of all its connections from one goroutine. Its frames are
 // package protocol's.
 type client struct {
-	conn     *websocket.Conn
+	conn     *websocket.Conn // nil for a stream
+	sse      *sseLink        // nil for a WebSocket
 	silent   atomic.Bool
 	closed   atomic.Bool
 	lastSent atomic.Int64 // unix nanoseconds of the last frame this client sent
 	received atomic.Int64 // data frames received
-	nextPing int64        // unix nanoseconds of the next app ping; appPings' own
+	nextPing int64        // unix nanoseconds of the next app ping; its sender's own
 }
 
 type worker struct {
@@ -185,7 +187,7 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	dialers := w.dialers()
+	dial := w.dialer()
 	progressDone := make(chan struct{})
 	stopProgress := make(chan struct{})
 	go func() {
@@ -208,7 +210,7 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 		w.appPings(ctx)
 	}()
 	var readers sync.WaitGroup
-	w.ramp(ctx, dialers, &readers)
+	w.ramp(ctx, dial, &readers)
 	rampEnd := spec.Start.Add(spec.Ramp)
 	select {
 	case <-time.After(time.Until(rampEnd)):
@@ -262,6 +264,37 @@ func (w *worker) snapshot() counters {
 	}
 }
 
+// dialFunc opens the client with run-wide index g and starts its reader.
+type dialFunc func(ctx context.Context, g int, readers *sync.WaitGroup)
+
+// dialer returns how this worker's clients are opened, spread over the
+// source addresses.
+func (w *worker) dialer() dialFunc {
+	if w.spec.Transport == TransportSSE {
+		links := w.sseDialers()
+		return func(ctx context.Context, g int, readers *sync.WaitGroup) {
+			w.dialSSE(ctx, links[g%len(links)], g, readers)
+		}
+	}
+	ds := w.dialers()
+	return func(ctx context.Context, g int, readers *sync.WaitGroup) {
+		w.dial(ctx, ds[g%len(ds)], g, readers)
+	}
+}
+
+// sourceAddrs returns the local address of each source, one nil (the
+// kernel's choice) when there are none.
+func (w *worker) sourceAddrs() []net.Addr {
+	if len(w.spec.Sources) == 0 {
+		return []net.Addr{nil}
+	}
+	as := make([]net.Addr, len(w.spec.Sources))
+	for i, s := range w.spec.Sources {
+		as[i] = &net.TCPAddr{IP: net.ParseIP(s)}
+	}
+	return as
+}
+
 // dialers returns one gorilla dialer per source address (one with the kernel's
 // choice when there are none). Small buffers keep the generator's own memory
 // down: the frames of this protocol are tiny.
@@ -275,19 +308,17 @@ func (w *worker) dialers() []*websocket.Dialer {
 			WriteBufferSize:  512,
 		}
 	}
-	if len(w.spec.Sources) == 0 {
-		return []*websocket.Dialer{mk(nil)}
-	}
-	ds := make([]*websocket.Dialer, len(w.spec.Sources))
-	for i, s := range w.spec.Sources {
-		ds[i] = mk(&net.TCPAddr{IP: net.ParseIP(s)})
+	as := w.sourceAddrs()
+	ds := make([]*websocket.Dialer, len(as))
+	for i, a := range as {
+		ds[i] = mk(a)
 	}
 	return ds
 }
 
 // ramp dials the worker's clients at their places on the common ramp, with
 // at most DialLimit dials in flight.
-func (w *worker) ramp(ctx context.Context, dialers []*websocket.Dialer, readers *sync.WaitGroup) {
+func (w *worker) ramp(ctx context.Context, dial dialFunc, readers *sync.WaitGroup) {
 	sem := make(chan struct{}, w.spec.DialLimit)
 	var dials sync.WaitGroup
 	total := max(w.spec.TotalConns, 1)
@@ -311,7 +342,7 @@ func (w *worker) ramp(ctx context.Context, dialers []*websocket.Dialer, readers 
 		go func() {
 			defer dials.Done()
 			defer func() { <-sem }()
-			w.dial(ctx, dialers[g%len(dialers)], g, readers)
+			dial(ctx, g, readers)
 		}()
 	}
 	dials.Wait()
@@ -319,27 +350,17 @@ func (w *worker) ramp(ctx context.Context, dialers []*websocket.Dialer, readers 
 
 func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *sync.WaitGroup) {
 	atomic.AddInt64(&w.c.Dialed, 1)
-	u, err := url.Parse(w.spec.URL)
+	u, err := w.clientURL(g)
 	if err != nil {
 		atomic.AddInt64(&w.c.FailedDials, 1)
 		return
 	}
-	q := u.Query()
-	q.Set("uid", w.spec.uid(g))
-	if cs := w.spec.channels(g); len(cs) > 0 {
-		q.Set("channels", strings.Join(cs, ","))
-	}
-	u.RawQuery = q.Encode()
-	conn, resp, err := d.DialContext(ctx, u.String(), http.Header{})
+	conn, resp, err := d.DialContext(ctx, u, http.Header{})
 	if resp != nil && resp.Body != nil {
 		_ = resp.Body.Close()
 	}
 	if err != nil {
-		atomic.AddInt64(&w.c.FailedDials, 1)
-		atomic.AddInt64(&w.c.Errors, 1)
-		if atomic.LoadInt64(&w.c.FailedDials) <= 5 {
-			w.log.Warn("dial failed", "uid", q.Get("uid"), "err", err)
-		}
+		w.dialFailed(g, err)
 		return
 	}
 	now := time.Now()
@@ -357,16 +378,44 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 		atomic.AddInt64(&w.c.Keepalives, 1)
 		return nil
 	})
-	atomic.AddInt64(&w.c.Connected, 1)
-	atomic.AddInt64(&w.c.Open, 1)
-	w.mu.Lock()
-	w.clients = append(w.clients, c)
-	w.mu.Unlock()
+	w.opened(c)
 	readers.Add(1)
 	go func() {
 		defer readers.Done()
 		w.read(c)
 	}()
+}
+
+// clientURL is spec.URL with the user and channels of client g.
+func (w *worker) clientURL(g int) (string, error) {
+	u, err := url.Parse(w.spec.URL)
+	if err != nil {
+		return "", fmt.Errorf("parse url: %w", err)
+	}
+	q := u.Query()
+	q.Set("uid", w.spec.uid(g))
+	if cs := w.spec.channels(g); len(cs) > 0 {
+		q.Set("channels", strings.Join(cs, ","))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func (w *worker) dialFailed(g int, err error) {
+	atomic.AddInt64(&w.c.FailedDials, 1)
+	atomic.AddInt64(&w.c.Errors, 1)
+	if atomic.LoadInt64(&w.c.FailedDials) <= 5 {
+		w.log.Warn("dial failed", "uid", w.spec.uid(g), "err", err)
+	}
+}
+
+// opened counts c as connected and open and keeps it for the run.
+func (w *worker) opened(c *client) {
+	atomic.AddInt64(&w.c.Connected, 1)
+	atomic.AddInt64(&w.c.Open, 1)
+	w.mu.Lock()
+	w.clients = append(w.clients, c)
+	w.mu.Unlock()
 }
 
 // count counts one whole frame of kind received by c, in the totals and by
@@ -420,14 +469,24 @@ func (w *worker) read(c *client) {
 		}
 	}
 	at := time.Now()
+	code := -1
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		code = ce.Code
+	}
+	w.ended(c, at, code, err)
+}
+
+// ended classifies the end of c at time at, with the close code the server
+// sent (-1: none) and the error that ended its reads: a silent client closed
+// for idling, a silent client ended otherwise, or a false close.
+func (w *worker) ended(c *client, at time.Time, closeCode int, err error) {
 	c.closed.Store(true)
 	atomic.AddInt64(&w.c.Open, -1)
 	atomic.AddInt64(&w.c.Closed, 1)
-
 	code := "eof"
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) {
-		code = strconv.Itoa(ce.Code)
+	if closeCode >= 0 {
+		code = strconv.Itoa(closeCode)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -436,7 +495,7 @@ func (w *worker) read(c *client) {
 	}
 	w.closeCodes[code]++
 	switch {
-	case c.silent.Load() && ce != nil && ce.Code == idleCloseCode:
+	case c.silent.Load() && closeCode == idleCloseCode:
 		w.silentDone++
 		w.detect = append(w.detect, float64(at.UnixNano()-c.lastSent.Load())/1e6)
 	case c.silent.Load():
@@ -506,7 +565,7 @@ func (w *worker) appPings(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if c.nextPing > now || c.silent.Load() || c.closed.Load() {
+			if c.conn == nil || c.nextPing > now || c.silent.Load() || c.closed.Load() {
 				continue
 			}
 			c.nextPing += int64(w.spec.Every)
@@ -543,13 +602,18 @@ func (w *worker) finish() report {
 	}
 }
 
-// closeAll ends every connection with a normal close frame.
+// closeAll ends every connection: a WebSocket with a normal close frame, a
+// stream by hanging up.
 func (w *worker) closeAll() {
 	w.mu.Lock()
 	cs := w.clients
 	w.mu.Unlock()
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "loadgen done")
 	for _, c := range cs {
+		if c.sse != nil {
+			c.sse.close()
+			continue
+		}
 		if !c.closed.Load() {
 			_ = c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 		}
