@@ -27,14 +27,14 @@ import (
 
 // Config describes one load run as the user asked for it.
 type Config struct {
-	URL      string        // ws://host:port/path (sse: http://host:port/path) on a loopback address; uid is added per client
+	URL string // ws://host:port/path (sse: http://host:port/path) on a loopback address; uid is added per client
 	// Transport is TransportWS or TransportSSE; "" means TransportWS.
 	Transport string
-	Conns    int           // clients to open in total
-	Ramp     time.Duration // time over which the clients are opened, evenly spaced
-	Every    time.Duration // 0: no application pings; else each client sends {"type":"ping"} this often
-	Silent   int           // clients that stop answering and sending when the ramp ends
-	Duration time.Duration // whole run, ramp included; clients are closed when it ends
+	Conns     int           // clients to open in total
+	Ramp      time.Duration // time over which the clients are opened, evenly spaced
+	Every     time.Duration // 0: no application pings; else each client sends {"type":"ping"} this often
+	Silent    int           // clients that stop answering and sending when the ramp ends
+	Duration  time.Duration // whole run, ramp included; clients are closed when it ends
 
 	Workers     int           // 0: one per PerWorker clients
 	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000
