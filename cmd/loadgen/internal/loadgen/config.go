@@ -27,9 +27,8 @@ import (
 
 // Config describes one load run as the user asked for it.
 type Config struct {
-	URL string // ws://host:port/path (sse: http://host:port/path) on a loopback address; uid is added per client
-	// Transport is TransportWS or TransportSSE; "" means TransportWS.
-	Transport string
+	URL       string        // ws://host:port/path (sse: http://host:port/path) on a loopback address; uid is added per client
+	Transport string        // TransportWS or TransportSSE; "" means TransportWS
 	Conns     int           // clients to open in total
 	Ramp      time.Duration // time over which the clients are opened, evenly spaced
 	Every     time.Duration // 0: no application pings; else each client sends {"type":"ping"} this often
@@ -37,7 +36,7 @@ type Config struct {
 	Duration  time.Duration // whole run, ramp included; clients are closed when it ends
 
 	Workers     int           // 0: one per PerWorker clients
-	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000
+	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000 (sse: 5,000)
 	Sources     int           // source addresses to spread clients over; 0: one per 8,000 clients
 	SourceFirst netip.Addr    // first source address; zero means 127.0.0.2
 	UIDPrefix   string        // user IDs are UIDPrefix followed by a number; "" means "lg"
@@ -92,6 +91,9 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 	}
 	if c.PerWorker <= 0 {
 		c.PerWorker = defaultPerWorker
+		if c.Transport == TransportSSE {
+			c.PerWorker /= 2 // two sockets a client, under the same open-file limit
+		}
 	}
 	if c.Workers <= 0 {
 		c.Workers = (c.Conns + c.PerWorker - 1) / c.PerWorker
