@@ -505,7 +505,7 @@ func (w *worker) ended(c *client, at time.Time, closeCode int, err error) {
 		w.falseClosed++
 		atomic.AddInt64(&w.c.Errors, 1)
 		if w.falseClosed <= 5 {
-			w.log.Warn("live client closed", "code", code, "err", err)
+			w.log.Warn("live client closed", "code", code, "since_last_sent", at.Sub(time.Unix(0, c.lastSent.Load())).Round(time.Millisecond), "err", err)
 		}
 	}
 }
