@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -131,13 +130,12 @@ func frameType(msg []byte) (string, bool) {
 	return *m.Type, true
 }
 
-// client is one raw gorilla connection, or one stream and its POSTs
-// (worker_sse.go). The load generator does not use
-// package client: it measures how the server treats connections that idle,
-// go silent and get closed, so it must see every close instead of having it
-// hidden by a reconnect, keep no presence state per connection, and send the
-// app pings of all its connections from one goroutine. Its frames are
-// package protocol's.
+// client is one raw gorilla connection (worker_ws.go), or one stream and
+// its POSTs (worker_sse.go). The load generator does not use package
+// client: it measures how the server treats connections that idle, go
+// silent and get closed, so it must see every close instead of having it
+// hidden by a reconnect and keep no presence state per connection. Its
+// frames are package protocol's.
 type client struct {
 	conn     *websocket.Conn // nil for a stream
 	sse      *sseLink        // nil for a WebSocket
@@ -295,27 +293,6 @@ func (w *worker) sourceAddrs() []net.Addr {
 	return as
 }
 
-// dialers returns one gorilla dialer per source address (one with the kernel's
-// choice when there are none). Small buffers keep the generator's own memory
-// down: the frames of this protocol are tiny.
-func (w *worker) dialers() []*websocket.Dialer {
-	mk := func(local net.Addr) *websocket.Dialer {
-		nd := &net.Dialer{Timeout: dialTimeout, LocalAddr: local}
-		return &websocket.Dialer{
-			NetDialContext:   nd.DialContext,
-			HandshakeTimeout: dialTimeout,
-			ReadBufferSize:   1024,
-			WriteBufferSize:  512,
-		}
-	}
-	as := w.sourceAddrs()
-	ds := make([]*websocket.Dialer, len(as))
-	for i, a := range as {
-		ds[i] = mk(a)
-	}
-	return ds
-}
-
 // ramp dials the worker's clients at their places on the common ramp, with
 // at most DialLimit dials in flight.
 func (w *worker) ramp(ctx context.Context, dial dialFunc, readers *sync.WaitGroup) {
@@ -346,44 +323,6 @@ func (w *worker) ramp(ctx context.Context, dial dialFunc, readers *sync.WaitGrou
 		}()
 	}
 	dials.Wait()
-}
-
-func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *sync.WaitGroup) {
-	atomic.AddInt64(&w.c.Dialed, 1)
-	u, err := w.clientURL(g)
-	if err != nil {
-		atomic.AddInt64(&w.c.FailedDials, 1)
-		return
-	}
-	conn, resp, err := d.DialContext(ctx, u, http.Header{})
-	if resp != nil && resp.Body != nil {
-		_ = resp.Body.Close()
-	}
-	if err != nil {
-		w.dialFailed(g, err)
-		return
-	}
-	now := time.Now()
-	c := &client{conn: conn, nextPing: now.Add(w.spec.Every).UnixNano()}
-	c.lastSent.Store(now.UnixNano())
-	conn.SetPingHandler(func(data string) error {
-		atomic.AddInt64(&w.c.PingsIn, 1)
-		if c.silent.Load() {
-			return nil
-		}
-		if err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait)); err != nil {
-			return nil // the read loop sees the broken connection
-		}
-		c.lastSent.Store(time.Now().UnixNano())
-		atomic.AddInt64(&w.c.Keepalives, 1)
-		return nil
-	})
-	w.opened(c)
-	readers.Add(1)
-	go func() {
-		defer readers.Done()
-		w.read(c)
-	}()
 }
 
 // clientURL is spec.URL with the user and channels of client g.
@@ -426,55 +365,6 @@ func (w *worker) count(c *client, kind string) {
 	atomic.AddInt64(&w.c.Received, 1)
 	c.received.Add(1)
 	w.types.add(kind)
-}
-
-// read consumes the client's frames until the connection ends and classifies
-// the end. A silent client keeps reading (it must see the close frame) but its
-// ping handler no longer answers.
-func (w *worker) read(c *client) {
-	first := true
-	var buf bytes.Buffer
-	var err error
-	for {
-		var typ int
-		var r io.Reader
-		typ, r, err = c.conn.NextReader()
-		if err != nil {
-			break
-		}
-		if typ != websocket.TextMessage {
-			if _, err = io.Copy(io.Discard, r); err != nil {
-				break
-			}
-			w.count(c, typeBinary)
-			continue
-		}
-		buf.Reset()
-		if _, err = buf.ReadFrom(r); err != nil {
-			break
-		}
-		kind, ok := frameType(buf.Bytes())
-		if !ok {
-			kind = typeInvalid
-		}
-		w.count(c, kind)
-		if first {
-			first = false
-			if kind == "welcome" {
-				w.welcome(buf.Bytes())
-			}
-		}
-		if buf.Cap() > 64<<10 {
-			buf = bytes.Buffer{} // one large snapshot should not pin memory for the run
-		}
-	}
-	at := time.Now()
-	code := -1
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) {
-		code = ce.Code
-	}
-	w.ended(c, at, code, err)
 }
 
 // ended classifies the end of c at time at, with the close code the server
@@ -540,44 +430,6 @@ func (w *worker) silence() {
 		open[k].silent.Store(true)
 	}
 	w.silent = n
-}
-
-// appPings sends {"type":"ping"} from every live, non-silent client once per
-// spec.Every from its connection on, as a chat client's timer would, from one
-// goroutine so each connection has a single writer.
-func (w *worker) appPings(ctx context.Context) {
-	if w.spec.Every <= 0 {
-		return
-	}
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.mu.Lock()
-		cs := w.clients
-		w.mu.Unlock()
-		now := time.Now().UnixNano()
-		for _, c := range cs {
-			if ctx.Err() != nil {
-				return
-			}
-			if c.conn == nil || c.nextPing > now || c.silent.Load() || c.closed.Load() {
-				continue
-			}
-			c.nextPing += int64(w.spec.Every)
-			_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := c.conn.WriteMessage(websocket.TextMessage, appPing); err != nil {
-				atomic.AddInt64(&w.c.Errors, 1)
-				continue
-			}
-			c.lastSent.Store(time.Now().UnixNano())
-			atomic.AddInt64(&w.c.Keepalives, 1)
-		}
-	}
 }
 
 // finish freezes the outcome at the deadline.
