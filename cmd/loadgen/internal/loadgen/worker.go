@@ -34,6 +34,8 @@ type counters struct {
 	Keepalives  int64 `json:"keepalives"` // frames sent: pong replies and app pings
 	Received    int64 `json:"received"`   // data frames received (text and binary)
 	PingsIn     int64 `json:"pings_in"`   // server pings received
+	LatePings   int64 `json:"late_pings"` // stream pings sent over slowAfter past their time
+	SlowPings   int64 `json:"slow_pings"` // stream pings answered over slowAfter after they were sent
 }
 
 // report is one line a worker writes to its coordinator.
@@ -259,6 +261,8 @@ func (w *worker) snapshot() counters {
 		Keepalives:  atomic.LoadInt64(&w.c.Keepalives),
 		Received:    atomic.LoadInt64(&w.c.Received),
 		PingsIn:     atomic.LoadInt64(&w.c.PingsIn),
+		LatePings:   atomic.LoadInt64(&w.c.LatePings),
+		SlowPings:   atomic.LoadInt64(&w.c.SlowPings),
 	}
 }
 

@@ -29,6 +29,11 @@ import (
 // once, instead of one per client, and its memory per client would be
 // understated.
 
+// slowAfter is how late a stream's ping may go out, and how long its POST
+// may take, before it is counted late or slow: half the slack a ping a
+// second has under a 2 s timeout.
+const slowAfter = 500 * time.Millisecond
+
 // sseLink is a stream client's HTTP side.
 type sseLink struct {
 	tr     *http.Transport
@@ -230,6 +235,9 @@ func (w *worker) ssePings(ctx context.Context, c *client, post string) {
 		if c.silent.Load() || c.closed.Load() {
 			return
 		}
+		if late := time.Since(time.Unix(0, c.nextPing)); late > slowAfter {
+			atomic.AddInt64(&w.c.LatePings, 1)
+		}
 		c.nextPing += int64(w.spec.Every)
 		if err := w.postPing(pctx, c.sse.hc, post); err != nil && ctx.Err() == nil && !c.closed.Load() {
 			if n := atomic.AddInt64(&w.c.Errors, 1); n <= 5 {
@@ -248,9 +256,13 @@ func (w *worker) postPing(ctx context.Context, hc *http.Client, post string) err
 		return fmt.Errorf("make ping request: %w", err)
 	}
 	req.Header.Set("Content-Type", "text/plain")
+	sent := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST ping: %w", err)
+	}
+	if time.Since(sent) > slowAfter {
+		atomic.AddInt64(&w.c.SlowPings, 1)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
