@@ -45,7 +45,7 @@ type Summary struct {
 	FramesPerClient   FrameStats       `json:"frames_per_client"` // spread of data frames received over the clients that connected
 	ServerPings       int64            `json:"server_pings"`
 	LatePings         int64            `json:"late_pings,omitempty"` // stream pings sent over 500 ms past their time: the generator fell behind
-	SlowPings         int64            `json:"slow_pings,omitempty"` // stream pings answered over 500 ms after they were sent: the server did
+	SlowPings         int64            `json:"slow_pings,omitempty"` // stream pings answered over 500 ms after they were sent: the round trip (server or generator) did
 	HoldMS            int64            `json:"hold_ms"`              // from the end of the ramp (all dials done) to the deadline
 	HoldKeepalives    int64            `json:"hold_keepalives"`      // keepalives sent during the hold
 	ServerCPUHoldS    float64          `json:"server_cpu_hold_s,omitempty"`

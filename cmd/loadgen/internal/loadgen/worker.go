@@ -35,7 +35,7 @@ type counters struct {
 	Received    int64 `json:"received"`   // data frames received (text and binary)
 	PingsIn     int64 `json:"pings_in"`   // server pings received
 	LatePings   int64 `json:"late_pings"` // stream pings sent over slowAfter past their time
-	SlowPings   int64 `json:"slow_pings"` // stream pings answered over slowAfter after they were sent
+	SlowPings   int64 `json:"slow_pings"` // stream pings whose round trip took over slowAfter
 }
 
 // report is one line a worker writes to its coordinator.
