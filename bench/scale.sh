@@ -25,6 +25,10 @@
 #   BIG        members of the extra run's single channel, a presenced run at
 #              BIG connections, all in one channel [1000]; 0: no extra run
 #   SLOTS TICK presenced ring [31, 1s]; the baseline gets the same timeout
+#   TRANSPORT  ws or sse [ws]: sse drives Server-Sent Events clients (GET /sse, each
+#              ping a POST /sse/{session} over the client's own keep-alive connection);
+#              presenced only, MAX is halved (two sockets a client), no server pings,
+#              so EVERY must be shorter than the timeout
 #   SERVERS    ["presenced baseline"]; "floor" adds bench/floor, and with presenced
 #              a table of presenced's CPU per 1k keepalives and RSS per connection
 #              over the floor's, per round and count
@@ -50,8 +54,17 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$(mktemp -d /tmp/presenced-scale.XXXXXX)}
 mkdir -p "$OUT"
 
+TRANSPORT=${TRANSPORT:-ws}
 LIMIT=$(ulimit -Hn)
 MAX=$((LIMIT * 9 / 10 / 100 * 100))
+case $TRANSPORT in
+ws) ;;
+sse) MAX=$((MAX / 2 / 100 * 100)) ;;
+*)
+	echo "TRANSPORT must be ws or sse, got $TRANSPORT" >&2
+	exit 2
+	;;
+esac
 COUNTS=${COUNTS:-"1000 5000 MAX"}
 COUNTS=${COUNTS//MAX/$MAX}
 if [[ $MODE == full ]]; then
@@ -75,6 +88,10 @@ P_PORT=${P_PORT:-18080}
 B_PORT=${B_PORT:-18090}
 F_PORT=${F_PORT:-18100}
 ROUNDS=${ROUNDS:-1}
+if [[ $TRANSPORT == sse && " $SERVERS " != " presenced " ]]; then
+	echo "TRANSPORT=sse: only presenced serves Server-Sent Events; set SERVERS=presenced" >&2
+	exit 2
+fi
 
 tick_ms=$(awk -v t="$TICK" 'BEGIN{ if (t ~ /ms$/) {sub(/ms$/,"",t); print t} else {sub(/s$/,"",t); print t*1000} }')
 TIMEOUT_MS=$(((SLOTS - 1) * tick_ms))
@@ -128,6 +145,7 @@ start_server() { # name -> sets SERVER_PID and URL
 	SERVER_PID=$!
 	URL="ws://127.0.0.1:$port/ws"
 	HTTP="http://127.0.0.1:$port"
+	[[ $TRANSPORT == sse ]] && URL="$HTTP/sse"
 	for _ in $(seq 100); do
 		if curl -fsS "$HTTP/healthz" >/dev/null 2>&1; then return 0; fi
 		sleep 0.1
@@ -167,7 +185,7 @@ run_one() {
 	local tag="$name-$conns-room$room-r$round"
 	local frames0
 	frames0=$(metric presenced_frames_sent_total)
-	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + hold))s" \
+	"$OUT/loadgen" -transport "$TRANSPORT" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + hold))s" \
 		-every "$EVERY" -silent "$silent" -users "$users" -room "$room" -source-first "$src" \
 		-server-pid "$SERVER_PID" >"$OUT/$tag.json" 2>"$OUT/$tag.progress" &
 	local lg=$!
@@ -240,7 +258,7 @@ run_one() {
 
 print_table() {
 	echo
-	echo "Mode $MODE on $(nproc) cores, ulimit -Hn $LIMIT, timeout ${TIMEOUT_MS} ms (presenced: ${SLOTS} slots x ${TICK}),"
+	echo "Mode $MODE, transport $TRANSPORT, on $(nproc) cores, ulimit -Hn $LIMIT, timeout ${TIMEOUT_MS} ms (presenced: ${SLOTS} slots x ${TICK}),"
 	echo "ramp ${RAMP}s, hold ${HOLD}s (largest: ${HOLD_MAX}s), app ping every ${EVERY}, ${SILENT_PCT}% silent, ${USERS_PER} connections per user,"
 	echo "rooms of ${ROOM} (client i in room-<i/${ROOM}>)$( ((BIG > 0)) && echo "; extra run: presenced, ${BIG} connections in one channel")."
 	echo "Detection target: timeout + tick + 100 ms = $((TIMEOUT_MS + tick_ms + 100)) ms (p99)."
@@ -322,7 +340,7 @@ soak() {
 	local secs=${SOAK_SECS:-600} conns=${SOAK_CONNS:-5000} churn=${SOAK_CHURN:-1000}
 	start_server presenced
 	log "soak: ${secs}s, $conns steady clients, rounds of $churn churning clients (${SILENT_PCT}% silent)"
-	"$OUT/loadgen" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + secs + 30))s" \
+	"$OUT/loadgen" -transport "$TRANSPORT" -url "$URL" -conns "$conns" -ramp "${RAMP}s" -duration "$((RAMP + secs + 30))s" \
 		-every "$EVERY" -users "$(((conns + USERS_PER - 1) / USERS_PER))" -room "$ROOM" -uid-prefix steady \
 		-source-first 127.0.0.30 >"$OUT/soak-steady.json" 2>"$OUT/soak-steady.progress" &
 	local steady=$!
@@ -334,7 +352,7 @@ soak() {
 	local churn_secs=$(((TIMEOUT_MS / 1000) + 15))
 	while ((SECONDS + churn_secs + 5 < end)); do
 		round=$((round + 1))
-		"$OUT/loadgen" -url "$URL" -conns "$churn" -ramp 5s -duration "$((5 + churn_secs))s" -every "$EVERY" \
+		"$OUT/loadgen" -transport "$TRANSPORT" -url "$URL" -conns "$churn" -ramp 5s -duration "$((5 + churn_secs))s" -every "$EVERY" \
 			-silent $((churn * SILENT_PCT / 100)) -users "$(((churn + USERS_PER - 1) / USERS_PER))" -room "$ROOM" \
 			-uid-prefix "churn$round-" -source-first 127.0.0.40 >>"$OUT/soak-churn.json" 2>/dev/null || {
 			log "churn round $round: loadgen exit $?"
@@ -376,7 +394,8 @@ for round in $(seq "$ROUNDS"); do
 			[[ $s == baseline ]] && src=127.0.0.20
 			[[ $s == floor ]] && src=127.0.0.30
 			label=$s
-			((ROUNDS > 1)) && label="$s, round $round"
+			[[ $TRANSPORT == sse ]] && label="$s (sse)"
+			((ROUNDS > 1)) && label="$label, round $round"
 			run_one "$s" "$n" "$hold" "$src" "$ROOM" "$label" "$round"
 		done
 	done

@@ -4,6 +4,10 @@
 //
 //	loadgen -url ws://127.0.0.1:8080/ws -conns 5000 -ramp 10s -silent 500 -duration 60s -room 50
 //
+// With -transport sse the clients are Server-Sent Events streams instead:
+// GET -url (http://127.0.0.1:8080/sse) and, for each ping, POST -url/{session};
+// there are no server pings, so -every must be shorter than the timeout.
+//
 // Each client is its own user (lg0, lg1, ...) unless -users says otherwise.
 // With -room N client i joins channel room-<i/N> at connect; -big-channel adds
 // one large channel. Clients read every frame the server sends and count
@@ -46,7 +50,8 @@ func run() int {
 		worker    bool
 		verbosity string
 	)
-	fs.StringVar(&cfg.URL, "url", "ws://127.0.0.1:8080/ws", "WebSocket URL on a loopback address (uid is added per client)")
+	fs.StringVar(&cfg.URL, "url", "ws://127.0.0.1:8080/ws", "WebSocket URL (sse: the stream's http:// URL) on a loopback address (uid is added per client)")
+	fs.StringVar(&cfg.Transport, "transport", loadgen.TransportWS, "ws: WebSocket clients; sse: Server-Sent Events streams, pings POSTed")
 	fs.IntVar(&cfg.Conns, "conns", 1000, "clients to open")
 	fs.DurationVar(&cfg.Ramp, "ramp", 10*time.Second, "time over which the clients are opened")
 	fs.DurationVar(&cfg.Every, "every", 0, "send {\"type\":\"ping\"} from each client this often (0: only answer server pings)")

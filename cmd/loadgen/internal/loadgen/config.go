@@ -1,5 +1,6 @@
-// Package loadgen drives many real WebSocket clients against a presenced-style
-// server (welcome, ping/pong, idle close 4408) and measures how
+// Package loadgen drives many real WebSocket or Server-Sent Events clients
+// against a presenced-style server (welcome, ping/pong, idle close 4408) and
+// measures how
 // quickly the server drops clients that go silent and whether it ever drops
 // one that did not.
 //
@@ -26,15 +27,16 @@ import (
 
 // Config describes one load run as the user asked for it.
 type Config struct {
-	URL      string        // ws://host:port/path on a loopback address; uid is added per client
-	Conns    int           // clients to open in total
-	Ramp     time.Duration // time over which the clients are opened, evenly spaced
-	Every    time.Duration // 0: no application pings; else each client sends {"type":"ping"} this often
-	Silent   int           // clients that stop answering and sending when the ramp ends
-	Duration time.Duration // whole run, ramp included; clients are closed when it ends
+	URL       string        // ws://host:port/path (sse: http://host:port/path) on a loopback address; uid is added per client
+	Transport string        // TransportWS or TransportSSE; "" means TransportWS
+	Conns     int           // clients to open in total
+	Ramp      time.Duration // time over which the clients are opened, evenly spaced
+	Every     time.Duration // 0: no application pings; else each client sends {"type":"ping"} this often
+	Silent    int           // clients that stop answering and sending when the ramp ends
+	Duration  time.Duration // whole run, ramp included; clients are closed when it ends
 
 	Workers     int           // 0: one per PerWorker clients
-	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000
+	PerWorker   int           // clients per worker when Workers is 0; 0 means 10,000 (sse: 5,000)
 	Sources     int           // source addresses to spread clients over; 0: one per 8,000 clients
 	SourceFirst netip.Addr    // first source address; zero means 127.0.0.2
 	UIDPrefix   string        // user IDs are UIDPrefix followed by a number; "" means "lg"
@@ -46,6 +48,12 @@ type Config struct {
 	ServerPID   int           // >0: sample this local process's CPU and RSS at the start and end of the hold
 	Linger      time.Duration // wait after the deadline before closing clients, so the server is sampled undisturbed; 0 means 1 s
 }
+
+// The transports a client may use.
+const (
+	TransportWS  = "ws"  // a WebSocket
+	TransportSSE = "sse" // GET path for the stream, POST path/{session} for each frame
+)
 
 const (
 	defaultPerWorker    = 10000
@@ -74,8 +82,18 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 	if c.Duration <= c.Ramp {
 		return c, fmt.Errorf("duration (%v) must be longer than the ramp (%v)", c.Duration, c.Ramp)
 	}
+	switch c.Transport {
+	case "":
+		c.Transport = TransportWS
+	case TransportWS, TransportSSE:
+	default:
+		return c, fmt.Errorf("transport %q: want %q or %q", c.Transport, TransportWS, TransportSSE)
+	}
 	if c.PerWorker <= 0 {
 		c.PerWorker = defaultPerWorker
+		if c.Transport == TransportSSE {
+			c.PerWorker /= 2 // two sockets a client, under the same open-file limit
+		}
 	}
 	if c.Workers <= 0 {
 		c.Workers = (c.Conns + c.PerWorker - 1) / c.PerWorker
@@ -114,7 +132,7 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 	if len(c.UIDPrefix) > maxUIDPrefixLen {
 		return c, fmt.Errorf("uid prefix longer than %d characters", maxUIDPrefixLen)
 	}
-	target, err := loopbackTarget(ctx, c.URL)
+	target, err := loopbackTarget(ctx, c.URL, c.Transport)
 	if err != nil {
 		return c, err
 	}
@@ -130,7 +148,12 @@ func (c Config) withDefaults(ctx context.Context) (Config, error) {
 		return c, fmt.Errorf("source address %v is not an IPv4 loopback address", c.SourceFirst)
 	}
 	if c.Sources <= 0 {
-		c.Sources = (c.Conns + clientsPerSource - 1) / clientsPerSource
+		// A stream's client holds two connections: the stream and its POSTs'.
+		socks := c.Conns
+		if c.Transport == TransportSSE {
+			socks *= 2
+		}
+		c.Sources = (socks + clientsPerSource - 1) / clientsPerSource
 	}
 	last := c.SourceFirst
 	for range c.Sources - 1 {
@@ -153,15 +176,20 @@ func (c Config) sourceAddrs() []string {
 	return out
 }
 
-// loopbackTarget checks that raw is a ws:// URL whose host resolves only to
-// loopback addresses, so load never leaves the machine, and returns the first.
-func loopbackTarget(ctx context.Context, raw string) (netip.Addr, error) {
+// loopbackTarget checks that raw is a ws:// URL (http:// for sse) whose host
+// resolves only to loopback addresses, so load never leaves the machine, and
+// returns the first.
+func loopbackTarget(ctx context.Context, raw, transport string) (netip.Addr, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("parse url %q: %w", raw, err)
 	}
-	if u.Scheme != "ws" {
-		return netip.Addr{}, fmt.Errorf("url %q: scheme must be ws (loopback only, no TLS)", raw)
+	scheme := "ws"
+	if transport == TransportSSE {
+		scheme = "http"
+	}
+	if u.Scheme != scheme {
+		return netip.Addr{}, fmt.Errorf("url %q: scheme must be %s with transport %s (loopback only, no TLS)", raw, scheme, transport)
 	}
 	host := u.Hostname()
 	if host == "" {
@@ -186,6 +214,7 @@ func loopbackTarget(ctx context.Context, raw string) (netip.Addr, error) {
 type Spec struct {
 	Worker     int           `json:"worker"`
 	URL        string        `json:"url"`
+	Transport  string        `json:"transport,omitempty"`
 	First      int           `json:"first"` // global index of this worker's first client
 	Conns      int           `json:"conns"`
 	Silent     int           `json:"silent"`
@@ -219,7 +248,7 @@ func plan(c Config, start time.Time) []Spec {
 			s++
 		}
 		specs[w] = Spec{
-			Worker: w, URL: c.URL, First: w, Conns: n, Silent: s,
+			Worker: w, URL: c.URL, Transport: c.Transport, First: w, Conns: n, Silent: s,
 			Start: start, Ramp: c.Ramp, Every: c.Every, Duration: c.Duration,
 			Sources: c.sourceAddrs(), UIDPrefix: c.UIDPrefix, Users: c.Users, DialLimit: c.DialLimit,
 			Room: c.Room, BigChannel: c.BigChannel, BigEvery: c.BigEvery,

@@ -44,8 +44,10 @@ type Summary struct {
 	FrameTypes        map[string]int64 `json:"frames_by_type"`    // the same by "type" (see frameTypes)
 	FramesPerClient   FrameStats       `json:"frames_per_client"` // spread of data frames received over the clients that connected
 	ServerPings       int64            `json:"server_pings"`
-	HoldMS            int64            `json:"hold_ms"`         // from the end of the ramp (all dials done) to the deadline
-	HoldKeepalives    int64            `json:"hold_keepalives"` // keepalives sent during the hold
+	LatePings         int64            `json:"late_pings,omitempty"` // stream pings sent over 500 ms past their time: the generator fell behind
+	SlowPings         int64            `json:"slow_pings,omitempty"` // stream pings answered over 500 ms after they were sent: the round trip (server or generator) did
+	HoldMS            int64            `json:"hold_ms"`              // from the end of the ramp (all dials done) to the deadline
+	HoldKeepalives    int64            `json:"hold_keepalives"`      // keepalives sent during the hold
 	ServerCPUHoldS    float64          `json:"server_cpu_hold_s,omitempty"`
 	ServerRSSHoldKB   []int64          `json:"server_rss_kb_hold,omitempty"` // at the start and the end of the hold
 	WorkerErrors      []string         `json:"worker_errors,omitempty"`
@@ -321,6 +323,7 @@ func (f *fleet) summarize(cfg Config, h hold) Summary {
 	s.Keepalives = total.Keepalives
 	s.FramesReceived = total.Received
 	s.ServerPings = total.PingsIn
+	s.LatePings, s.SlowPings = total.LatePings, total.SlowPings
 	s.FramesPerClient = frameStats(perClient)
 	s.SilentUnclosed = s.Silent - s.SilentClosed - s.SilentClosedOther
 	s.DetectP50MS, s.DetectP99MS, s.DetectMaxMS = percentile(detect, 50), percentile(detect, 99), percentile(detect, 100)
@@ -343,7 +346,7 @@ func (a counters) add(b counters) counters {
 		FailedDials: a.FailedDials + b.FailedDials, Open: a.Open + b.Open,
 		Closed: a.Closed + b.Closed, Errors: a.Errors + b.Errors,
 		Keepalives: a.Keepalives + b.Keepalives, Received: a.Received + b.Received,
-		PingsIn: a.PingsIn + b.PingsIn,
+		PingsIn: a.PingsIn + b.PingsIn, LatePings: a.LatePings + b.LatePings, SlowPings: a.SlowPings + b.SlowPings,
 	}
 }
 

@@ -367,6 +367,9 @@ func TestConfigRejects(t *testing.T) {
 		{"big channel with a comma", func(c *Config) { c.BigChannel = "a,b" }, "big channel"},
 		{"big channel named like a room", func(c *Config) { c.BigChannel = "room-0" }, "big channel"},
 		{"big-every alone", func(c *Config) { c.BigEvery = 3 }, "big-every needs"},
+		{"unknown transport", func(c *Config) { c.Transport = "poll" }, "transport"},
+		{"sse on a ws url", func(c *Config) { c.Transport = TransportSSE }, "scheme must be http"},
+		{"ws on an http url", func(c *Config) { c.URL = "http://127.0.0.1:1/sse" }, "scheme must be ws"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -511,4 +514,58 @@ func startHub(t *testing.T, cfg transport.Config) string {
 		hs.Close()
 	})
 	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
+}
+
+func TestRunSSEAgainstPresencedHub(t *testing.T) {
+	t.Parallel()
+	// A 1 s timeout and a ping every 200 ms: a live stream's POSTs keep it
+	// even when a few of them are late on a loaded machine.
+	const tick = 100 * time.Millisecond
+	url := strings.Replace(startHub(t, transport.Config{Slots: 11, Tick: tick}), "ws://", "http://", 1)
+	url = strings.TrimSuffix(url, "/ws") + "/sse"
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: url, Transport: TransportSSE, Conns: 40, Silent: 8, Room: 10, Every: 200 * time.Millisecond,
+		Ramp: 200 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 4 * time.Second, Workers: 2,
+	})
+	require.NoError(t, err)
+	assert.True(t, sum.OK(), "%+v", sum)
+	assert.EqualValues(t, 40, sum.Connected)
+	assert.EqualValues(t, 1000, sum.TimeoutMS)
+	assert.Equal(t, 8, sum.SilentClosed)
+	assert.Zero(t, sum.FalseClosed)
+	assert.Equal(t, map[string]int{"4408": 8}, sum.CloseCodes)
+	// A stream has no server pings: only the POSTs kept the live clients,
+	// each answered on its stream.
+	assert.Zero(t, sum.ServerPings)
+	assert.Greater(t, sum.Keepalives, int64(32*5))
+	assert.Positive(t, sum.HoldKeepalives)
+	assert.EqualValues(t, 40, sum.FrameTypes["welcome"])
+	assert.EqualValues(t, 40, sum.FrameTypes["joined"])
+	assert.EqualValues(t, 8, sum.FrameTypes["close"])
+	assert.LessOrEqual(t, sum.FrameTypes["pong"], sum.Keepalives)
+	assert.Greater(t, sum.FrameTypes["pong"], int64(32*5))
+	assert.Zero(t, sum.FrameTypes["invalid"])
+	assert.Zero(t, sum.FrameTypes["error"])
+	// As for a WebSocket: from the last POST written to the close event,
+	// between the timeout (less two late ticks) and well past it.
+	t.Logf("detection p50 %v ms, max %v ms (timeout 1000 ms, tick %v)", sum.DetectP50MS, sum.DetectMaxMS, tick)
+	assert.GreaterOrEqual(t, sum.DetectP50MS, float64((time.Second-2*tick)/time.Millisecond))
+	assert.Less(t, sum.DetectMaxMS, float64((time.Second+tick+2*time.Second)/time.Millisecond))
+}
+
+func TestRunSSECountsRefusedStreamsAsFailedDials(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	co := &Coordinator{Launch: inProcess}
+	sum, err := co.Run(context.Background(), Config{
+		URL: srv.URL + "/sse", Transport: TransportSSE, Conns: 5,
+		Ramp: 50 * time.Millisecond, Linger: 50 * time.Millisecond, Duration: 300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, sum.FailedDials)
+	assert.Zero(t, sum.Connected)
 }

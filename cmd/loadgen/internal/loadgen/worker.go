@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -35,6 +34,8 @@ type counters struct {
 	Keepalives  int64 `json:"keepalives"` // frames sent: pong replies and app pings
 	Received    int64 `json:"received"`   // data frames received (text and binary)
 	PingsIn     int64 `json:"pings_in"`   // server pings received
+	LatePings   int64 `json:"late_pings"` // stream pings sent over slowAfter past their time
+	SlowPings   int64 `json:"slow_pings"` // stream pings whose round trip took over slowAfter
 }
 
 // report is one line a worker writes to its coordinator.
@@ -71,7 +72,7 @@ var appPing = protocol.MustEncode(protocol.Ping{}).Data
 // without a readable type as "invalid".
 var frameTypes = []string{
 	"welcome", "joined", "left", "presence", "status", "watching",
-	"chat", "publish", "message", "pong", "error",
+	"chat", "publish", "message", "pong", "error", "close",
 }
 
 const (
@@ -131,19 +132,20 @@ func frameType(msg []byte) (string, bool) {
 	return *m.Type, true
 }
 
-// client is one raw gorilla connection. The load generator does not use
-// package client: it measures how the server treats connections that idle,
-// go silent and get closed, so it must see every close instead of having it
-// hidden by a reconnect, keep no presence state per connection, and send the
-// app pings of all its connections from one goroutine. Its frames are
-// package protocol's.
+// client is one raw gorilla connection (worker_ws.go), or one stream and
+// its POSTs (worker_sse.go). The load generator does not use package
+// client: it measures how the server treats connections that idle, go
+// silent and get closed, so it must see every close instead of having it
+// hidden by a reconnect and keep no presence state per connection. Its
+// frames are package protocol's.
 type client struct {
-	conn     *websocket.Conn
+	conn     *websocket.Conn // nil for a stream
+	sse      *sseLink        // nil for a WebSocket
 	silent   atomic.Bool
 	closed   atomic.Bool
 	lastSent atomic.Int64 // unix nanoseconds of the last frame this client sent
 	received atomic.Int64 // data frames received
-	nextPing int64        // unix nanoseconds of the next app ping; appPings' own
+	nextPing int64        // unix nanoseconds of the next app ping; its sender's own
 }
 
 type worker struct {
@@ -185,7 +187,7 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	dialers := w.dialers()
+	dial := w.dialer()
 	progressDone := make(chan struct{})
 	stopProgress := make(chan struct{})
 	go func() {
@@ -208,7 +210,7 @@ func RunWorker(ctx context.Context, spec Spec, workers int, out io.Writer, log *
 		w.appPings(ctx)
 	}()
 	var readers sync.WaitGroup
-	w.ramp(ctx, dialers, &readers)
+	w.ramp(ctx, dial, &readers)
 	rampEnd := spec.Start.Add(spec.Ramp)
 	select {
 	case <-time.After(time.Until(rampEnd)):
@@ -259,35 +261,45 @@ func (w *worker) snapshot() counters {
 		Keepalives:  atomic.LoadInt64(&w.c.Keepalives),
 		Received:    atomic.LoadInt64(&w.c.Received),
 		PingsIn:     atomic.LoadInt64(&w.c.PingsIn),
+		LatePings:   atomic.LoadInt64(&w.c.LatePings),
+		SlowPings:   atomic.LoadInt64(&w.c.SlowPings),
 	}
 }
 
-// dialers returns one gorilla dialer per source address (one with the kernel's
-// choice when there are none). Small buffers keep the generator's own memory
-// down: the frames of this protocol are tiny.
-func (w *worker) dialers() []*websocket.Dialer {
-	mk := func(local net.Addr) *websocket.Dialer {
-		nd := &net.Dialer{Timeout: dialTimeout, LocalAddr: local}
-		return &websocket.Dialer{
-			NetDialContext:   nd.DialContext,
-			HandshakeTimeout: dialTimeout,
-			ReadBufferSize:   1024,
-			WriteBufferSize:  512,
+// dialFunc opens the client with run-wide index g and starts its reader.
+type dialFunc func(ctx context.Context, g int, readers *sync.WaitGroup)
+
+// dialer returns how this worker's clients are opened, spread over the
+// source addresses.
+func (w *worker) dialer() dialFunc {
+	if w.spec.Transport == TransportSSE {
+		links := w.sseDialers()
+		return func(ctx context.Context, g int, readers *sync.WaitGroup) {
+			w.dialSSE(ctx, links[g%len(links)], g, readers)
 		}
 	}
+	ds := w.dialers()
+	return func(ctx context.Context, g int, readers *sync.WaitGroup) {
+		w.dial(ctx, ds[g%len(ds)], g, readers)
+	}
+}
+
+// sourceAddrs returns the local address of each source, one nil (the
+// kernel's choice) when there are none.
+func (w *worker) sourceAddrs() []net.Addr {
 	if len(w.spec.Sources) == 0 {
-		return []*websocket.Dialer{mk(nil)}
+		return []net.Addr{nil}
 	}
-	ds := make([]*websocket.Dialer, len(w.spec.Sources))
+	as := make([]net.Addr, len(w.spec.Sources))
 	for i, s := range w.spec.Sources {
-		ds[i] = mk(&net.TCPAddr{IP: net.ParseIP(s)})
+		as[i] = &net.TCPAddr{IP: net.ParseIP(s)}
 	}
-	return ds
+	return as
 }
 
 // ramp dials the worker's clients at their places on the common ramp, with
 // at most DialLimit dials in flight.
-func (w *worker) ramp(ctx context.Context, dialers []*websocket.Dialer, readers *sync.WaitGroup) {
+func (w *worker) ramp(ctx context.Context, dial dialFunc, readers *sync.WaitGroup) {
 	sem := make(chan struct{}, w.spec.DialLimit)
 	var dials sync.WaitGroup
 	total := max(w.spec.TotalConns, 1)
@@ -311,18 +323,17 @@ func (w *worker) ramp(ctx context.Context, dialers []*websocket.Dialer, readers 
 		go func() {
 			defer dials.Done()
 			defer func() { <-sem }()
-			w.dial(ctx, dialers[g%len(dialers)], g, readers)
+			dial(ctx, g, readers)
 		}()
 	}
 	dials.Wait()
 }
 
-func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *sync.WaitGroup) {
-	atomic.AddInt64(&w.c.Dialed, 1)
+// clientURL is spec.URL with the user and channels of client g.
+func (w *worker) clientURL(g int) (string, error) {
 	u, err := url.Parse(w.spec.URL)
 	if err != nil {
-		atomic.AddInt64(&w.c.FailedDials, 1)
-		return
+		return "", fmt.Errorf("parse url: %w", err)
 	}
 	q := u.Query()
 	q.Set("uid", w.spec.uid(g))
@@ -330,43 +341,24 @@ func (w *worker) dial(ctx context.Context, d *websocket.Dialer, g int, readers *
 		q.Set("channels", strings.Join(cs, ","))
 	}
 	u.RawQuery = q.Encode()
-	conn, resp, err := d.DialContext(ctx, u.String(), http.Header{})
-	if resp != nil && resp.Body != nil {
-		_ = resp.Body.Close()
+	return u.String(), nil
+}
+
+func (w *worker) dialFailed(g int, err error) {
+	atomic.AddInt64(&w.c.FailedDials, 1)
+	atomic.AddInt64(&w.c.Errors, 1)
+	if atomic.LoadInt64(&w.c.FailedDials) <= 5 {
+		w.log.Warn("dial failed", "uid", w.spec.uid(g), "err", err)
 	}
-	if err != nil {
-		atomic.AddInt64(&w.c.FailedDials, 1)
-		atomic.AddInt64(&w.c.Errors, 1)
-		if atomic.LoadInt64(&w.c.FailedDials) <= 5 {
-			w.log.Warn("dial failed", "uid", q.Get("uid"), "err", err)
-		}
-		return
-	}
-	now := time.Now()
-	c := &client{conn: conn, nextPing: now.Add(w.spec.Every).UnixNano()}
-	c.lastSent.Store(now.UnixNano())
-	conn.SetPingHandler(func(data string) error {
-		atomic.AddInt64(&w.c.PingsIn, 1)
-		if c.silent.Load() {
-			return nil
-		}
-		if err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait)); err != nil {
-			return nil // the read loop sees the broken connection
-		}
-		c.lastSent.Store(time.Now().UnixNano())
-		atomic.AddInt64(&w.c.Keepalives, 1)
-		return nil
-	})
+}
+
+// opened counts c as connected and open and keeps it for the run.
+func (w *worker) opened(c *client) {
 	atomic.AddInt64(&w.c.Connected, 1)
 	atomic.AddInt64(&w.c.Open, 1)
 	w.mu.Lock()
 	w.clients = append(w.clients, c)
 	w.mu.Unlock()
-	readers.Add(1)
-	go func() {
-		defer readers.Done()
-		w.read(c)
-	}()
 }
 
 // count counts one whole frame of kind received by c, in the totals and by
@@ -379,55 +371,16 @@ func (w *worker) count(c *client, kind string) {
 	w.types.add(kind)
 }
 
-// read consumes the client's frames until the connection ends and classifies
-// the end. A silent client keeps reading (it must see the close frame) but its
-// ping handler no longer answers.
-func (w *worker) read(c *client) {
-	first := true
-	var buf bytes.Buffer
-	var err error
-	for {
-		var typ int
-		var r io.Reader
-		typ, r, err = c.conn.NextReader()
-		if err != nil {
-			break
-		}
-		if typ != websocket.TextMessage {
-			if _, err = io.Copy(io.Discard, r); err != nil {
-				break
-			}
-			w.count(c, typeBinary)
-			continue
-		}
-		buf.Reset()
-		if _, err = buf.ReadFrom(r); err != nil {
-			break
-		}
-		kind, ok := frameType(buf.Bytes())
-		if !ok {
-			kind = typeInvalid
-		}
-		w.count(c, kind)
-		if first {
-			first = false
-			if kind == "welcome" {
-				w.welcome(buf.Bytes())
-			}
-		}
-		if buf.Cap() > 64<<10 {
-			buf = bytes.Buffer{} // one large snapshot should not pin memory for the run
-		}
-	}
-	at := time.Now()
+// ended classifies the end of c at time at, with the close code the server
+// sent (-1: none) and the error that ended its reads: a silent client closed
+// for idling, a silent client ended otherwise, or a false close.
+func (w *worker) ended(c *client, at time.Time, closeCode int, err error) {
 	c.closed.Store(true)
 	atomic.AddInt64(&w.c.Open, -1)
 	atomic.AddInt64(&w.c.Closed, 1)
-
 	code := "eof"
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) {
-		code = strconv.Itoa(ce.Code)
+	if closeCode >= 0 {
+		code = strconv.Itoa(closeCode)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -436,7 +389,7 @@ func (w *worker) read(c *client) {
 	}
 	w.closeCodes[code]++
 	switch {
-	case c.silent.Load() && ce != nil && ce.Code == idleCloseCode:
+	case c.silent.Load() && closeCode == idleCloseCode:
 		w.silentDone++
 		w.detect = append(w.detect, float64(at.UnixNano()-c.lastSent.Load())/1e6)
 	case c.silent.Load():
@@ -446,7 +399,7 @@ func (w *worker) read(c *client) {
 		w.falseClosed++
 		atomic.AddInt64(&w.c.Errors, 1)
 		if w.falseClosed <= 5 {
-			w.log.Warn("live client closed", "code", code, "err", err)
+			w.log.Warn("live client closed", "code", code, "since_last_sent", at.Sub(time.Unix(0, c.lastSent.Load())).Round(time.Millisecond), "err", err)
 		}
 	}
 }
@@ -483,44 +436,6 @@ func (w *worker) silence() {
 	w.silent = n
 }
 
-// appPings sends {"type":"ping"} from every live, non-silent client once per
-// spec.Every from its connection on, as a chat client's timer would, from one
-// goroutine so each connection has a single writer.
-func (w *worker) appPings(ctx context.Context) {
-	if w.spec.Every <= 0 {
-		return
-	}
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.mu.Lock()
-		cs := w.clients
-		w.mu.Unlock()
-		now := time.Now().UnixNano()
-		for _, c := range cs {
-			if ctx.Err() != nil {
-				return
-			}
-			if c.nextPing > now || c.silent.Load() || c.closed.Load() {
-				continue
-			}
-			c.nextPing += int64(w.spec.Every)
-			_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := c.conn.WriteMessage(websocket.TextMessage, appPing); err != nil {
-				atomic.AddInt64(&w.c.Errors, 1)
-				continue
-			}
-			c.lastSent.Store(time.Now().UnixNano())
-			atomic.AddInt64(&w.c.Keepalives, 1)
-		}
-	}
-}
-
 // finish freezes the outcome at the deadline.
 func (w *worker) finish() report {
 	w.mu.Lock()
@@ -543,13 +458,18 @@ func (w *worker) finish() report {
 	}
 }
 
-// closeAll ends every connection with a normal close frame.
+// closeAll ends every connection: a WebSocket with a normal close frame, a
+// stream by hanging up.
 func (w *worker) closeAll() {
 	w.mu.Lock()
 	cs := w.clients
 	w.mu.Unlock()
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "loadgen done")
 	for _, c := range cs {
+		if c.sse != nil {
+			c.sse.close()
+			continue
+		}
 		if !c.closed.Load() {
 			_ = c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 		}
