@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command floor is the least a server can do for presenced's load: one
 // thread waiting in epoll_wait(2), its own HTTP/1.1 upgrade and WebSocket
 // framing on the raw sockets, {"type":"ping"} answered from pre-encoded bytes
