@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/presenced/presenced/internal/lockorder"
@@ -185,4 +188,88 @@ func (c *conn) refresh(token string) error {
 		}
 	}
 	return nil
+}
+
+// newConn makes the conn of a connection about to open, for sess, or
+// answers 503 or 429 and reports false when the node or the user holds all
+// the connections it may. The caller releases its count if it does not go
+// on to open it.
+func (h *Hub) newConn(w http.ResponseWriter, sess Session, channels []string) (*conn, Session, []string, bool) {
+	// Copies: a name parsed from the query would keep the whole request
+	// line alive for as long as the connection.
+	uid := strings.Clone(sess.UID)
+	sess.UID = uid
+	for i, ch := range channels {
+		channels[i] = strings.Clone(ch)
+	}
+	switch h.reserve(uid) {
+	case nodeFull:
+		h.m.connsRefused[nodeFull].Inc()
+		w.Header().Set("Retry-After", retryAfterFull)
+		w.Header().Set("Connection", "close") // its descriptor is what is short
+		writeError(w, http.StatusServiceUnavailable, "this server holds all the connections it may (-max-conns): try again later")
+		return nil, sess, nil, false
+	case userFull:
+		h.m.connsRefused[userFull].Inc()
+		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
+		return nil, sess, nil, false
+	}
+	c := &conn{hub: h, uid: uid}
+	c.inbox.Limit = inboxLimit
+	c.setSession(sess)
+	if h.onMessage != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.life = &lifetime{ctx, cancel}
+	}
+	return c, sess, channels, true
+}
+
+// refusedClosingLocked reports whether the Hub is shutting down, and then
+// drops c. Called with h.mu held.
+func (h *Hub) refusedClosingLocked(c *conn) bool {
+	if h.closing {
+		h.dropLocked(c)
+	}
+	return h.closing
+}
+
+// dropLocked lets go of c, made by newConn and never opened: its count and
+// its context. Called with h.mu held.
+func (h *Hub) dropLocked(c *conn) {
+	h.releaseLocked(c.uid)
+	if c.life != nil {
+		c.life.cancel()
+	}
+}
+
+// open counts c, just registered, with the node in the channels sess may
+// join, refusing the others with an error frame, and queues its welcome
+// (naming session, for a stream).
+func (c *conn) open(sess Session, channels []string, session string) {
+	h := c.hub
+	var refused []string
+	channels = slices.DeleteFunc(channels, func(ch string) bool {
+		if !h.mayJoin(sess, ch) {
+			refused = append(refused, ch)
+			return true
+		}
+		return false
+	})
+	// Armed first, so a refused Connect's close also disarms it.
+	h.node.SetExpiry(c, sess.Expires)
+	ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
+	err := h.node.Connect(ctx, c, c.uid, channels)
+	cancel()
+	if err != nil {
+		c.closeWith(protocol.CloseGoingAway, protocol.ReasonShutdown, reasonShutdown)
+	}
+	for _, ch := range refused {
+		c.replyError(errNotAllowed, ch)
+	}
+	// The welcome goes out only now, first in the queue, ahead of the
+	// snapshots: a client that has its welcome is online, and counted in
+	// its channels.
+	own := h.node.RecordOf(c.uid)
+	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: c.uid, TimeoutMS: h.Timeout().Milliseconds(),
+		Protocol: protocol.Version, Mode: own.Mode, Note: own.Note, Session: session}))
 }

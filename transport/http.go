@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -324,35 +323,17 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 		h.needUpgrade(w)
 		return
 	}
-	// Copies: a name parsed from the query would keep the whole request
-	// line alive for as long as the connection.
-	uid := strings.Clone(sess.UID)
-	sess.UID = uid
-	for i, ch := range channels {
-		channels[i] = strings.Clone(ch)
-	}
-	switch h.reserve(uid) {
-	case nodeFull:
-		h.m.connsRefused[nodeFull].Inc()
-		w.Header().Set("Retry-After", retryAfterFull)
-		w.Header().Set("Connection", "close") // its descriptor is what is short
-		writeError(w, http.StatusServiceUnavailable, "this server holds all the connections it may (-max-conns): try again later")
-		return
-	case userFull:
-		h.m.connsRefused[userFull].Inc()
-		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
+	c, sess, channels, ok := h.newConn(w, sess, channels)
+	if !ok {
 		return
 	}
-	c := &conn{hub: h, uid: uid}
-	c.inbox.Limit = inboxLimit
-	c.setSession(sess)
 	// The handshake's framer is c's, with one user (the handshake) until
 	// the welcome is queued.
 	f := &framer{c: c, users: 1}
 	ws, err := h.upgrader.Upgrade(hijacker{w, f}, r, nil)
 	if err != nil {
 		h.mu.Lock()
-		h.releaseLocked(uid)
+		h.dropLocked(c)
 		h.mu.Unlock()
 		return // the upgrader has answered with an HTTP error
 	}
@@ -364,18 +345,9 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 			h.log.Debug("transport: set socket send buffer", "err", err)
 		}
 	}
-	if h.onMessage != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		c.life = &lifetime{ctx, cancel}
-	}
-
 	h.mu.Lock()
-	if h.closing {
-		h.releaseLocked(uid)
+	if h.refusedClosingLocked(c) {
 		h.mu.Unlock()
-		if c.life != nil {
-			c.life.cancel()
-		}
 		goingAway(ws, h.writeTimeout)
 		return
 	}
@@ -384,7 +356,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	// closing above, never a connection still being set up.
 	if h.poller != nil {
 		if err := c.poll(); err != nil {
-			h.log.Debug("transport: not polled", "uid", uid, "err", err)
+			h.log.Debug("transport: not polled", "uid", c.uid, "err", err)
 		}
 	}
 	if !c.w.polled { // the poller's table has the others
@@ -394,30 +366,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	h.m.connections.Inc()
 
-	var refused []string
-	channels = slices.DeleteFunc(channels, func(ch string) bool {
-		if !h.mayJoin(sess, ch) {
-			refused = append(refused, ch)
-			return true
-		}
-		return false
-	})
-	// Armed first, so a refused Connect's close also disarms it.
-	h.node.SetExpiry(c, sess.Expires)
-	ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
-	err = h.node.Connect(ctx, c, uid, channels)
-	cancel()
-	if err != nil {
-		c.closeWith(protocol.CloseGoingAway, protocol.ReasonShutdown, reasonShutdown)
-	}
-	for _, ch := range refused {
-		c.replyError(errNotAllowed, ch)
-	}
-	// The welcome goes out only now, first in the queue, ahead of the
-	// snapshots: a client that has its welcome is online, and counted in
-	// its channels.
-	own := h.node.RecordOf(uid)
-	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds(), Protocol: protocol.Version, Mode: own.Mode, Note: own.Note}))
+	c.open(sess, channels, "")
 	// The handler returns, so net/http's request, response and buffers are
 	// freed: a polled connection keeps no goroutine, any other its reader's.
 	if c.w.polled {

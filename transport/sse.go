@@ -2,14 +2,12 @@ package transport
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,32 +104,15 @@ func (h *Hub) serveSSE(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Copies: a name parsed from the query would keep the whole request
-	// alive for as long as the stream.
-	uid := strings.Clone(sess.UID)
-	sess.UID = uid
-	for i, ch := range channels {
-		channels[i] = strings.Clone(ch)
-	}
-	if !h.reserveOrRefuse(w, uid) {
+	c, sess, channels, ok := h.newConn(w, sess, channels)
+	if !ok {
 		return
 	}
-	c := &conn{hub: h, uid: uid}
-	c.inbox.Limit = inboxLimit
-	c.setSession(sess)
 	s := &sseStream{id: h.newSession(), wake: make(chan struct{}, 1), gone: make(chan struct{})}
 	c.sse = s
-	if h.onMessage != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		c.life = &lifetime{ctx, cancel}
-	}
 	h.mu.Lock()
-	if h.closing {
-		h.releaseLocked(uid)
+	if h.refusedClosingLocked(c) {
 		h.mu.Unlock()
-		if c.life != nil {
-			c.life.cancel()
-		}
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
@@ -155,27 +136,7 @@ func (h *Hub) serveSSE(w http.ResponseWriter, r *http.Request) {
 		c.writeFailed(err)
 	}
 
-	var refused []string
-	channels = slices.DeleteFunc(channels, func(ch string) bool {
-		if !h.mayJoin(sess, ch) {
-			refused = append(refused, ch)
-			return true
-		}
-		return false
-	})
-	h.node.SetExpiry(c, sess.Expires)
-	ctx, cancel := context.WithTimeout(context.Background(), h.followWait())
-	err := h.node.Connect(ctx, c, uid, channels)
-	cancel()
-	if err != nil {
-		c.closeWith(protocol.CloseGoingAway, protocol.ReasonShutdown, reasonShutdown)
-	}
-	for _, ch := range refused {
-		c.replyError(errNotAllowed, ch)
-	}
-	own := h.node.RecordOf(uid)
-	c.sendWelcome(protocol.MustEncode(protocol.Welcome{UID: uid, TimeoutMS: h.Timeout().Milliseconds(),
-		Protocol: protocol.Version, Mode: own.Mode, Note: own.Note, Session: s.id}))
+	c.open(sess, channels, s.id)
 
 	c.stream(w, rc, r.Context().Done())
 
@@ -187,24 +148,6 @@ func (h *Hub) serveSSE(w http.ResponseWriter, r *http.Request) {
 	c.markClosingLocked(reasonClient)
 	c.mu.Unlock()
 	c.end(finished)
-}
-
-// reserveOrRefuse counts a connection of uid about to open, or answers 503
-// or 429 as /ws does and reports false.
-func (h *Hub) reserveOrRefuse(w http.ResponseWriter, uid string) bool {
-	switch h.reserve(uid) {
-	case nodeFull:
-		h.m.connsRefused[nodeFull].Inc()
-		w.Header().Set("Retry-After", retryAfterFull)
-		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusServiceUnavailable, "this server holds all the connections it may (-max-conns): try again later")
-		return false
-	case userFull:
-		h.m.connsRefused[userFull].Inc()
-		writeError(w, http.StatusTooManyRequests, "too many connections for this user")
-		return false
-	}
-	return true
 }
 
 // stream is a stream's writer, on the request's goroutine: it writes what
