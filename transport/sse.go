@@ -188,13 +188,9 @@ func (c *conn) stream(w io.Writer, rc *http.ResponseController, done <-chan stru
 func (c *conn) writeEvents(w io.Writer, rc *http.ResponseController) bool {
 	for {
 		c.mu.Lock()
-		batch := c.queue
-		c.queue, c.queued = nil, 0
+		batch, closeMsg := c.nextLocked()
 		if len(batch) == 0 {
-			closeMsg := c.closeMsg
-			c.closeMsg = nil
 			if closeMsg == nil {
-				c.writing = false
 				c.mu.Unlock()
 				return false
 			}

@@ -220,6 +220,23 @@ func (c *conn) closeSent() bool {
 	return c.fr != nil && c.fr.closeSent.Load()
 }
 
+// nextLocked takes what a writer writes next: the queued frames or, once
+// they are all out, the close frame. With neither, the writer is done and
+// writing ends. Called with c.mu held; the WebSocket's writer (writeLoop)
+// and a stream's (writeEvents) both take their work here.
+func (c *conn) nextLocked() (batch []protocol.Encoded, closeMsg *[]byte) {
+	batch = c.queue
+	c.queue, c.queued = nil, 0
+	if len(batch) > 0 {
+		return batch, nil
+	}
+	closeMsg, c.closeMsg = c.closeMsg, nil
+	if closeMsg == nil {
+		c.writing = false
+	}
+	return nil, closeMsg
+}
+
 func (c *conn) writeLoop() {
 	wt := c.hub.writeTimeout
 	var ws *websocket.Conn
@@ -228,13 +245,9 @@ func (c *conn) writeLoop() {
 		if ws == nil {
 			ws = c.lendLocked() // given back when the loop ends
 		}
-		batch := c.queue
-		c.queue, c.queued = nil, 0
+		batch, closeMsg := c.nextLocked()
 		if len(batch) == 0 {
-			closeMsg := c.closeMsg
-			c.closeMsg = nil
 			if closeMsg == nil {
-				c.writing = false
 				c.giveBackLocked()
 				c.mu.Unlock()
 				return
