@@ -1,7 +1,6 @@
 package transport_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/ssetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,36 +70,12 @@ func dialSSE(t *testing.T, base, query string, header http.Header) (*sseClient, 
 
 func (c *sseClient) read() {
 	defer close(c.events)
-	r := bufio.NewReader(c.resp.Body)
-	var data []string
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
-			c.done <- err
-			return
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "":
-			if data != nil {
-				c.events <- strings.Join(data, "\n")
-				data = nil
-			}
-		case strings.HasPrefix(line, ":"):
-			select {
-			case c.comments <- line:
-			default:
-			}
-		case strings.HasPrefix(line, "data: "):
-			data = append(data, strings.TrimPrefix(line, "data: "))
+	c.done <- ssetest.Scan(c.resp.Body, func(data string) { c.events <- data }, func(line string) {
+		select {
+		case c.comments <- line:
 		default:
-			c.done <- io.ErrUnexpectedEOF // a field the server never writes
-			return
 		}
-	}
+	})
 }
 
 func (c *sseClient) close() {

@@ -73,7 +73,20 @@ func Open(base, query string, header http.Header) (*Stream, error) {
 
 func (s *Stream) read() {
 	defer close(s.events)
-	r := bufio.NewReader(s.Resp.Body)
+	s.done <- Scan(s.Resp.Body, func(data string) { s.events <- data }, func(line string) {
+		select {
+		case s.Comments <- line:
+		default:
+		}
+	})
+}
+
+// Scan reads a stream's body to its end: event gets each event's data, in
+// order, and comment each comment line. It returns nil when the body ends
+// between events, and an error on a read that fails or a line the server
+// never writes.
+func Scan(body io.Reader, event, comment func(string)) error {
+	r := bufio.NewReader(body)
 	var data []string
 	for {
 		line, err := r.ReadString('\n')
@@ -81,26 +94,21 @@ func (s *Stream) read() {
 			if err == io.EOF {
 				err = nil
 			}
-			s.done <- err
-			return
+			return err
 		}
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "":
 			if data != nil {
-				s.events <- strings.Join(data, "\n")
+				event(strings.Join(data, "\n"))
 				data = nil
 			}
 		case strings.HasPrefix(line, ":"):
-			select {
-			case s.Comments <- line:
-			default:
-			}
+			comment(line)
 		case strings.HasPrefix(line, "data: "):
 			data = append(data, strings.TrimPrefix(line, "data: "))
 		default:
-			s.done <- fmt.Errorf("a line the server never writes: %q", line)
-			return
+			return fmt.Errorf("a line the server never writes: %q", line)
 		}
 	}
 }
