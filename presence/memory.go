@@ -15,13 +15,25 @@ import (
 // edge and message to the Relay at once, on the caller's goroutine, so what
 // a client did is visible to the next tick.
 func NewMemoryEngine() Engine {
+	e, _ := NewMemoryEngineWith(LogConfig{}) // the zero LogConfig is valid
+	return e
+}
+
+// NewMemoryEngineWith is NewMemoryEngine with its log of edges (EdgeLog)
+// bounded by log; it fails only on an invalid log.
+func NewMemoryEngineWith(log LogConfig) (Engine, error) {
+	log, err := log.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
 	return &memoryEngine{
 		multi:    make(map[string]int),
 		away:     make(map[string]struct{}),
 		channels: make(map[string]*sortedset.Set),
 		awayIn:   make(map[membership]struct{}),
 		records:  make(map[string]protocol.Record),
-	}
+		log:      newMemLog(log),
+	}, nil
 }
 
 type memoryEngine struct {
@@ -38,6 +50,9 @@ type memoryEngine struct {
 	awayIn   map[membership]struct{}    // the memberships of away users
 	records  map[string]protocol.Record // the users that have a record
 	hidden   sortedset.Set              // the invisible users, online or not
+	// log numbers every edge in the order made, under mu, so its order is
+	// the order the Relay hears them in.
+	log *memLog
 
 	multiPeak, awayPeak, channelsPeak, awayInPeak, recordsPeak int
 }
@@ -98,27 +113,35 @@ func (e *memoryEngine) setUser(uid string, n, away int) {
 	}
 	rec, hasRec := e.records[uid]
 	hasRec = hasRec && n > 0 && !was
-	e.mu.Unlock()
 	now := time.Now()
-	if hasRec {
-		// As it stands: the Node's book knows since when it is invisible.
-		e.relay.Receive(Event{Kind: EventRecord, UID: uid, Record: rec})
-	}
-	if was != (n > 0) {
+	flipped, turned := was != (n > 0), n > 0 && isAway != (was && wasAway)
+	var flip, turn Edge
+	if flipped {
 		kind := EdgeOffline
 		if n > 0 {
 			kind = EdgeOnline
 		}
-		e.relay.Receive(Event{Kind: EventUser, UID: uid, On: n > 0, At: now})
-		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: kind, UID: uid, At: now}})
+		flip = e.log.add(Edge{Kind: kind, UID: uid, At: now})
 	}
-	if n > 0 && isAway != (was && wasAway) {
+	if turned {
 		kind := EdgeActive
 		if isAway {
 			kind = EdgeAway
 		}
+		turn = e.log.add(Edge{Kind: kind, UID: uid, At: now})
+	}
+	e.mu.Unlock()
+	if hasRec {
+		// As it stands: the Node's book knows since when it is invisible.
+		e.relay.Receive(Event{Kind: EventRecord, UID: uid, Record: rec})
+	}
+	if flipped {
+		e.relay.Receive(Event{Kind: EventUser, UID: uid, On: n > 0, At: now})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: flip})
+	}
+	if turned {
 		e.relay.Receive(Event{Kind: EventActivity, UID: uid, On: isAway})
-		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: kind, UID: uid, At: now}})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: turn})
 	}
 }
 
@@ -149,14 +172,18 @@ func (e *memoryEngine) setMember(channel, uid string, n int, away bool) {
 		delete(e.awayIn, key)
 		e.awayIn = shrink.Map(e.awayIn, &e.awayInPeak)
 	}
-	e.mu.Unlock()
+	var edge Edge
 	if changed {
 		kind := EdgeLeave
 		if n > 0 {
 			kind = EdgeJoin
 		}
+		edge = e.log.add(Edge{Kind: kind, UID: uid, Channel: channel, At: time.Now()})
+	}
+	e.mu.Unlock()
+	if changed {
 		e.relay.Receive(Event{Kind: EventMember, Channel: channel, UID: uid, On: n > 0})
-		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: kind, UID: uid, Channel: channel, At: time.Now()}})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: edge})
 	}
 	// A leave takes the member's activity with it.
 	if n > 0 && isAway != (wasAway && !changed) {
@@ -245,10 +272,14 @@ func (e *memoryEngine) change(uid string, edge bool, f func(*protocol.Record)) {
 		delete(e.records, uid)
 		e.records = shrink.Map(e.records, &e.recordsPeak)
 	}
+	var update Edge
+	if edge {
+		update = e.log.add(Edge{Kind: EdgeUpdate, UID: uid, Record: rec, At: now})
+	}
 	e.mu.Unlock()
 	e.relay.Receive(Event{Kind: EventRecord, UID: uid, Record: rec, At: now})
 	if edge {
-		e.relay.Receive(Event{Kind: EventProduced, Edge: Edge{Kind: EdgeUpdate, UID: uid, Record: rec, At: now}})
+		e.relay.Receive(Event{Kind: EventProduced, Edge: update})
 	}
 }
 

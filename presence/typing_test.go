@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,7 +181,8 @@ func TestTypingIsNoEdge(t *testing.T) {
 	// Batches come in order: the typing's tick had none.
 	got := next()
 	require.Len(t, got, 1)
-	assert.Equal(t, Edge{Kind: EdgeOnline, UID: "bob", At: got[0].At}, got[0])
+	assert.Equal(t, Edge{Kind: EdgeOnline, UID: "bob", At: got[0].At, ID: got[0].ID}, got[0])
+	assert.True(t, strings.HasSuffix(got[0].ID, "_3"), "the log's third edge: typing made none (%s)", got[0].ID)
 }
 
 // counter is a Client that counts the typing frames it gets.

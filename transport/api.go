@@ -41,11 +41,17 @@ func (h *Hub) servePresence(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	users := h.node.Users
-	if !h.trusted() {
-		users = h.node.VisibleUsers
+	// The server side reads where the log of edges stood (cursor), so
+	// that it can read on from there; a keyless caller sees neither.
+	var count int
+	var list []string
+	var cursor string
+	var err error
+	if h.trusted() {
+		count, list, cursor, err = h.node.UsersAt(ctx, limit)
+	} else {
+		count, list, err = h.node.VisibleUsers(ctx, limit)
 	}
-	count, list, err := users(ctx, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "presence unavailable: "+err.Error())
 		return
@@ -54,9 +60,10 @@ func (h *Hub) servePresence(w http.ResponseWriter, r *http.Request) {
 		list = []string{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Count int      `json:"count"`
-		Users []string `json:"users"`
-	}{count, list})
+		Count  int      `json:"count"`
+		Users  []string `json:"users"`
+		Cursor string   `json:"cursor,omitempty"`
+	}{count, list, cursor})
 }
 
 func (h *Hub) serveUser(w http.ResponseWriter, r *http.Request) {
@@ -122,11 +129,15 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
 	defer cancel()
-	members := h.node.Members
-	if !h.trusted() {
-		members = h.node.VisibleMembers
+	var count int
+	var list []string
+	var next, cursor string
+	var err error
+	if h.trusted() {
+		count, list, next, cursor, err = h.node.MembersAt(ctx, channel, after, limit)
+	} else {
+		count, list, next, err = h.node.VisibleMembers(ctx, channel, after, limit)
 	}
-	count, list, next, err := members(ctx, channel, after, limit)
 	var users map[string]protocol.Record
 	if err == nil && records && len(list) > 0 {
 		users, err = h.records(ctx, list)
@@ -141,7 +152,8 @@ func (h *Hub) serveChannel(w http.ResponseWriter, r *http.Request) {
 		Members []string                   `json:"members"`
 		Users   map[string]protocol.Record `json:"users,omitempty"`
 		Next    string                     `json:"next,omitempty"`
-	}{channel, count, list, users, next})
+		Cursor  string                     `json:"cursor,omitempty"`
+	}{channel, count, list, users, next, cursor})
 }
 
 // records returns the records of uids as the caller may see them.

@@ -35,6 +35,7 @@ func (h *Hub) routes() {
 		"GET /api/presence":           h.serverAPI(h.servePresence),
 		"GET /api/presence/{uid}":     h.serverAPI(h.serveUser),
 		"GET /api/channels/{channel}": h.serverAPI(h.serveChannel),
+		"GET /api/events":             h.serverAPI(h.serveEvents),
 		"POST /api/publish":           h.serverAPI(h.servePublish),
 		"POST /api/send":              h.serverAPI(h.serveSend),
 		"POST /api/disconnect":        h.serverAPI(h.serveDisconnect),

@@ -168,7 +168,7 @@ func newMetrics(reg prometheus.Registerer, namespace string, labels prometheus.L
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.refusals, m.maxConns, m.tick, m.byMode[0], m.byMode[1]} {
+	for _, c := range []prometheus.Collector{m.connections, m.users, m.frames, m.keepalives, m.closes, m.steps, m.dropped, m.chats, m.refused, m.lost, m.refusals, m.maxConns, m.tick, m.byMode[0], m.byMode[1], newLogCollector(m, namespace, labels)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("transport: register metrics: %w", err)
 		}

@@ -13,10 +13,17 @@ import (
 func (s *Sender) AddEdges(edges []presence.Edge) {
 	evs := make([]Event, len(edges))
 	for i, e := range edges {
-		evs[i] = Event{ID: e.ID, Type: e.Kind.String(), Channel: e.Channel, UID: e.UID, At: e.At.UnixMilli(),
-			Info: e.Record.Info, Mode: e.Record.Mode, Note: e.Record.Note}
+		evs[i] = EventOf(e)
 	}
 	s.Add(evs...)
+}
+
+// EventOf is the event of an edge, as a POST carries it: the shape a
+// replay of the engine's log (presence.EdgeLog) answers in too, so a
+// receiver reads both the same way.
+func EventOf(e presence.Edge) Event {
+	return Event{ID: e.ID, Type: e.Kind.String(), Channel: e.Channel, UID: e.UID, At: e.At.UnixMilli(),
+		Info: e.Record.Info, Mode: e.Record.Mode, Note: e.Record.Note}
 }
 
 // Drain waits until every event added so far is delivered, while Run runs,

@@ -203,6 +203,7 @@ var accessProbes = map[string]probe{
 	},
 	"`GET /api/presence`":           status("GET", "/api/presence", "", http.StatusOK),
 	"`GET /api/presence/{uid}`":     status("GET", "/api/presence/alice", "", http.StatusOK),
+	"`GET /api/events`":             status("GET", "/api/events", "", http.StatusOK),
 	"`GET /api/channels/{channel}`": status("GET", "/api/channels/lobby", "", http.StatusOK),
 	"`POST /api/publish`":           status("POST", "/api/publish", `{"channel":"lobby","data":{"n":1}}`, http.StatusNoContent),
 	"`POST /api/send`":              status("POST", "/api/send", `{"uid":"alice","data":{"n":1}}`, http.StatusNoContent),

@@ -25,6 +25,7 @@ import (
 type options struct {
 	hub     transport.Config
 	webhook webhook.Config
+	events  presence.LogConfig
 
 	addr      string
 	jwtSecret string
@@ -143,6 +144,8 @@ func (o *options) settings() []setting {
 			},
 			show: func() string { return setOrUnset(w.Secret) }},
 		atLeast("webhook-queue", &w.Queue, webhook.DefaultQueue, 1, "most webhook events waiting while the backend is down (past it the oldest are dropped and counted)"),
+		atLeast("events-keep", &o.events.Keep, presence.DefaultLogKeep, time.Second, "how long the log of edges keeps an edge, for a backend to read back (GET /api/events) after it missed webhooks"),
+		atLeast("events-max", &o.events.Max, presence.DefaultLogMax, 1, "most edges the log of edges keeps (in memory, or in Redis over all shards); past it the oldest go"),
 		atLeast("typing-ttl", &h.TypingTTL, presence.DefaultTypingTTL, time.Millisecond, "how long a user stays typing in a channel after its last typing frame there"),
 		{name: "redis", value: (*stringValue)(&o.redis), arg: "url", usage: "Redis URL to share presence between nodes (clustering)",
 			show: func() string { return redacted(o.redis, "unset: presence in memory") }},

@@ -57,7 +57,8 @@ func main() {
 // Redis it drops this node's leases, so its users go offline at once.
 func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (presence.Engine, func(context.Context) error, error) {
 	if o.redis == "" {
-		return presence.NewMemoryEngine(), func(context.Context) error { return nil }, nil
+		e, err := presence.NewMemoryEngineWith(o.events)
+		return e, func(context.Context) error { return nil }, err
 	}
 	rdb, err := cluster.NewClient(o.redis)
 	if err != nil {

@@ -34,6 +34,7 @@ func defaults(edit func(*options)) options {
 	h.LastSeenTTL, h.TypingTTL, h.MaxChannels, h.MaxWatch = 24*time.Hour, 5*time.Second, 100, 1000
 	h.MaxConnsPerUser, h.FrameRate, h.FrameBurst, h.ByteRate, h.QueueBytes = 100, 50, 100, 64<<10, 1<<20
 	o.webhook.Queue = 100_000
+	o.events.Keep, o.events.Max = time.Hour, 1_000_000
 	h.MaxConns = defaultMaxConns()
 	if edit != nil {
 		edit(&o)
@@ -78,6 +79,10 @@ func TestParseFlags(t *testing.T) {
 			want: defaults(func(o *options) {
 				o.hub.AwayAfter, o.webhook.URL, o.webhook.Secret, o.webhook.Queue = 2*time.Minute, "http://127.0.0.1:9/hook", "w", 10
 			})},
+		{name: "the log of edges", args: []string{"-events-keep", "10m", "-events-max", "5000"},
+			want: defaults(func(o *options) { o.events.Keep, o.events.Max = 10*time.Minute, 5000 })},
+		{name: "the log of edges from the environment", env: map[string]string{"PRESENCED_EVENTS_KEEP": "2h", "PRESENCED_EVENTS_MAX": "7"},
+			want: defaults(func(o *options) { o.events.Keep, o.events.Max = 2*time.Hour, 7 })},
 		{name: "activity and webhooks from the environment", env: map[string]string{"PRESENCED_AWAY_AFTER": "1m",
 			"PRESENCED_WEBHOOK": "https://backend.example/presence", "PRESENCED_WEBHOOK_SECRET": "w", "PRESENCED_WEBHOOK_QUEUE": "5"},
 			want: defaults(func(o *options) {

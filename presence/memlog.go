@@ -1,0 +1,128 @@
+package presence
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// memLog is the memory engine's log of edges: every edge numbered from 1 in
+// the order made, the newest kept as LogConfig says. Its cursor is
+// "<epoch>-<n>", n the number of the last edge read (0: none), and an
+// edge's ID "evt_<epoch>_<n>". The epoch is drawn when the engine is made,
+// so a cursor of another process (one that restarted) is told apart rather
+// than read against edges it never saw. The engine's lock guards it.
+type memLog struct {
+	cfg     LogConfig
+	epoch   string
+	entries []Edge // the kept edges, oldest first; entries[i] is number first+i
+	first   uint64 // the number of entries[0]; last+1 when none is kept
+	last    uint64 // the number of the newest edge made
+}
+
+func newMemLog(cfg LogConfig) *memLog {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return &memLog{cfg: cfg, epoch: hex.EncodeToString(b), first: 1}
+}
+
+// add numbers e, keeps it and returns it with its ID.
+func (l *memLog) add(e Edge) Edge {
+	l.last++
+	e.ID = "evt_" + l.epoch + "_" + strconv.FormatUint(l.last, 10)
+	l.entries = append(l.entries, e)
+	l.trim(e.At)
+	return e
+}
+
+// trim drops the edges past Max and those older than Keep at now. The
+// slice is copied down once half of it is dropped, so trimming one at a
+// time stays O(1) amortized and a long log's memory goes with it.
+func (l *memLog) trim(now time.Time) {
+	drop := max(0, len(l.entries)-l.cfg.Max)
+	cutoff := now.Add(-l.cfg.Keep)
+	for drop < len(l.entries) && l.entries[drop].At.Before(cutoff) {
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	clear(l.entries[:drop])
+	l.entries = l.entries[drop:]
+	l.first += uint64(drop)
+	if len(l.entries) < cap(l.entries)/2 {
+		l.entries = append([]Edge(nil), l.entries...)
+	}
+}
+
+// cursor names the place after the newest edge.
+func (l *memLog) cursor() string { return l.cursorAt(l.last) }
+
+func (l *memLog) cursorAt(n uint64) string { return l.epoch + "-" + strconv.FormatUint(n, 10) }
+
+// read returns up to limit edges after the cursor after ("": from the
+// oldest kept) and the cursor after them.
+func (l *memLog) read(after string, limit int, now time.Time) ([]Edge, string, error) {
+	l.trim(now)
+	from := l.first - 1
+	if after != "" {
+		epoch, num, ok := strings.Cut(after, "-")
+		n, err := strconv.ParseUint(num, 10, 64)
+		switch {
+		case !ok || err != nil || epoch != l.epoch || n > l.last:
+			return nil, "", &CursorError{Cursor: after, Oldest: l.cursorAt(l.first - 1), Lost: true}
+		case n < l.first-1:
+			return nil, "", &CursorError{Cursor: after, Oldest: l.cursorAt(l.first - 1)}
+		}
+		from = n
+	}
+	i := int(from - (l.first - 1)) // entries[i] is the first after the cursor
+	out := l.entries[i:min(len(l.entries), i+max(limit, 0))]
+	return append([]Edge(nil), out...), l.cursorAt(from + uint64(len(out))), nil
+}
+
+// stats returns how many edges are kept and when the oldest was made.
+func (l *memLog) stats(now time.Time) (int, time.Time) {
+	l.trim(now)
+	if len(l.entries) == 0 {
+		return 0, time.Time{}
+	}
+	return len(l.entries), l.entries[0].At
+}
+
+// The memory engine's EdgeLog.
+
+func (e *memoryEngine) Edges(ctx context.Context, after string, limit int) ([]Edge, string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.log.read(after, limit, time.Now())
+}
+
+func (e *memoryEngine) UsersAt(ctx context.Context, limit int) (int, []string, string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.online.Len(), e.online.First(limit), e.log.cursor(), nil
+}
+
+func (e *memoryEngine) MembersAt(ctx context.Context, channel, after string, limit int) (int, []string, string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cursor := e.log.cursor()
+	members := e.channels[channel]
+	if members == nil {
+		return 0, []string{}, cursor, nil
+	}
+	return members.Len(), members.After(after, limit), cursor, nil
+}
+
+func (e *memoryEngine) LogStats(ctx context.Context) (int, time.Time, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n, oldest := e.log.stats(time.Now())
+	return n, oldest, nil
+}
+
+var _ EdgeLog = (*memoryEngine)(nil)
