@@ -291,3 +291,107 @@ func startRedis(t *testing.T, url string) string {
 	waitListening(t, "127.0.0.1:"+port, "redis-server")
 	return regexp.MustCompile(`//[^/]+`).ReplaceAllString(url, "//127.0.0.1:"+port)
 }
+
+// TestChatCatchUpReceiver runs the catch-up receiver of chat.md with Node as
+// written (a free port for 8091) against a real server run with the doc's
+// flags, and checks the state it prints: through the live flow, after its
+// own outage (it reads on from its saved cursor), and after the server's
+// restart (the new log cannot vouch for the old cursor: a snapshot).
+func TestChatCatchUpReceiver(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs node; CI is set, so this is a failure")
+		}
+		t.Skip("needs node")
+	}
+	blocks := sectionBlocks(t, "chat.md", "## Catching up after an outage")
+	flags := regexp.MustCompile(`go run \./cmd/presenced -api-key (\S+) -webhook (\S+)`)
+	var server []string
+	blocks = slices.DeleteFunc(blocks, func(b doctest.Block) bool {
+		if m := flags.FindStringSubmatch(b.Text); m != nil {
+			server = m[1:]
+			return true
+		}
+		return false
+	})
+	require.NotNil(t, server, "chat.md runs the server with -api-key and -webhook")
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	srv := presencedtest.Start(t, presencedtest.Build(t), "-api-key", server[0], "-webhook", strings.Replace(server[1], "8091", port, 1))
+	script := doctest.Script(blocks, map[string]string{"js": "catchup.mjs"}, "8091", port, "http://127.0.0.1:8080", srv.URL)
+	require.Contains(t, script, "node catchup.mjs")
+	script = strings.ReplaceAll(script, "node catchup.mjs", node+" catchup.mjs")
+	dir := t.TempDir()
+
+	// The receiver's state must come to want: the line it prints.
+	expect := func(lines <-chan string, want string) {
+		t.Helper()
+		var got []string
+		deadline := time.After(waitLong)
+		for {
+			select {
+			case line, ok := <-lines:
+				require.True(t, ok, "the receiver ended; it printed %q", got)
+				got = append(got, line)
+				if line == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("the receiver printed %q, never %q", got, want)
+			}
+		}
+	}
+	dial := func(uid string) *websocket.Conn {
+		ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws?uid="+uid, nil)
+		require.NoError(t, err)
+		return ws
+	}
+	run := doctest.Launch(t, dir, script)
+	waitListening(t, "127.0.0.1:"+port, "the receiver")
+	alice, bob := dial("alice"), dial("bob")
+	defer alice.Close()
+	expect(run.Lines, "online alice bob")
+
+	// Down: bob leaves and carol comes while nobody listens.
+	require.NoError(t, run.Terminate())
+	for range run.Lines {
+	}
+	require.NoError(t, bob.Close())
+	carol := dial("carol")
+	defer carol.Close()
+	online := func(uid string, want bool) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/presence/"+uid, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "apikey "+server[0])
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var st struct{ Online bool }
+			return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Online == want
+		}, waitLong, 20*time.Millisecond, "%s online: %v", uid, want)
+	}
+	online("bob", false)
+	online("carol", true)
+	run = doctest.Launch(t, dir, script)
+	expect(run.Lines, "online alice carol")
+
+	// The server restarts: its log is new, the receiver's cursor is not its.
+	require.NoError(t, run.Terminate())
+	for range run.Lines {
+	}
+	alice.Close()
+	carol.Close()
+	srv.Stop()
+	srv.Restart()
+	dave := dial("dave")
+	defer dave.Close()
+	online("dave", true)
+	run = doctest.Launch(t, dir, script)
+	expect(run.Lines, "snapshot 1")
+	expect(run.Lines, "online dave")
+}
