@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/presenced/presenced/protocol"
 )
 
 // memLog is the memory engine's log of edges: every edge numbered from 1 in
@@ -18,10 +20,33 @@ import (
 type memLog struct {
 	cfg     LogConfig
 	epoch   string
-	entries []Edge // the kept edges, oldest first; entries[i] is number first+i
-	first   uint64 // the number of entries[0]; last+1 when none is kept
-	last    uint64 // the number of the newest edge made
+	entries []logEntry // the kept edges, oldest first; entries[i] is number first+i
+	first   uint64     // the number of entries[0]; last+1 when none is kept
+	last    uint64     // the number of the newest edge made
 }
+
+// A logEntry is an edge as the log keeps it: 56 bytes rather than an
+// Edge's 128, as a busy hour keeps an entry or two per connection (its
+// online and joins), which the memory per connection would show. The ID is
+// the entry's number, and the record is kept only for an update.
+type logEntry struct {
+	kind    EdgeKind
+	uid     string
+	channel string
+	at      int64 // Unix nanoseconds
+	record  *protocol.Record
+}
+
+func (l *memLog) edge(i int) Edge {
+	en := l.entries[i]
+	e := Edge{Kind: en.kind, UID: en.uid, Channel: en.channel, At: time.Unix(0, en.at), ID: l.id(l.first + uint64(i))}
+	if en.record != nil {
+		e.Record = *en.record
+	}
+	return e
+}
+
+func (l *memLog) id(n uint64) string { return "evt_" + l.epoch + "_" + strconv.FormatUint(n, 10) }
 
 func newMemLog(cfg LogConfig) *memLog {
 	b := make([]byte, 8)
@@ -32,8 +57,13 @@ func newMemLog(cfg LogConfig) *memLog {
 // add numbers e, keeps it and returns it with its ID.
 func (l *memLog) add(e Edge) Edge {
 	l.last++
-	e.ID = "evt_" + l.epoch + "_" + strconv.FormatUint(l.last, 10)
-	l.entries = append(l.entries, e)
+	e.ID = l.id(l.last)
+	en := logEntry{kind: e.Kind, uid: e.UID, channel: e.Channel, at: e.At.UnixNano()}
+	if e.Kind == EdgeUpdate {
+		rec := e.Record
+		en.record = &rec
+	}
+	l.entries = append(l.entries, en)
 	l.trim(e.At)
 	return e
 }
@@ -43,8 +73,8 @@ func (l *memLog) add(e Edge) Edge {
 // time stays O(1) amortized and a long log's memory goes with it.
 func (l *memLog) trim(now time.Time) {
 	drop := max(0, len(l.entries)-l.cfg.Max)
-	cutoff := now.Add(-l.cfg.Keep)
-	for drop < len(l.entries) && l.entries[drop].At.Before(cutoff) {
+	cutoff := now.Add(-l.cfg.Keep).UnixNano()
+	for drop < len(l.entries) && l.entries[drop].at < cutoff {
 		drop++
 	}
 	if drop == 0 {
@@ -54,7 +84,7 @@ func (l *memLog) trim(now time.Time) {
 	l.entries = l.entries[drop:]
 	l.first += uint64(drop)
 	if len(l.entries) < cap(l.entries)/2 {
-		l.entries = append([]Edge(nil), l.entries...)
+		l.entries = append([]logEntry(nil), l.entries...)
 	}
 }
 
@@ -80,8 +110,12 @@ func (l *memLog) read(after string, limit int, now time.Time) ([]Edge, string, e
 		from = n
 	}
 	i := int(from - (l.first - 1)) // entries[i] is the first after the cursor
-	out := l.entries[i:min(len(l.entries), i+max(limit, 0))]
-	return append([]Edge(nil), out...), l.cursorAt(from + uint64(len(out))), nil
+	end := min(len(l.entries), i+max(limit, 0))
+	out := make([]Edge, 0, end-i)
+	for j := i; j < end; j++ {
+		out = append(out, l.edge(j))
+	}
+	return out, l.cursorAt(from + uint64(len(out))), nil
 }
 
 // stats returns how many edges are kept and when the oldest was made.
@@ -90,7 +124,7 @@ func (l *memLog) stats(now time.Time) (int, time.Time) {
 	if len(l.entries) == 0 {
 		return 0, time.Time{}
 	}
-	return len(l.entries), l.entries[0].At
+	return len(l.entries), time.Unix(0, l.entries[0].at)
 }
 
 // The memory engine's EdgeLog.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -166,7 +167,13 @@ func TestMemoryLogReplaysFromASnapshot(t *testing.T) {
 	all, _ := readAll(t, e, "", 7)
 	relay.mu.Lock()
 	defer relay.mu.Unlock()
-	require.Equal(t, relay.edges, all, "the log is what the engine produced, in order")
+	require.Len(t, all, len(relay.edges))
+	for i, ed := range all {
+		want := relay.edges[i]
+		require.True(t, want.At.Equal(ed.At), "edge %d's time", i)
+		want.At = ed.At
+		require.Equal(t, want, ed, "the log is what the engine produced, in order: edge %d", i)
+	}
 	ids := map[string]bool{}
 	for _, ed := range all {
 		require.NotEmpty(t, ed.ID)
@@ -234,7 +241,7 @@ func TestMemoryLogKeep(t *testing.T) {
 	ctx := context.Background()
 	e.Apply(Change{Kind: ChangeUser, UID: "old", N: 1})
 	e.mu.Lock()
-	e.log.entries[0].At = time.Now().Add(-2 * time.Second) // made two seconds ago
+	e.log.entries[0].at = time.Now().Add(-2 * time.Second).UnixNano() // made two seconds ago
 	e.mu.Unlock()
 	e.Apply(Change{Kind: ChangeUser, UID: "new", N: 1})
 	edges, _, err := e.Edges(ctx, "", 10)
@@ -248,4 +255,13 @@ func TestLogConfigRejectsNegatives(t *testing.T) {
 	require.ErrorContains(t, err, "Keep")
 	_, err = NewMemoryEngineWith(LogConfig{Max: -1})
 	require.ErrorContains(t, err, "Max")
+}
+
+// An entry costs what its doc says: the memory of a busy hour's log is per
+// connection.
+func TestLogEntrySize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the figure is for 64-bit systems")
+	}
+	assert.EqualValues(t, 56, unsafe.Sizeof(logEntry{}))
 }
