@@ -18,11 +18,26 @@ import (
 // so a cursor of another process (one that restarted) is told apart rather
 // than read against edges it never saw. The engine's lock guards it.
 type memLog struct {
-	cfg     LogConfig
-	epoch   string
-	entries []logEntry // the kept edges, oldest first; entries[i] is number first+i
-	first   uint64     // the number of entries[0]; last+1 when none is kept
-	last    uint64     // the number of the newest edge made
+	cfg   LogConfig
+	epoch string
+	// The kept edges, oldest first, in blocks of logBlock entries, the
+	// oldest at blocks[0][head]: the log grows and shrinks a block at a
+	// time, never copying what it keeps, nor holding twice what it needs
+	// as a doubled slice would.
+	blocks [][]logEntry
+	head   int
+	n      int    // entries kept
+	first  uint64 // the number of the oldest kept; last+1 when none is
+	last   uint64 // the number of the newest edge made
+}
+
+// logBlock is the entries of one block of a memLog.
+const logBlock = 1024
+
+// at returns the i-th kept entry, from the oldest.
+func (l *memLog) at(i int) *logEntry {
+	i += l.head
+	return &l.blocks[i/logBlock][i%logBlock]
 }
 
 // A logEntry is an edge as the log keeps it: 56 bytes rather than an
@@ -38,7 +53,7 @@ type logEntry struct {
 }
 
 func (l *memLog) edge(i int) Edge {
-	en := l.entries[i]
+	en := l.at(i)
 	e := Edge{Kind: en.kind, UID: en.uid, Channel: en.channel, At: time.Unix(0, en.at), ID: l.id(l.first + uint64(i))}
 	if en.record != nil {
 		e.Record = *en.record
@@ -63,28 +78,36 @@ func (l *memLog) add(e Edge) Edge {
 		rec := e.Record
 		en.record = &rec
 	}
-	l.entries = append(l.entries, en)
+	if end := l.head + l.n; end == len(l.blocks)*logBlock {
+		l.blocks = append(l.blocks, make([]logEntry, logBlock))
+	}
+	l.n++
+	*l.at(l.n - 1) = en
 	l.trim(e.At)
 	return e
 }
 
-// trim drops the edges past Max and those older than Keep at now. The
-// slice is copied down once half of it is dropped, so trimming one at a
-// time stays O(1) amortized and a long log's memory goes with it.
+// trim drops the edges past Max and those older than Keep at now, and
+// the blocks they leave empty.
 func (l *memLog) trim(now time.Time) {
-	drop := max(0, len(l.entries)-l.cfg.Max)
+	drop := max(0, l.n-l.cfg.Max)
 	cutoff := now.Add(-l.cfg.Keep).UnixNano()
-	for drop < len(l.entries) && l.entries[drop].at < cutoff {
+	for drop < l.n && l.at(drop).at < cutoff {
 		drop++
 	}
-	if drop == 0 {
-		return
+	for range drop {
+		*l.at(0) = logEntry{} // let its strings go
+		l.head++
+		l.n--
+		l.first++
+		if l.head == logBlock {
+			l.blocks[0] = nil
+			l.blocks = l.blocks[1:]
+			l.head = 0
+		}
 	}
-	clear(l.entries[:drop])
-	l.entries = l.entries[drop:]
-	l.first += uint64(drop)
-	if len(l.entries) < cap(l.entries)/2 {
-		l.entries = append([]logEntry(nil), l.entries...)
+	if l.n == 0 && len(l.blocks) > 0 {
+		l.blocks, l.head = nil, 0
 	}
 }
 
@@ -109,8 +132,8 @@ func (l *memLog) read(after string, limit int, now time.Time) ([]Edge, string, e
 		}
 		from = n
 	}
-	i := int(from - (l.first - 1)) // entries[i] is the first after the cursor
-	end := min(len(l.entries), i+max(limit, 0))
+	i := int(from - (l.first - 1)) // the i-th kept is the first after the cursor
+	end := min(l.n, i+max(limit, 0))
 	out := make([]Edge, 0, end-i)
 	for j := i; j < end; j++ {
 		out = append(out, l.edge(j))
@@ -121,10 +144,10 @@ func (l *memLog) read(after string, limit int, now time.Time) ([]Edge, string, e
 // stats returns how many edges are kept and when the oldest was made.
 func (l *memLog) stats(now time.Time) (int, time.Time) {
 	l.trim(now)
-	if len(l.entries) == 0 {
+	if l.n == 0 {
 		return 0, time.Time{}
 	}
-	return len(l.entries), time.Unix(0, l.entries[0].at)
+	return l.n, time.Unix(0, l.at(0).at)
 }
 
 // The memory engine's EdgeLog.

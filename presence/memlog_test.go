@@ -241,7 +241,7 @@ func TestMemoryLogKeep(t *testing.T) {
 	ctx := context.Background()
 	e.Apply(Change{Kind: ChangeUser, UID: "old", N: 1})
 	e.mu.Lock()
-	e.log.entries[0].at = time.Now().Add(-2 * time.Second).UnixNano() // made two seconds ago
+	e.log.at(0).at = time.Now().Add(-2 * time.Second).UnixNano() // made two seconds ago
 	e.mu.Unlock()
 	e.Apply(Change{Kind: ChangeUser, UID: "new", N: 1})
 	edges, _, err := e.Edges(ctx, "", 10)
@@ -264,4 +264,26 @@ func TestLogEntrySize(t *testing.T) {
 		t.Skip("the figure is for 64-bit systems")
 	}
 	assert.EqualValues(t, 56, unsafe.Sizeof(logEntry{}))
+}
+
+// Across blocks: the newest Max are kept, numbered in a row, and read back
+// from the oldest in any page size.
+func TestMemoryLogAcrossBlocks(t *testing.T) {
+	e, relay := newLoggedEngine(t, LogConfig{Max: 2*logBlock + 500})
+	for i := range 5 * logBlock {
+		e.Apply(Change{Kind: ChangeUser, UID: fmt.Sprintf("u%d", i%7), N: (i / 7) % 2})
+	}
+	n, _, err := e.LogStats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2*logBlock+500, n)
+	all, _ := readAll(t, e, "", 333)
+	relay.mu.Lock()
+	defer relay.mu.Unlock()
+	want := relay.edges[len(relay.edges)-n:]
+	require.Len(t, all, n)
+	for i := range all {
+		assert.Equal(t, want[i].ID, all[i].ID)
+		assert.Equal(t, want[i].UID, all[i].UID)
+	}
+	assert.LessOrEqual(t, len(e.log.blocks), 4, "blocks of dropped edges go")
 }
