@@ -146,6 +146,24 @@ func TestEmbeddingQuickStart(t *testing.T) {
 	}
 }
 
+// takeServerLine takes out of blocks the one that runs the server, which
+// the test runs itself as a process it manages, and returns the rest and
+// what line's groups matched: the server's flags.
+func takeServerLine(t *testing.T, blocks []doctest.Block, line string) ([]doctest.Block, []string) {
+	t.Helper()
+	re := regexp.MustCompile(line)
+	var flags []string
+	blocks = slices.DeleteFunc(blocks, func(b doctest.Block) bool {
+		if m := re.FindStringSubmatch(b.Text); m != nil {
+			flags = m[1:]
+			return true
+		}
+		return false
+	})
+	require.NotNil(t, flags, "the section runs the server as %s", line)
+	return blocks, flags
+}
+
 // TestChatWebhookReceiver runs the webhook receiver of chat.md with Node as
 // written (standardwebhooks from web/client's lockfile instead of the
 // registry, a free port for 8090), points a real server at it with the
@@ -161,18 +179,8 @@ func TestChatWebhookReceiver(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	blocks := sectionBlocks(t, "chat.md", "### Verifying a POST")
-	// The server's own line: the test runs it as a process it manages.
-	flags := regexp.MustCompile(`go run \./cmd/presenced -webhook (\S+) -webhook-secret (\S+)`)
-	var server []string
-	blocks = slices.DeleteFunc(blocks, func(b doctest.Block) bool {
-		if m := flags.FindStringSubmatch(b.Text); m != nil {
-			server = m[1:]
-			return true
-		}
-		return false
-	})
-	require.NotNil(t, server, "chat.md runs the server with -webhook and -webhook-secret")
+	blocks, server := takeServerLine(t, sectionBlocks(t, "chat.md", "### Verifying a POST"),
+		`go run \./cmd/presenced -webhook (\S+) -webhook-secret (\S+)`)
 	_, port, err := net.SplitHostPort(freeAddr(t))
 	require.NoError(t, err)
 	script := doctest.Script(blocks, map[string]string{"js": "receiver.mjs"},
@@ -305,17 +313,8 @@ func TestChatCatchUpReceiver(t *testing.T) {
 		}
 		t.Skip("needs node")
 	}
-	blocks := sectionBlocks(t, "chat.md", "## Catching up after an outage")
-	flags := regexp.MustCompile(`go run \./cmd/presenced -api-key (\S+) -webhook (\S+)`)
-	var server []string
-	blocks = slices.DeleteFunc(blocks, func(b doctest.Block) bool {
-		if m := flags.FindStringSubmatch(b.Text); m != nil {
-			server = m[1:]
-			return true
-		}
-		return false
-	})
-	require.NotNil(t, server, "chat.md runs the server with -api-key and -webhook")
+	blocks, server := takeServerLine(t, sectionBlocks(t, "chat.md", "## Catching up after an outage"),
+		`go run \./cmd/presenced -api-key (\S+) -webhook (\S+)`)
 	_, port, err := net.SplitHostPort(freeAddr(t))
 	require.NoError(t, err)
 	srv := presencedtest.Start(t, presencedtest.Build(t), "-api-key", server[0], "-webhook", strings.Replace(server[1], "8091", port, 1))
