@@ -160,9 +160,9 @@ type Edge struct {
 	Channel string          // EdgeJoin and EdgeLeave only
 	Record  protocol.Record // EdgeUpdate only: the whole new record
 	At      time.Time       // when it happened
-	// ID names the edge cluster-wide, the same on every delivery, where
-	// the engine keeps edges until they are delivered and may hand one on
-	// more than once (cluster.Config.Outbox); empty otherwise.
+	// ID names the edge cluster-wide: its place in the engine's log of
+	// edges (EdgeLog), the same on every delivery and in a replay; empty
+	// from an engine that keeps no log.
 	ID string
 }
 

@@ -58,7 +58,8 @@ const (
 	// EventProduced: Edge is an edge that this node's change (or its claim
 	// of a dead node's records) produced. Each edge is produced on exactly
 	// one node, or, where the engine keeps edges until they are delivered
-	// (Edge.ID set), on a node that claims that one too.
+	// (cluster.Config.Outbox), on a node that claims that one too, under
+	// the same Edge.ID.
 	EventProduced
 	// EventMessage: Message is for the connections of its topic.
 	EventMessage
