@@ -28,6 +28,7 @@
 --  T:life    HASH  node -> the node's life in this shard (see standing)
 --  T:done    HASH  "node v" -> the reply of the node's call v, kept a while, so a call run twice answers once (see recall)
 --  T:dk      ZSET  "node v", score 0: T:done's fields in order, per node
+--  T:log     STREAM the shard's edges, one entry each, as they are made: see prelude_log.lua
 --  T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
 --  T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
 --  T:u       HASH  "node uid" -> connections the node holds, for users of this shard
@@ -63,5 +64,5 @@
 -- Scripts are effect-replicated, as always since Redis 7, which sharded
 -- Pub/Sub needs anyway.
 local KEY = {}
-for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'ob', 'oe'}) do KEY[name] = KEYS[i] end
+for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'log', 'ob', 'oe'}) do KEY[name] = KEYS[i] end
 local function K(s) return KEY[s] or error('undeclared key ' .. s) end
