@@ -278,11 +278,11 @@ func (e *Engine) readLogs(ctx context.Context, from []*logPos, count int, fronti
 	for j, cmd := range cmds {
 		i := shards[j]
 		vals, err := scriptResult(cmd, 8)
-		if err == nil {
-			logs[i], err = e.parseShardLog(i, vals)
-		}
 		if err != nil {
 			e.health.fail("log", err)
+			return nil, fmt.Errorf("cluster: read the log of edges of shard %d: %w", i, err)
+		}
+		if logs[i], err = e.parseShardLog(i, vals); err != nil {
 			return nil, fmt.Errorf("cluster: read the log of edges of shard %d: %w", i, err)
 		}
 	}

@@ -78,6 +78,12 @@ func (e *Engine) listAt(ctx context.Context, op string, calls []scriptRun, liste
 	cur := logCursor{pos: make([]logPos, len(calls))}
 	epochs := make([]string, len(calls))
 	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			e.health.fail(op, err)
+			return nil, "", fmt.Errorf("cluster: list %s with the log's position in shard %d: %w", op, i, err)
+		}
+	}
+	for i, cmd := range cmds {
 		var err error
 		if listed < 0 || i == listed {
 			err = e.parseListing(cmd, &lists[i], &epochs[i], &cur.pos[i])
@@ -91,7 +97,6 @@ func (e *Engine) listAt(ctx context.Context, op string, calls []scriptRun, liste
 			}
 		}
 		if err != nil {
-			e.health.fail(op, err)
 			return nil, "", fmt.Errorf("cluster: list %s with the log's position in shard %d: %w", op, i, err)
 		}
 	}
@@ -133,7 +138,7 @@ func (e *Engine) LogStats(ctx context.Context) (int, time.Time, error) {
 		firsts[i] = pipe.XRangeN(ctx, k.logKey(), "-", "+", 1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		e.health.fail("log stats", err)
+		e.health.fail("logstats", err)
 		return 0, time.Time{}, fmt.Errorf("cluster: read the log's length: %w", err)
 	}
 	e.health.ok()
