@@ -404,3 +404,27 @@ func TestLogPositionCheck(t *testing.T) {
 		})
 	}
 }
+
+// On a Redis Cluster, the shards' logs on three masters: one pipeline of
+// scripts reads them all, and the listing's cursor is exact there too.
+func TestEdgesOnRedisCluster(t *testing.T) {
+	rc := startRedisCluster(t)
+	e := logEngine(t, rc.client(t), 16)
+	var ids []string
+	for i := range 64 {
+		ids = append(ids, appendEdge(t, e, i%16, "online", fmt.Sprintf("u%d", i), ""))
+	}
+	all, cursor := replay(t, e, "", 10, 64)
+	assertMergedOrder(t, "t", all)
+	var got []string
+	for _, ed := range all {
+		got = append(got, ed.ID)
+	}
+	assert.ElementsMatch(t, ids, got)
+	_, _, at, err := e.UsersAt(context.Background(), 10)
+	require.NoError(t, err)
+	assert.Equal(t, cursor, at, "the listing's cursor is at the log's end")
+	later := appendEdge(t, e, 5, "offline", "u5", "")
+	page, _ := replay(t, e, at, 10, 1)
+	assert.Equal(t, later, page[0].ID)
+}
