@@ -41,6 +41,9 @@
 //     where the record's version changed); a call
 //     that runs twice answers once (recall, lua/prelude_write.lua, and
 //     recall.go for the calls whose replies were lost).
+//   - The log of edges: every edge produced is appended to its shard's
+//     stream (T:log) by the call that makes it, its ID the edge's
+//     (appendLog, lua/prelude_write.lua); retention from Config.Log.
 //   - Liveness of nodes: a node's life in a shard, and what every call
 //     may do from it (owes, lost, held, live), is standing
 //     (lua/prelude_presence.lua); a claim ends a life and reaps its

@@ -19,7 +19,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- none), max-deleted ID}. Reads set the epoch too, so that a cursor made
 -- before the first edge names one.
 local function logPosition()
-  redis.call('HSETNX', K('clock'), 'epoch', t[1] .. t[2])
+  redis.call('HSETNX', K('clock'), 'epoch', t[1] .. string.format('%06d', tonumber(t[2])))
   local epoch = redis.call('HGET', K('clock'), 'epoch')
   if redis.call('EXISTS', K('log')) == 0 then return {epoch, '0-0', 0, 0, '', '0-0'} end
   local info = redis.call('XINFO', 'STREAM', K('log'))
