@@ -234,7 +234,14 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 	for _, e := range all {
 		require.False(t, ids[e.ID], "edge %s twice", e.ID)
 		ids[e.ID] = true
-		require.NoError(t, whole.apply(e), "the whole log")
+		if err := whole.apply(e); err != nil {
+			for _, x := range all {
+				if x.UID == e.UID {
+					t.Logf("%s %s %s at %d", x.ID, x.Kind, x.Channel, x.At.UnixMilli())
+				}
+			}
+			require.NoError(t, err, "the whole log")
+		}
 	}
 	assert.Equal(t, truth.users(), whole.users(), "online by the whole log")
 	for _, ch := range channels {
@@ -327,4 +334,50 @@ func TestLogReplayAcrossNodeKill(t *testing.T) {
 		assert.Equal(t, "offline ", got[len(got)-1], "%s goes offline after its leaves", uid)
 	}
 	assert.ElementsMatch(t, uids, slices.Collect(maps.Keys(byUser)))
+}
+
+// A log trimmed as Config.Log asks: a cursor behind what it keeps is a
+// CursorError, not lost, and its Oldest reads on from the oldest kept.
+func TestLogTrimmedByConfig(t *testing.T) {
+	cases := []struct {
+		name string
+		log  presence.LogConfig
+	}{
+		{"by Max", presence.LogConfig{Max: 50}},
+		{"by Keep", presence.LogConfig{Keep: time.Millisecond}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startRedis(t)
+			cfg := testConfig(srv.client(t), "a")
+			cfg.Shards, cfg.Log = 1, tc.log
+			a := startNode(t, cfg)
+			ctx := context.Background()
+			_, _, start, err := a.UsersAt(ctx, 0)
+			require.NoError(t, err)
+			uids := uidsOf("u", 200)
+			for _, on := range []int{1, 0} {
+				for _, uid := range uids {
+					a.SetUser(uid, on, 0)
+				}
+				eventually(t, "the users landed", func(c *assert.CollectT) {
+					n, _, err := a.Users(ctx, 0)
+					assert.NoError(c, err)
+					assert.Equal(c, on*len(uids), n)
+				})
+			}
+			n, oldest, err := a.LogStats(ctx)
+			require.NoError(t, err)
+			assert.Less(t, n, 400, "entries kept")
+			assert.False(t, oldest.IsZero())
+			_, _, err = a.Edges(ctx, start, 10)
+			var gone *presence.CursorError
+			require.ErrorAs(t, err, &gone)
+			assert.False(t, gone.Lost, "trimmed, not lost")
+			edges, _ := replay(t, a.Engine, gone.Oldest, 100, n)
+			assert.Len(t, edges, n, "Oldest reads what is kept")
+			assert.Equal(t, presence.EdgeOffline, edges[len(edges)-1].Kind)
+			t.Logf("%d of 400 edges kept, the oldest from %v ago", n, time.Since(oldest).Round(time.Millisecond))
+		})
+	}
 }
