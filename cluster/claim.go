@@ -193,7 +193,7 @@ func init() {
 const claimHead = 8
 
 // edgeValues is how many values a script returns per edge: kind, uid,
-// channel, ms, outbox id.
+// channel, ms, log entry ID.
 const edgeValues = 5
 
 // produced hands the edges one round of script calls made to the Relay as
@@ -230,8 +230,8 @@ func (w *writer) handClaimed(complete bool) {
 	w.m.reaped.Add(float64(w.hand(edges)))
 }
 
-// edges reads the edges a script returned: kind, uid, channel, ms, outbox id
-// per edge.
+// edges reads the edges a script returned: kind, uid, channel, ms, log
+// entry ID per edge.
 func (w *writer) edges(vals []any) []presence.Edge {
 	var edges []presence.Edge
 	for i := 0; i+edgeValues <= len(vals); i += edgeValues {
@@ -275,11 +275,13 @@ var edgeRank = map[presence.EdgeKind]int{presence.EdgeOnline: 0, presence.EdgeAw
 	presence.EdgeJoin: 2, presence.EdgeLeave: 2, presence.EdgeOffline: 3}
 
 // A scriptCall is one script run on one shard's keys: its arguments are
-// args, then from and unknown (see recall in the scripts), then tail.
+// args, then from and unknown (see recall in the scripts), then tail, then
+// the log's (see logArg).
 type scriptCall struct {
 	shard int
 	args  []any
 	tail  []any
+	floor string   // the log entry ID the call's entries go above: see logArg
 	recs  []record // setScript's records, to requeue or hold
 	write int64    // the call's number, rising per shard: see standing and recall in the scripts
 	life  int64    // the life a setScript call carries: see standing in the scripts
@@ -323,7 +325,7 @@ func (w *writer) runScripts(ctx context.Context, s *luaScript, calls []scriptCal
 		} else if c.renewal {
 			f = -1 // nothing to keep of it (see recall)
 		}
-		args := append(append(slices.Clip(c.args), f, list), c.tail...)
+		args := append(append(append(slices.Clip(c.args), f, list), c.tail...), w.logArg(c.floor))
 		runs = append(runs, scriptRun{s, w.keys[c.shard].keys, args})
 		sentIdx = append(sentIdx, i)
 	}

@@ -41,6 +41,15 @@
 //     where the record's version changed); a call
 //     that runs twice answers once (recall, lua/prelude_write.lua, and
 //     recall.go for the calls whose replies were lost).
+//   - The log of edges: every edge produced is appended to its shard's
+//     stream (T:log) by the call that makes it, its ID the edge's
+//     (appendLog, lua/prelude_write.lua); retention from Config.Log.
+//   - Reading the log back: a cursor is each shard's last entry read and
+//     its number in the stream, with the shards' epochs (cursor.go);
+//     Edges merges the shards by (ms, n, shard), a second behind Redis's
+//     clock, and says when a cursor is trimmed or lost (edges.go,
+//     logread.go, lua/log.lua); a listing carries the cursor it is exact
+//     at (listing.go, lua/listing.lua).
 //   - Liveness of nodes: a node's life in a shard, and what every call
 //     may do from it (owes, lost, held, live), is standing
 //     (lua/prelude_presence.lua); a claim ends a life and reaps its

@@ -82,6 +82,11 @@ type Config struct {
 	// edge must then reach Delivered, or it stays in Redis while this node
 	// lives (edges of record changes, EdgeUpdate, are not kept).
 	Outbox bool
+	// Log bounds the log of edges every shard keeps (a Redis Stream per
+	// shard, each edge appended by the script that makes it): about
+	// Log.Max/Shards entries per shard, none older than Log.Keep. Zero
+	// fields take presence.LogConfig's defaults.
+	Log presence.LogConfig
 	// Logger receives warnings about Redis; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics; nil registers none.
@@ -126,6 +131,7 @@ type base struct {
 	// users would then never go offline. name is the configured name, for
 	// Node and the logs.
 	cfg    Config
+	logMax int // the entries a shard's log keeps: its share of Config.Log.Max
 	name   string
 	rdb    redis.UniversalClient
 	log    *slog.Logger
@@ -168,6 +174,13 @@ func (b *base) topicName(t presence.Topic) string {
 		return k.channelTopic(t.Channel)
 	}
 	return k.userTopic(t.UID)
+}
+
+// logArg is the last argument of the calls of the scripts that make edges:
+// the log's retention, and floor, an entry ID the call's entries go above
+// ("" for none); see appendLog in lua/prelude_write.lua.
+func (b *base) logArg(floor string) string {
+	return "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10) + " " + floor
 }
 
 // opTimeout bounds one batch of Redis calls: generous, so a loaded machine
@@ -245,6 +258,11 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.LastSeenTTL < 0:
 		return nil, fmt.Errorf("cluster: LastSeenTTL %v must not be negative", cfg.LastSeenTTL)
 	}
+	lc, err := cfg.Log.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: Config.Log: %w", err)
+	}
+	cfg.Log = lc
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -258,6 +276,7 @@ func New(cfg Config) (*Engine, error) {
 	cfg.Node = incarnation(name)
 	b := &base{
 		cfg:    cfg,
+		logMax: (cfg.Log.Max + cfg.Shards - 1) / cfg.Shards,
 		name:   name,
 		rdb:    cfg.Client,
 		log:    log,

@@ -20,7 +20,7 @@ import (
 // allLuaScripts are the package's scripts, by their own files.
 func allLuaScripts() []*luaScript {
 	return []*luaScript{setScript, claimScript, leaveScript, recordScript, memberRecordScript,
-		channelScript, usersScript, statusScript, recordsScript, hiddenScript,
+		channelScript, usersScript, statusScript, recordsScript, hiddenScript, logScript, listingScript,
 		publishScript, settleScript, timeScript}
 }
 

@@ -10,9 +10,9 @@ import (
 	"github.com/presenced/presenced/presence"
 )
 
-// edgeID names an edge kept in the outbox under id in its shard:
+// edgeID names an edge by id, its entry's ID in its shard's log:
 // "evt_<prefix>_<shard>_<id>", unique where nodes share Prefix, and the
-// same whichever node hands it on.
+// same whichever node hands it on and in a replay of the log.
 func (b *base) edgeID(e presence.Edge, id string) string {
 	return "evt_" + b.cfg.Prefix + "_" + strconv.Itoa(b.edgeShard(e)) + "_" + id
 }

@@ -235,6 +235,7 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 			for _, op := range list[:n] {
 				args = append(args, op.args()...)
 			}
+			args = append(args, w.logArg(""))
 			calls = append(calls, scriptRun{recordScript, k.keys, args})
 			batches = append(batches, list[:n])
 			list = list[n:]
@@ -252,12 +253,13 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 			failed = err
 			continue
 		}
-		for j := 0; j+4 < len(vals); j += 5 {
+		for j := 0; j+recordValues <= len(vals); j += recordValues {
 			n, _ := vals[j].(int64)
 			raw, _ := vals[j+1].(string)
 			hid, _ := vals[j+2].(int64)
 			v, _ := vals[j+3].(int64)
 			ms, _ := vals[j+4].(int64)
+			id, _ := vals[j+5].(string)
 			op := batches[i][n-1]
 			// The router knows it before this node writes anything after
 			// it, a membership that copies the record included.
@@ -270,7 +272,11 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 				w.log.Warn("cluster: a record script returned a bad record", "uid", op.uid, "err", err)
 				continue
 			}
-			edges = append(edges, presence.Edge{Kind: presence.EdgeUpdate, UID: op.uid, Record: rec, At: time.UnixMilli(ms)})
+			e := presence.Edge{Kind: presence.EdgeUpdate, UID: op.uid, Record: rec, At: time.UnixMilli(ms)}
+			if id != "" {
+				e.ID = w.edgeID(e, id)
+			}
+			edges = append(edges, e)
 		}
 	}
 	w.mu.Lock()
@@ -312,6 +318,11 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 	}
 	return failed
 }
+
+// recordValues is how many values recordScript returns per change that
+// changed a record: its place, the record, hidden-at, version, ms, log
+// entry ID.
+const recordValues = 6
 
 // copyRecords copies the records queued by queueRepublish to the channels
 // this node holds of their users, one script call per channel shard and

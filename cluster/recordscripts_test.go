@@ -19,7 +19,7 @@ func recordRun(t *testing.T, e *Engine, uid string, now time.Time, change ...any
 	vals, err := scriptResult(recordScript.Run(context.Background(), e.rdb, k.keys, args...), 0)
 	require.NoError(t, err)
 	var out []string
-	for i := 0; i+4 < len(vals); i += 5 {
+	for i := 0; i+recordValues <= len(vals); i += recordValues {
 		out = append(out, vals[i+1].(string))
 	}
 	return out

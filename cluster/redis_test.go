@@ -25,7 +25,7 @@ import (
 // redisServer is a real redis-server on a free loopback port, without
 // persistence, so a restart comes back empty.
 type redisServer struct {
-	t     *testing.T
+	t     testing.TB
 	bin   string
 	port  int
 	dir   string
@@ -36,7 +36,7 @@ type redisServer struct {
 
 // startRedis starts a redis-server for the test; it skips when the binary is
 // missing, unless CI is set.
-func startRedis(t *testing.T, extra ...string) *redisServer {
+func startRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -52,7 +52,7 @@ func startRedis(t *testing.T, extra ...string) *redisServer {
 }
 
 // freePort returns a loopback port nobody listens on now.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func (s *redisServer) restart() {
 	s.start()
 }
 
-func (s *redisServer) client(t *testing.T) *redis.Client {
+func (s *redisServer) client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 2 * time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })

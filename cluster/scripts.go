@@ -12,6 +12,9 @@ var writePrelude = []string{"prelude_keys.lua", "prelude_write.lua", "prelude_re
 // readPrelude is what the scripts that only read need of writePrelude.
 var readPrelude = []string{"prelude_keys.lua", "prelude_read.lua", "prelude_records.lua", "prelude_read_window.lua"}
 
+// logPrelude comes before the scripts that read the log of edges.
+var logPrelude = []string{"prelude_keys.lua", "prelude_log.lua"}
+
 var (
 	// setScript renews a node's liveness in a shard, then applies its records.
 	setScript = newLuaScript(writePrelude, "set.lua")
@@ -34,6 +37,11 @@ var (
 	recordsScript = newLuaScript(readPrelude, "records.lua")
 	// hiddenScript lists the shard's invisible users that are online.
 	hiddenScript = newLuaScript(readPrelude, "hidden.lua")
+
+	// logScript reads a shard's log of edges from a position.
+	logScript = newLuaScript(logPrelude, "log.lua")
+	// listingScript counts and pages users or members with the log's position.
+	listingScript = newLuaScript(logPrelude, "listing.lua")
 
 	// publishScript publishes a message once, and only until its last moment.
 	publishScript = newLuaScript(nil, "publish.lua")

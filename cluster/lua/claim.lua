@@ -36,14 +36,15 @@
 -- ARGV[15]  the nodes other shards found dead in this claim, comma-separated
 -- ARGV[16...] the remembered triples: a node reaped in full, the life
 --           reaped and when (ms)
+-- ARGV[last] the log's (see appendLog in prelude_write.lua)
 --
 -- Returns {1 if the claimer's life ended (it owes), 1 if paused (2 if
 -- paused as Redis lost the claimer's writes: it must restore), 1 if more is
 -- left to reap in this phase, Redis's time (ms), the nodes reaped in full
 -- by this call as "node life", those to forget (comma-separated lists),
 -- and, unless paused, the nodes dead here (comma-separated), the life
--- Redis holds of the claimer, then kind, uid, channel, ms, outbox id per
--- edge made}. A stale call (see recall) is paused, and so is a claimer
+-- Redis holds of the claimer, then kind, uid, channel, ms, log entry ID
+-- per edge made}. A stale call (see recall) is paused, and so is a claimer
 -- whose life ended.
 
 local by = ARGV[2]
@@ -88,7 +89,7 @@ if seen == 'stale' then return unapplied(head(0, 1, 0)) end
 local last = tonumber(redis.call('HGET', K('clock'), 'last') or '0')
 local pause = tonumber(redis.call('HGET', K('clock'), 'pause') or '0')
 redis.call('HSET', K('clock'), 'last', now)
-for i = 16, #ARGV - 2, 3 do remark(ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) end
+for i = 16, argc - 2, 3 do remark(ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) end
 local st, till
 st, held, till = standing(by, num(ARGV[12]), 'w', ttl, num(ARGV[8]), num(ARGV[9]), num(ARGV[10]), ttl)
 if st == 'owes' then return reply(head(1, 1, 0)) end
@@ -120,7 +121,7 @@ for i = 1, #expired, 2 do die(expired[i], expired[i + 1]) end
 -- renews every shard in one round, so the others run out within moments,
 -- and a shard that took it for dead a claim later would make its edges
 -- out of order with the others' (a join after its user's offline).
-for node in string.gmatch(ARGV[15] or '', '[^,]+') do
+for node in string.gmatch(argc >= 15 and ARGV[15] or '', '[^,]+') do
   local expiry = redis.call('ZSCORE', K('alive'), node)
   if expiry then die(node, expiry) end
 end

@@ -14,9 +14,10 @@
 -- ARGV[6]   this call's number
 -- ARGV[7]   from (see recall)
 -- ARGV[8]   unknown (see recall)
+-- ARGV[9]   the log's (see appendLog in prelude_write.lua)
 --
 -- Returns {1 if more is left in this phase, then kind, uid, channel, ms,
--- outbox id per edge made}.
+-- log entry ID per edge made}.
 
 local node = ARGV[2]
 seenTTL = tonumber(ARGV[4])

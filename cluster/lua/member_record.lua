@@ -19,7 +19,7 @@
 -- Returns 1.
 
 local uid, rv, rh, at, rj = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6]
-for i = 7, #ARGV do
+for i = 7, argc do
   local rec = ARGV[i] .. ' ' .. uid
   if redis.call('ZSCORE', K('c'), rec) and keepMemberRecord(rec, rv, rh, rj) then
     publish(P('pc:' .. ARGV[i]), {u = uid, r = rj, rv = rv, h = tonumber(rh), at = at})

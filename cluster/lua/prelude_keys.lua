@@ -22,12 +22,16 @@
 --  T:proof   HASH  dead node -> its last proof of life (ms): when its users went offline
 --  T:clock   HASH  last = time of the last claim, pause = no claims before,
 --                  restore = end of the restore window after Redis lost records,
---                  lost = when that window opened
+--                  lost = when that window opened, epoch = the life of T:log (TIME
+--                  "<sec><usec>", set once, by the first call that appends to it or reads it)
 --  T:ver     HASH  node -> the newest write of the node this shard has seen
 --  T:reaped  ZSET  node -> when its life's records were all reaped (kept for the last-seen TTL)
 --  T:life    HASH  node -> the node's life in this shard (see standing)
 --  T:done    HASH  "node v" -> the reply of the node's call v, kept a while, so a call run twice answers once (see recall)
 --  T:dk      ZSET  "node v", score 0: T:done's fields in order, per node
+--  T:log     STREAM the shard's log of edges: one entry per edge produced, appended by the
+--                  call that makes it (see appendLog in prelude_write.lua); T:clock's
+--                  field epoch names the stream's life (a Redis that lost it gets another)
 --  T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
 --  T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
 --  T:u       HASH  "node uid" -> connections the node holds, for users of this shard
@@ -63,5 +67,5 @@
 -- Scripts are effect-replicated, as always since Redis 7, which sharded
 -- Pub/Sub needs anyway.
 local KEY = {}
-for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'ob', 'oe'}) do KEY[name] = KEYS[i] end
+for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'log', 'ob', 'oe'}) do KEY[name] = KEYS[i] end
 local function K(s) return KEY[s] or error('undeclared key ' .. s) end

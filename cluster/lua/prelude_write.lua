@@ -4,7 +4,10 @@
 -- publishes, the outbox and the replies kept per call (recall).
 -- KEYS: the shard's (prelude_keys.lua). ARGV[1]: the shard's tag T, which
 -- names its Pub/Sub channels; ARGV[2]: in the scripts that make edges (set,
--- claim, leave), the calling node, which owns them in the outbox.
+-- claim, leave), the calling node, which owns them in the outbox. The last
+-- ARGV, in the engine's calls of the scripts that make edges (set, claim,
+-- leave, record), is the log's, "log <max> <keep> <floor>" (see appendLog);
+-- argc is how many come before it, the ARGV each script's header names.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag = ARGV[1]
@@ -12,8 +15,8 @@ local function P(s) return tag .. ':' .. s end
 local function num(v) return tonumber(v or '0') or 0 end
 
 -- produced collects this call's edges for the caller, in the order they
--- were made: kind, uid, channel ('' for a user's), time (ms), outbox id
--- ('' without the outbox), ...
+-- were made: kind, uid, channel ('' for a user's), time (ms), the ID of its
+-- entry in the log (see appendLog), ...
 local produced = {}
 -- quiet puts back state whose edges were produced before Redis lost it:
 -- the other nodes' views still hear it (publish), nobody produces it again.
@@ -91,11 +94,82 @@ local function wentOffline(uid)
   return seen ~= false and tonumber(seen) >= num(redis.call('HGET', K('clock'), 'lost'))
 end
 
+-- The log: every edge produced is appended to the shard's stream T:log by
+-- the call that makes it, under an ID the call chooses, "<ms>-<n>": ms is
+-- Redis's time, or more if the stream's last ID (or the floor) is above it,
+-- so IDs only grow. Entries: k = kind, u = uid, c = channel (a join's or a
+-- leave's), t = the edge's time (ms), r = the new record (an update's).
+-- The log's argument, the last of ARGV in the engine's calls, is
+-- "log <max> <keep> <floor>": the stream keeps about max entries (XADD
+-- MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call),
+-- and this call's IDs go above floor ("<ms>-<n>", '' for none), an ID
+-- another shard gave an edge that must come before these (see waves in
+-- writer.go). A call without it (a test's, or one run by hand) trims
+-- nothing.
+local argc = #ARGV
+local logMax, logKeep, logFloor = 0, 0, ''
+do
+  local m, k, f = string.match(ARGV[argc] or '', '^log (%d+) (%d+) (.*)$')
+  if m then
+    logMax, logKeep, logFloor, argc = tonumber(m), tonumber(k), f, argc - 1
+  end
+end
+
+local function idParts(id)
+  local ms, n = string.match(id or '', '^(%d+)-(%d+)$')
+  return tonumber(ms or '0'), tonumber(n or '0')
+end
+
+-- logMs and logN are the last ID this call gave, or the stream's last one
+-- (XINFO STREAM's last-generated-id, which trims keep) or the floor if
+-- above it, read at the call's first append (nil before).
+local logMs, logN = nil, 0
+local function nextLogID()
+  if logMs == nil then
+    logMs, logN = 0, 0
+    local info = redis.pcall('XINFO', 'STREAM', K('log'))
+    if type(info) == 'table' and not info.err then
+      for i = 1, #info - 1, 2 do
+        if info[i] == 'last-generated-id' then logMs, logN = idParts(info[i + 1]) end
+      end
+    end
+    local fm, fn = idParts(logFloor)
+    if fm > logMs or (fm == logMs and fn > logN) then logMs, logN = fm, fn end
+    -- The stream's life: a Redis that lost it has lost this too, and the
+    -- first append after names another.
+    redis.call('HSETNX', K('clock'), 'epoch', t[1] .. string.format('%06d', tonumber(t[2])))
+    if logKeep > 0 then
+      redis.call('XTRIM', K('log'), 'MINID', '~', string.format('%.0f', math.max(0, now - logKeep)))
+    end
+  end
+  if now > logMs then logMs, logN = now, 0 else logN = logN + 1 end
+  return string.format('%.0f-%.0f', logMs, logN)
+end
+
+local function xadd(id, ...)
+  if logMax > 0 then return redis.call('XADD', K('log'), 'MAXLEN', '~', logMax, id, ...) end
+  return redis.call('XADD', K('log'), id, ...)
+end
+
+-- appendLog appends an edge made at ms at to the log and returns its ID;
+-- record is an update's new record (JSON), nil for the others.
+local function appendLog(kind, uid, channel, at, record)
+  local id = nextLogID()
+  local ms = string.format('%.0f', at)
+  if record then
+    xadd(id, 'k', kind, 'u', uid, 't', ms, 'r', record)
+  elseif channel ~= '' then
+    xadd(id, 'k', kind, 'u', uid, 'c', channel, 't', ms)
+  else
+    xadd(id, 'k', kind, 'u', uid, 't', ms)
+  end
+  return id
+end
+
 local function produce(kind, uid, channel)
   if quiet or (restoring and not wentOffline(uid)) then return end
-  local id = ''
+  local id = appendLog(kind, uid, channel, now)
   if outbox then
-    id = string.format('%.0f', nextSeq())
     redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
     redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, now}))
   end

@@ -14,17 +14,20 @@
 --                                           the note ("" clears it) if 1
 --   "x", uid, until                         clear the note if it runs out at until and until passed
 --   "p", uid, info, mode, note, hidden-at   put back a record Redis lost, unless the user has one
+-- ARGV[last] the log's (see appendLog in prelude_write.lua)
 --
 -- A change that changes the record publishes it on the user's topic, {s,
--- r, h, at}: s is its version. Returns, per change that changed the record:
--- its place among the changes (1, 2, ...), the record's JSON, when it
--- turned invisible (ms, 0), its version, and the time of the change (ms).
+-- r, h, at}: s is its version. A set or an expiry that changes it is an
+-- update edge, appended to the log. Returns, per change that changed the
+-- record: its place among the changes (1, 2, ...), the record's JSON, when
+-- it turned invisible (ms, 0), its version, the time of the change (ms),
+-- and its log entry ID ('' for an info or a put back: no edge).
 
 seenTTL = tonumber(ARGV[2])
 local clock = math.max(now, tonumber(ARGV[3]))
 local out = {}
 local i, n = 4, 0
-while i <= #ARGV do
+while i <= argc do
   local op, uid = ARGV[i], ARGV[i + 1]
   n = n + 1
   if not recordLive(uid) then dropRecord(uid) end
@@ -64,11 +67,14 @@ while i <= #ARGV do
     if nm == 'invisible' then redis.call('ZADD', K('hid'), 0, uid) else redis.call('ZREM', K('hid'), uid) end
     local j = recordJSON(ni, nm, nn)
     local v = publish(P('pu:' .. uid), {r = j, h = nh, at = now})
+    local id = ''
+    if op == 's' or op == 'x' then id = appendLog('update', uid, '', now, j) end
     out[#out + 1] = n
     out[#out + 1] = j
     out[#out + 1] = nh
     out[#out + 1] = v
     out[#out + 1] = now
+    out[#out + 1] = id
   end
 end
 return out

@@ -21,10 +21,11 @@
 --           1|0, or "M" and those and the member's record as this node
 --           knows it: version, hidden-at ms, record JSON (see
 --           keepMemberRecord).
+-- ARGV[last] the log's (see appendLog in prelude_write.lua)
 --
 -- Returns {1 if the node's life ended (it owes), state, ms left of the
 -- restore window, the life Redis holds of the node, then kind, uid,
--- channel, ms, outbox id per edge made}; state is 0 applied, 1 not applied
+-- channel, ms, log entry ID per edge made}; state is 0 applied, 1 not applied
 -- (the restore window is open), 2 not applied (Redis lost the node's
 -- writes: it must restore first), 3 restored, 4 not applied (stale: a
 -- later call of the node ran first), 5 not applied (the node's life ended:
@@ -52,8 +53,8 @@ elseif mode == 'r' then
   if now < till then quiet = true else restoring = true end
 end
 local i = 12
-if state == 1 or state == 2 or state == 5 then i = #ARGV + 1 end
-while i <= #ARGV do
+if state == 1 or state == 2 or state == 5 then i = argc + 1 end
+while i <= argc do
   if ARGV[i] == 'u' then
     setUser(node, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
     i = i + 4
