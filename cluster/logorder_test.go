@@ -19,8 +19,8 @@ import (
 	"github.com/presenced/presenced/protocol"
 )
 
-// A logEntry is one entry of a shard's log, for merging.
-type logEntry struct {
+// A streamEntry is one entry of a shard's log, for merging.
+type streamEntry struct {
 	id    logID
 	shard int
 	kind  string
@@ -30,18 +30,18 @@ type logEntry struct {
 
 // mergedLog reads every shard's log and merges the entries as a reader
 // does: by (ms, n, shard).
-func mergedLog(t *testing.T, c redis.UniversalClient, keys []shardKeys) []logEntry {
+func mergedLog(t *testing.T, c redis.UniversalClient, keys []shardKeys) []streamEntry {
 	t.Helper()
-	var all []logEntry
+	var all []streamEntry
 	for s, msgs := range logEntries(t, c, keys) {
 		for _, m := range msgs {
 			id, ok := parseLogID(m.ID)
 			require.True(t, ok, m.ID)
 			str := func(f string) string { v, _ := m.Values[f].(string); return v }
-			all = append(all, logEntry{id, s, str("k"), str("u"), str("c")})
+			all = append(all, streamEntry{id, s, str("k"), str("u"), str("c")})
 		}
 	}
-	slices.SortFunc(all, func(a, b logEntry) int {
+	slices.SortFunc(all, func(a, b streamEntry) int {
 		switch {
 		case a.id.after(b.id):
 			return 1
@@ -57,7 +57,7 @@ func mergedLog(t *testing.T, c redis.UniversalClient, keys []shardKeys) []logEnt
 // the order the log promises: a join, away or active while the user is
 // offline; an offline while it is a member of a channel; an online or a
 // join twice, an offline or a leave without one.
-func checkLogOrder(log []logEntry) []string {
+func checkLogOrder(log []streamEntry) []string {
 	online := map[string]bool{}
 	member := map[string]map[string]bool{}
 	var bad []string

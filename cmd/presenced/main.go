@@ -67,7 +67,7 @@ func newEngine(o options, log *slog.Logger, reg prometheus.Registerer) (presence
 	// With a webhook, edges wait in Redis until it took them, so a node
 	// that dies first leaves them to the node that claims it.
 	e, err := cluster.New(cluster.Config{Client: rdb, Node: o.node, Timeout: time.Duration(o.hub.Slots-1) * o.hub.Tick,
-		LastSeenTTL: o.hub.LastSeenTTL, Outbox: o.webhook.URL != "", Logger: log, Registerer: reg})
+		LastSeenTTL: o.hub.LastSeenTTL, Outbox: o.webhook.URL != "", Log: o.events, Logger: log, Registerer: reg})
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err
