@@ -123,7 +123,7 @@ func upTo(t *testing.T, e *Engine, edges []presence.Edge, end logCursor) []prese
 	var out []presence.Edge
 	for _, ed := range edges {
 		k := edgeKey(t, e.cfg.Prefix, ed.ID)
-		if !end.pos[k.shard].less(logPos{ms: k.ms, seq: k.seq}) {
+		if !end.pos[k.shard].less(logPos{logID: logID{k.ms, k.seq}}) {
 			out = append(out, ed)
 		}
 	}

@@ -77,4 +77,5 @@ while i <= argc do
     out[#out + 1] = id
   end
 end
+logTick()
 return out
