@@ -49,6 +49,7 @@ type logReader struct {
 	mu    sync.Mutex
 	edges []presence.Edge
 	err   error // a CursorError: the replay cannot go on
+	fails int   // reads Redis failed, retried
 	end   chan logCursor
 	done  chan struct{}
 }
@@ -92,6 +93,11 @@ func (r *logReader) run(t *testing.T) {
 			r.err = err
 			r.mu.Unlock()
 			return
+		}
+		if err != nil {
+			r.mu.Lock()
+			r.fails++
+			r.mu.Unlock()
 		}
 		if err != nil || len(page) == 0 {
 			time.Sleep(20 * time.Millisecond) // Redis is failing over, or the next entries settle
@@ -187,5 +193,5 @@ func testLogTopology(t *testing.T, what string, fault func(rc *redisCluster, slo
 	}
 	assert.Equal(t, truth.users(), state.users())
 	assert.Equal(t, trueKeys(truth.member("room")), trueKeys(state.member("room")))
-	t.Logf("%s of slot %d done in %v: %d edges read across it", what, slot, took.Round(time.Millisecond), len(read))
+	t.Logf("%s of slot %d done in %v: %d edges read across it, %d reads failed and retried", what, slot, took.Round(time.Millisecond), len(read), reader.fails)
 }
