@@ -7,41 +7,31 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 )
 
 // A logPos is where a reader stands in one shard's log (T:log): the ID of
 // the last entry it read, and how many entries the stream had added up to
-// and with it (the entry's number, counting from 1; Redis counts them in
-// XINFO STREAM's entries-added). The number is what tells an entry the
+// and with it (num: the entry's number, counting from 1; Redis counts them
+// in XINFO STREAM's entries-added). The number is what tells an entry the
 // reader read and that was trimmed since from one it never read: the
 // stream keeps no ID of what it trimmed, only how many. A reader that
 // starts at the oldest entry kept stands at 0-0 with the number of entries
 // trimmed so far.
 type logPos struct {
-	ms, seq uint64 // the entry ID, ms-seq
-	n       uint64
+	logID
+	num uint64
 }
 
-// id is p's entry ID as Redis writes it.
-func (p logPos) id() string {
-	return strconv.FormatUint(p.ms, 10) + "-" + strconv.FormatUint(p.seq, 10)
-}
+// less orders positions by their entry IDs, as Redis does.
+func (p logPos) less(q logPos) bool { return q.after(p.logID) }
 
-// less orders entry IDs as Redis does.
-func (p logPos) less(q logPos) bool {
-	return p.ms < q.ms || p.ms == q.ms && p.seq < q.seq
-}
-
-// parseEntryID reads an entry ID, ms-seq, as Redis writes it.
-func parseEntryID(id string) (logPos, error) {
-	ms, seq, ok := strings.Cut(id, "-")
-	a, err1 := strconv.ParseUint(ms, 10, 64)
-	b, err2 := strconv.ParseUint(seq, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return logPos{}, fmt.Errorf("entry ID %q is not ms-seq", id)
+// parseEntryID reads an entry ID, ms-n, as Redis writes it.
+func parseEntryID(s string) (logID, error) {
+	id, ok := parseLogID(s)
+	if !ok {
+		return logID{}, fmt.Errorf("entry ID %q is not ms-n", s)
 	}
-	return logPos{ms: a, seq: b}, nil
+	return id, nil
 }
 
 // A logCursor is what a cursor of Engine.Edges says: each shard's position
@@ -56,7 +46,7 @@ const cursorVersion = 1
 
 // encode writes c as base64url of: the version, the shard count, the epoch
 // hash (8 bytes), the greatest ms of the positions, then per shard that ms
-// less the shard's, its seq and its n, as uvarints. Shards' positions are
+// less the shard's, its n and its num, as uvarints. Shards' positions are
 // near each other in time, so the differences stay short.
 func (c logCursor) encode() string {
 	var top uint64
@@ -70,8 +60,8 @@ func (c logCursor) encode() string {
 	b = binary.AppendUvarint(b, top)
 	for _, p := range c.pos {
 		b = binary.AppendUvarint(b, top-p.ms)
-		b = binary.AppendUvarint(b, p.seq)
 		b = binary.AppendUvarint(b, p.n)
+		b = binary.AppendUvarint(b, p.num)
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }
@@ -110,7 +100,7 @@ func decodeCursor(s string, shards int) (logCursor, error) {
 		if r.bad || d > top {
 			return logCursor{}, errCursorShape
 		}
-		c.pos[i] = logPos{ms: top - d, seq: seq, n: num}
+		c.pos[i] = logPos{logID{top - d, seq}, num}
 	}
 	if r.bad || len(r.b) != 0 || c.encode() != s {
 		return logCursor{}, errCursorShape

@@ -16,9 +16,9 @@ func TestCursorRoundTrip(t *testing.T) {
 	}{
 		{"one shard at the start", logCursor{epochs: 1, pos: []logPos{{}}}},
 		{"shards near each other", logCursor{epochs: 0xdeadbeefcafe, pos: []logPos{
-			{1764000000000, 5005, 123456}, {1764000000900, 0, 1}, {0, 0, 77}, {1764000000001, 3, 9}}}},
+			{logID{1764000000000, 5005}, 123456}, {logID{1764000000900, 0}, 1}, {logID{0, 0}, 77}, {logID{1764000000001, 3}, 9}}}},
 		{"extremes", logCursor{epochs: math.MaxUint64, pos: []logPos{
-			{math.MaxUint64, math.MaxUint64, math.MaxUint64}, {0, math.MaxUint64, 0}}}},
+			{logID{math.MaxUint64, math.MaxUint64}, math.MaxUint64}, {logID{0, math.MaxUint64}, 0}}}},
 		{"4096 shards", logCursor{epochs: 7, pos: make([]logPos, 4096)}},
 	}
 	for _, tc := range cases {
@@ -36,14 +36,14 @@ func TestCursorRoundTrip(t *testing.T) {
 	// Sixteen shards of a busy log: short enough for a URL.
 	c := logCursor{epochs: 42, pos: make([]logPos, 16)}
 	for i := range c.pos {
-		c.pos[i] = logPos{1764000000000 + uint64(i)*397, uint64(i % 3), 1_000_000 + uint64(i)*31}
+		c.pos[i] = logPos{logID{1764000000000 + uint64(i)*397, uint64(i % 3)}, 1_000_000 + uint64(i)*31}
 	}
 	t.Logf("a cursor of 16 shards is %d characters", len(c.encode()))
 	assert.Less(t, len(c.encode()), 160)
 }
 
 func TestCursorRefused(t *testing.T) {
-	good := logCursor{epochs: 9, pos: []logPos{{1764000000000, 1, 2}, {1764000000005, 0, 3}}}.encode()
+	good := logCursor{epochs: 9, pos: []logPos{{logID{1764000000000, 1}, 2}, {logID{1764000000005, 0}, 3}}}.encode()
 	raw, err := base64.RawURLEncoding.DecodeString(good)
 	require.NoError(t, err)
 	enc := base64.RawURLEncoding.EncodeToString
@@ -69,7 +69,7 @@ func TestCursorRefused(t *testing.T) {
 // FuzzDecodeCursor: no string panics the decoder, and one it accepts is
 // the only cursor of what it decodes to.
 func FuzzDecodeCursor(f *testing.F) {
-	f.Add(logCursor{epochs: 9, pos: []logPos{{1764000000000, 1, 2}, {1764000000005, 0, 3}}}.encode(), 2)
+	f.Add(logCursor{epochs: 9, pos: []logPos{{logID{1764000000000, 1}, 2}, {logID{1764000000005, 0}, 3}}}.encode(), 2)
 	f.Add(logCursor{epochs: 1, pos: make([]logPos, 16)}.encode(), 16)
 	f.Add("AQI", 2)
 	f.Add("", 1)

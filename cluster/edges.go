@@ -74,7 +74,7 @@ func (e *Engine) Edges(ctx context.Context, after string, limit int) ([]presence
 	}
 	gone, lost := false, false
 	for i := range logs {
-		p := logPos{n: logs[i].added - logs[i].length}
+		p := logPos{num: logs[i].added - logs[i].length}
 		if after != "" {
 			p = cur.pos[i]
 			switch logs[i].check(p) {
@@ -113,24 +113,24 @@ type logRead struct {
 // page so far, the entries read past it, and whether there may be more
 // before the frontier than were read.
 type shardRead struct {
-	pos  logPos     // the last entry in the page, or where the cursor was
-	read logPos     // the last entry read
-	buf  []logEntry // read, not yet in the page
+	pos  logPos      // the last entry in the page, or where the cursor was
+	read logPos      // the last entry read
+	buf  []edgeEntry // read, not yet in the page
 	full bool
 }
 
 // take adds entries read after s.read, asked for count of them, keeping
 // those below frontier: a shard that gave count of them, all below it,
 // may have more.
-func (s *shardRead) take(entries []logEntry, count int, frontier int64) {
+func (s *shardRead) take(entries []edgeEntry, count int, frontier int64) {
 	s.full = count > 0 && len(entries) == count
 	for _, en := range entries {
 		if int64(en.pos.ms) >= frontier {
 			s.full = false
 			break
 		}
-		s.read.ms, s.read.seq, s.read.n = en.pos.ms, en.pos.seq, s.read.n+1
-		en.pos.n = s.read.n
+		s.read = logPos{en.pos.logID, s.read.num + 1}
+		en.pos.num = s.read.num
 		s.buf = append(s.buf, en)
 	}
 }
@@ -145,14 +145,14 @@ func (r *logRead) merge(ctx context.Context, limit int) []presence.Edge {
 	for round := 0; ; round++ {
 		cut, capped := logKey{}, false
 		for i, s := range r.shards {
-			if k := (logKey{s.read.ms, s.read.seq, i}); s.full && (!capped || k.less(cut)) {
+			if k := (logKey{s.read.ms, s.read.n, i}); s.full && (!capped || k.less(cut)) {
 				cut, capped = k, true
 			}
 		}
 		h := &logHeap{}
 		for i, s := range r.shards {
 			if len(s.buf) > 0 {
-				h.keys = append(h.keys, logKey{s.buf[0].pos.ms, s.buf[0].pos.seq, i})
+				h.keys = append(h.keys, logKey{s.buf[0].pos.ms, s.buf[0].pos.n, i})
 			}
 		}
 		heap.Init(h)
@@ -167,7 +167,7 @@ func (r *logRead) merge(ctx context.Context, limit int) []presence.Edge {
 			s.pos = en.pos
 			page = append(page, en.edge)
 			if len(s.buf) > 0 {
-				h.keys[0] = logKey{s.buf[0].pos.ms, s.buf[0].pos.seq, k.shard}
+				h.keys[0] = logKey{s.buf[0].pos.ms, s.buf[0].pos.n, k.shard}
 				heap.Fix(h, 0)
 			} else {
 				heap.Pop(h)
@@ -243,7 +243,7 @@ func (e *Engine) cursorGone(after string, logs []shardLog, lost bool) error {
 	epochs := make([]string, len(logs))
 	for i, l := range logs {
 		epochs[i] = l.epoch
-		oldest.pos[i] = logPos{n: l.added - l.length}
+		oldest.pos[i] = logPos{num: l.added - l.length}
 	}
 	oldest.epochs = epochHash(epochs)
 	return &presence.CursorError{Cursor: after, Oldest: oldest.encode(), Lost: lost}
@@ -266,8 +266,8 @@ func (e *Engine) readLogs(ctx context.Context, from []*logPos, count int, fronti
 			if from[i] == nil {
 				continue
 			}
-			if from[i].ms != 0 || from[i].seq != 0 {
-				start = from[i].id()
+			if from[i].logID != (logID{}) {
+				start = from[i].String()
 			}
 		}
 		calls = append(calls, scriptRun{logScript, k.keys, []any{start, count, front, logSettle.Milliseconds()}})

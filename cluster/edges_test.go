@@ -81,7 +81,7 @@ func edgeKey(t require.TestingT, prefix, id string) logKey {
 	require.NoError(t, err, "edge ID %q", id)
 	p, err := parseEntryID(entry)
 	require.NoError(t, err, "edge ID %q", id)
-	return logKey{p.ms, p.seq, s}
+	return logKey{p.ms, p.n, s}
 }
 
 // replay reads edges from cursor in pages of limit until it has want of
@@ -305,7 +305,7 @@ func TestEdgesLost(t *testing.T) {
 	lost("a position the log never had", func() string {
 		cur, err := decodeCursor(cursor, 4)
 		require.NoError(t, err)
-		cur.pos[1].seq += 1000
+		cur.pos[1].n += 1000
 		return cur.encode()
 	}())
 
@@ -368,9 +368,9 @@ func TestListingCursor(t *testing.T) {
 }
 
 func TestLogPositionCheck(t *testing.T) {
-	at := func(ms, seq, n uint64) logPos { return logPos{ms, seq, n} }
+	at := func(ms, n, num uint64) logPos { return logPos{logID{ms, n}, num} }
 	// A log that added 10 entries, 100-1 .. 100-10, and keeps the last 6.
-	kept := shardLog{last: at(100, 10, 0), added: 10, length: 6, first: at(100, 5, 0), hasFirst: true}
+	kept := shardLog{last: logID{100, 10}, added: 10, length: 6, first: logID{100, 5}, hasFirst: true}
 	cases := []struct {
 		name  string
 		log   shardLog
@@ -390,9 +390,9 @@ func TestLogPositionCheck(t *testing.T) {
 		{"before the first with too high a number", kept, false, at(100, 4, 5), posLost},
 		{"past the last", kept, false, at(100, 11, 10), posLost},
 		{"a number past those added", kept, true, at(100, 10, 11), posLost},
-		{"behind a deleted one", shardLog{last: at(100, 10, 0), added: 10, length: 9, first: at(100, 1, 0), hasFirst: true, maxDel: at(100, 6, 0)}, true, at(100, 5, 5), posTrimmed},
-		{"an empty log at its end", shardLog{last: at(100, 10, 0), added: 10}, false, at(100, 10, 10), posOK},
-		{"an empty log behind its end", shardLog{last: at(100, 10, 0), added: 10}, false, at(100, 9, 9), posTrimmed},
+		{"behind a deleted one", shardLog{last: logID{100, 10}, added: 10, length: 9, first: logID{100, 1}, hasFirst: true, maxDel: logID{100, 6}}, true, at(100, 5, 5), posTrimmed},
+		{"an empty log at its end", shardLog{last: logID{100, 10}, added: 10}, false, at(100, 10, 10), posOK},
+		{"an empty log behind its end", shardLog{last: logID{100, 10}, added: 10}, false, at(100, 9, 9), posTrimmed},
 		{"no log, at the start", shardLog{}, false, at(0, 0, 0), posOK},
 		{"no log, a position", shardLog{}, false, at(100, 1, 1), posLost},
 	}

@@ -92,7 +92,7 @@ func (e *Engine) listAt(ctx context.Context, op string, calls []scriptRun, liste
 			var l shardLog
 			if vals, err = scriptResult(cmd, 8); err == nil {
 				if l, err = e.parseShardLog(i, vals); err == nil {
-					epochs[i], cur.pos[i] = l.epoch, logPos{ms: l.last.ms, seq: l.last.seq, n: l.added}
+					epochs[i], cur.pos[i] = l.epoch, logPos{l.last, l.added}
 				}
 			}
 		}
@@ -119,7 +119,7 @@ func (e *Engine) parseListing(cmd *redis.Cmd, l *shardListing, epoch *string, po
 		return fmt.Errorf("last-generated-id: %w", err)
 	}
 	added, _ := vals[2].(int64)
-	*pos = logPos{ms: p.ms, seq: p.seq, n: uint64(max(added, 0))}
+	*pos = logPos{p, uint64(max(added, 0))}
 	count, _ := vals[3].(int64)
 	l.count = int(count)
 	l.page = stringList(vals[4])

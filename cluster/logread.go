@@ -13,19 +13,19 @@ import (
 type shardLog struct {
 	now      int64 // Redis's time, ms
 	epoch    string
-	last     logPos // last-generated ID
+	last     logID  // last-generated ID
 	added    uint64 // entries added ever
 	length   uint64 // entries kept
-	first    logPos // the first entry kept, if hasFirst
+	first    logID  // the first entry kept, if hasFirst
 	hasFirst bool
-	maxDel   logPos // max-deleted ID: of entries deleted one by one (XDEL)
-	there    bool   // the entry read from is kept
-	entries  []logEntry
+	maxDel   logID // max-deleted ID: of entries deleted one by one (XDEL)
+	there    bool  // the entry read from is kept
+	entries  []edgeEntry
 }
 
-// A logEntry is an entry of a shard's log read back as its edge.
-type logEntry struct {
-	pos  logPos // n is set once it is taken into a shardRead
+// An edgeEntry is an entry of a shard's log read back as its edge.
+type edgeEntry struct {
+	pos  logPos // num is set once it is taken into a shardRead
 	edge presence.Edge
 }
 
@@ -43,20 +43,20 @@ const (
 func (l *shardLog) check(p logPos) int {
 	removed := l.added - l.length
 	switch {
-	case l.last.less(p) || p.n > l.added:
+	case p.after(l.last) || p.num > l.added:
 		return posLost // a position the log never had
-	case p.less(l.maxDel):
+	case l.maxDel.after(p.logID):
 		return posTrimmed
-	case l.hasFirst && !p.less(l.first):
+	case l.hasFirst && !l.first.after(p.logID):
 		// p is among the entries kept: it is there, and so is everything
 		// before it, or the log is not the one p was read from.
-		if !l.there || p.n <= removed {
+		if !l.there || p.num <= removed {
 			return posLost
 		}
 		return posOK
-	case p.n < removed:
+	case p.num < removed:
 		return posTrimmed // entries after p are gone with those before
-	case p.n > removed:
+	case p.num > removed:
 		return posLost
 	}
 	return posOK
@@ -103,18 +103,18 @@ func (e *Engine) parseShardLog(shard int, vals []any) (shardLog, error) {
 
 // parseLogEntry reads an entry, {id, {field, value, ...}}, as its edge,
 // whose ID is prefix and the entry's.
-func parseLogEntry(v any, prefix string) (logEntry, error) {
+func parseLogEntry(v any, prefix string) (edgeEntry, error) {
 	arr, _ := v.([]any)
 	if len(arr) != 2 {
-		return logEntry{}, fmt.Errorf("log entry %v is not {id, fields}", v)
+		return edgeEntry{}, fmt.Errorf("log entry %v is not {id, fields}", v)
 	}
 	id, _ := arr[0].(string)
 	pos, err := parseEntryID(id)
 	if err != nil {
-		return logEntry{}, err
+		return edgeEntry{}, err
 	}
 	fields, _ := arr[1].([]any)
-	en := logEntry{pos: pos, edge: presence.Edge{ID: prefix + id}}
+	en := edgeEntry{pos: logPos{logID: pos}, edge: presence.Edge{ID: prefix + id}}
 	var kind, at, record string
 	for i := 0; i+1 < len(fields); i += 2 {
 		f, _ := fields[i].(string)
@@ -143,12 +143,12 @@ func parseLogEntry(v any, prefix string) (logEntry, error) {
 		ms, err = int64(f), ferr
 	}
 	if en.edge.Kind == 0 || en.edge.UID == "" || err != nil {
-		return logEntry{}, fmt.Errorf("log entry %s: kind %q, uid %q, time %q", id, kind, en.edge.UID, at)
+		return edgeEntry{}, fmt.Errorf("log entry %s: kind %q, uid %q, time %q", id, kind, en.edge.UID, at)
 	}
 	en.edge.At = time.UnixMilli(ms)
 	if en.edge.Kind == presence.EdgeUpdate && record != "" {
 		if err := json.Unmarshal([]byte(record), &en.edge.Record); err != nil {
-			return logEntry{}, fmt.Errorf("log entry %s: record: %w", id, err)
+			return edgeEntry{}, fmt.Errorf("log entry %s: record: %w", id, err)
 		}
 	}
 	return en, nil

@@ -49,6 +49,7 @@ type logReader struct {
 	mu    sync.Mutex
 	edges []presence.Edge
 	err   error // a CursorError: the replay cannot go on
+	fails int   // reads Redis failed, retried
 	end   chan logCursor
 	done  chan struct{}
 }
@@ -93,6 +94,11 @@ func (r *logReader) run(t *testing.T) {
 			r.mu.Unlock()
 			return
 		}
+		if err != nil {
+			r.mu.Lock()
+			r.fails++
+			r.mu.Unlock()
+		}
 		if err != nil || len(page) == 0 {
 			time.Sleep(20 * time.Millisecond) // Redis is failing over, or the next entries settle
 			continue
@@ -123,7 +129,7 @@ func upTo(t *testing.T, e *Engine, edges []presence.Edge, end logCursor) []prese
 	var out []presence.Edge
 	for _, ed := range edges {
 		k := edgeKey(t, e.cfg.Prefix, ed.ID)
-		if !end.pos[k.shard].less(logPos{ms: k.ms, seq: k.seq}) {
+		if !end.pos[k.shard].less(logPos{logID: logID{k.ms, k.seq}}) {
 			out = append(out, ed)
 		}
 	}
@@ -187,5 +193,5 @@ func testLogTopology(t *testing.T, what string, fault func(rc *redisCluster, slo
 	}
 	assert.Equal(t, truth.users(), state.users())
 	assert.Equal(t, trueKeys(truth.member("room")), trueKeys(state.member("room")))
-	t.Logf("%s of slot %d done in %v: %d edges read across it", what, slot, took.Round(time.Millisecond), len(read))
+	t.Logf("%s of slot %d done in %v: %d edges read across it, %d reads failed and retried", what, slot, took.Round(time.Millisecond), len(read), reader.fails)
 }

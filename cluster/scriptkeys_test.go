@@ -3,6 +3,7 @@ package cluster
 import (
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,24 +11,41 @@ import (
 )
 
 // Every key a script touches is one of its KEYS: each call names its key
-// through K (the shard's keys, declared in order) or KEYS[1]; a key built
-// from ARGV would still run on Redis, and break on a proxy or a store that
-// routes or locks by KEYS.
+// through K (the shard's keys, declared in order), a local set from K, or
+// KEYS[1]; a key built from ARGV would still run on Redis, and break on a
+// proxy or a store that routes or locks by KEYS.
 func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
 	call := regexp.MustCompile(`redis\.p?call\('([A-Z]+)'(?:, (K\([^)]*\)|[^,)]+))?(?:, (K\([^)]*\)|[^,)]+))?`)
+	streams := regexp.MustCompile(`'STREAMS', (K\([^)]*\)|[^,)]+)`)
+	fromK := regexp.MustCompile(`(?m)^local (\w+) = K\(`)
 	for _, s := range allLuaScripts() {
 		// A script of a shard names its keys through K; one that runs alone
 		// (publish.lua, settle.lua, time.lua) has KEYS[1] only.
 		declared := `^K\(.+\)$`
+		for _, m := range fromK.FindAllStringSubmatch(s.src, -1) {
+			declared += `|^` + m[1] + `$`
+		}
 		if len(s.parts) == 1 {
 			declared = `^KEYS\[1\]$`
 		}
-		calls := call.FindAllStringSubmatch(s.src, -1)
+		calls := call.FindAllStringSubmatchIndex(s.src, -1)
 		require.NotEmpty(t, calls, s.name)
-		for _, c := range calls {
+		for _, at := range calls {
+			c := make([]string, 4)
+			for i := range c {
+				if at[2*i] >= 0 {
+					c[i] = s.src[at[2*i]:at[2*i+1]]
+				}
+			}
 			cmd, key := c[1], c[2]
-			if cmd == "XINFO" || cmd == "XGROUP" {
+			switch cmd {
+			case "XINFO", "XGROUP":
 				key = c[3] // after the subcommand
+			case "XREADGROUP":
+				line, _, _ := strings.Cut(s.src[at[0]:], "\n")
+				if m := streams.FindStringSubmatch(line); m != nil {
+					key = m[1]
+				}
 			}
 			switch cmd {
 			case "TIME":
