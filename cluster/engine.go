@@ -73,16 +73,14 @@ type Config struct {
 	// says when an offline user's last seen ran out (presence.ChangeForget),
 	// and the engine then forgets the copy of the user's record it keeps.
 	LastSeenTTL time.Duration
-	// Outbox keeps every edge this node produces pending in Redis (in a
-	// consumer group of its shard's log) until Delivered says it reached
-	// its receiver (a webhook): if the node dies first, the node that
-	// claims it hands those edges to its own Relay as EventProduced, under
-	// the same Edge.ID. Without it an edge is produced once, and is lost
-	// if the node dies before passing it on. With it, an edge is delivered
-	// at least once, and a receiver drops repeats by ID; every edge must
-	// then reach Delivered, or it stays pending while this node lives and
-	// the log keeps it (Log). Edges of record changes, EdgeUpdate, are in
-	// the log but not pending.
+	// Outbox keeps every edge this node produces in Redis until Delivered
+	// says it reached its receiver (a webhook): if the node dies first, the
+	// node that claims it hands those edges to its own Relay as EventProduced,
+	// under the same Edge.ID. Without it an edge is produced once,
+	// and is lost if the node dies before passing it on. With it, an edge
+	// is delivered at least once, and a receiver drops repeats by ID; every
+	// edge must then reach Delivered, or it stays in Redis while this node
+	// lives (edges of record changes, EdgeUpdate, are not kept).
 	Outbox bool
 	// Log bounds the log of edges every shard keeps (a Redis Stream per
 	// shard, each edge appended by the script that makes it): about
@@ -179,12 +177,10 @@ func (b *base) topicName(t presence.Topic) string {
 }
 
 // logArg is the last argument of the calls of the scripts that make edges:
-// the log's retention, whether the outbox is on, and floor, an entry ID the
-// call's entries go above ("" for none); see appendLog in
-// lua/prelude_write.lua.
+// the log's retention, and floor, an entry ID the call's entries go above
+// ("" for none); see appendLog in lua/prelude_write.lua.
 func (b *base) logArg(floor string) string {
-	return "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10) + " " +
-		strconv.Itoa(b2i(b.cfg.Outbox)) + " " + floor
+	return "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10) + " " + floor
 }
 
 // opTimeout bounds one batch of Redis calls: generous, so a loaded machine
@@ -289,7 +285,11 @@ func New(cfg Config) (*Engine, error) {
 		health: newHealth(cfg.Client, log, m),
 	}
 	for i := range cfg.Shards {
-		b.keys = append(b.keys, newShardKeys(cfg.Prefix, i))
+		k := newShardKeys(cfg.Prefix, i)
+		if cfg.Outbox {
+			k = k.withOutbox()
+		}
+		b.keys = append(b.keys, k)
 	}
 	w := newWriter(b)
 	e := &Engine{base: b, w: w, r: newRouter(b, w), p: newPublisher(b)}

@@ -26,51 +26,53 @@ func (b *base) edgeShard(e presence.Edge) int {
 	return b.shard(e.UID)
 }
 
-// deliveredChunk bounds the IDs of one XACK that Delivered sends, so that
-// a long list does not make one command that holds Redis up.
+// deliveredChunk bounds the members of one ZREM or HDEL that Delivered
+// sends, so that a long list does not make one command that holds Redis up.
 const deliveredChunk = 1_000
 
 // Delivered tells the outbox (Config.Outbox) that the edges of ids reached
-// their receiver, or were dropped on the way: they are no longer pending
-// for a node that claims this one (the edges stay in the log). IDs of
-// other engines, or of edges no longer pending, are ignored. A
-// webhook.Sender's OnDone calls it. It takes a whole list in one round
-// trip, an XACK per shard (per deliveredChunk IDs), so the caller batches.
+// their receiver, or were dropped on the way: they are no longer kept for
+// a node that claims this one. IDs of other engines, or of edges no longer
+// kept, are ignored. A webhook.Sender's OnDone calls it. It takes a whole
+// list in one round trip, a ZREM and an HDEL per shard (per
+// deliveredChunk IDs), so the caller batches.
 func (e *Engine) Delivered(ctx context.Context, ids []string) error {
 	if !e.cfg.Outbox || len(ids) == 0 {
 		return nil
 	}
 	prefix := "evt_" + e.cfg.Prefix + "_"
-	entries := make([][]string, len(e.keys))
+	seqs := make([][]string, len(e.keys))
 	for _, id := range ids {
 		rest, ok := strings.CutPrefix(id, prefix)
 		if !ok {
 			continue
 		}
-		shard, entry, ok := strings.Cut(rest, "_")
+		shard, seq, ok := strings.Cut(rest, "_")
 		s, err := strconv.Atoi(shard)
-		if _, valid := parseLogID(entry); !ok || !valid || err != nil || s < 0 || s >= len(e.keys) {
+		if !ok || err != nil || s < 0 || s >= len(e.keys) {
 			continue
 		}
-		entries[s] = append(entries[s], entry)
+		seqs[s] = append(seqs[s], seq)
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
 	defer cancel()
 	pipe := e.rdb.Pipeline()
-	for s, list := range entries {
+	for s, list := range seqs {
+		ob, oe := e.keys[s].outboxKeys()
 		for chunk := range slices.Chunk(list, deliveredChunk) {
-			pipe.XAck(ctx, e.keys[s].log, outboxGroup, chunk...)
+			members := make([]any, len(chunk))
+			for i, seq := range chunk {
+				members[i] = e.cfg.Node + " " + seq
+			}
+			pipe.ZRem(ctx, ob, members...)
+			pipe.HDel(ctx, oe, chunk...)
 		}
 	}
 	if pipe.Len() == 0 {
 		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("cluster: acknowledge %d delivered edges in the outbox: %w", len(ids), err)
+		return fmt.Errorf("cluster: clear %d delivered edges from the outbox: %w", len(ids), err)
 	}
 	return nil
 }
-
-// outboxGroup is the consumer group of every shard's log that holds the
-// edges pending delivery (see keepPending in lua/prelude_write.lua).
-const outboxGroup = "hooks"

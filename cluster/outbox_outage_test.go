@@ -73,7 +73,7 @@ func TestOutboxBoundedDuringWebhookOutage(t *testing.T) {
 			want := append([]string{made[0]}, made[len(made)-queue:]...)
 			require.Eventually(t, func() bool { return len(h.received()) >= len(want) }, testWait, 10*time.Millisecond,
 				"the kept edges delivered")
-			require.Eventually(t, func() bool { return h.outboxSize(t) == 0 }, testWait,
+			require.Eventually(t, func() bool { return h.outboxSize(t) == 0 && h.outboxEdges(t) == 0 }, testWait,
 				10*time.Millisecond, "the outbox emptied")
 			assert.Equal(t, want, h.received(), "the batch in flight, then the queue, each once")
 		})
@@ -265,14 +265,37 @@ func (h *outboxHook) received() []string {
 	return append([]string(nil), h.ids...)
 }
 
-// outboxSize is how many edges the outbox holds pending, over every shard.
+// outboxSize is how many edges the outbox keeps, over every shard (T:ob).
 func (h *outboxHook) outboxSize(t *testing.T) int {
 	n, err := h.size()
 	require.NoError(t, err)
 	return n
 }
 
-func (h *outboxHook) size() (int, error) { return pendingEdges(h.rdb, h.node.keys) }
+func (h *outboxHook) size() (int, error) {
+	n := 0
+	for _, k := range h.node.keys {
+		ob, _ := k.outboxKeys()
+		c, err := h.rdb.ZCard(context.Background(), ob).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += int(c)
+	}
+	return n, nil
+}
+
+// outboxEdges is how many edges T:oe holds, over every shard.
+func (h *outboxHook) outboxEdges(t *testing.T) int {
+	n := 0
+	for _, k := range h.node.keys {
+		_, oe := k.outboxKeys()
+		c, err := h.rdb.HLen(context.Background(), oe).Result()
+		require.NoError(t, err)
+		n += int(c)
+	}
+	return n
+}
 
 // dropped reads the Sender's events_dropped_total.
 func (h *outboxHook) dropped(t *testing.T) float64 {

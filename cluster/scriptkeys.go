@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -11,13 +12,13 @@ import (
 
 // shardKeyNames are the keys of a shard, T:<name>, in the order every
 // script of the shard is given them as KEYS: the list of
-// lua/prelude_keys.lua, which lays them out.
+// lua/prelude_keys.lua, which lays them out. The last two, the outbox,
+// only with Config.Outbox (withOutbox).
 var shardKeyNames = luaKeyNames()
 
 // shardKeys names the keys of one shard; see lua/prelude_keys.lua.
 type shardKeys struct {
 	tag, alive string
-	log        string // T:log, the shard's log of edges
 	online     string
 	conns      string
 	members    string   // T:c, the channels' members as "channel uid"
@@ -26,13 +27,22 @@ type shardKeys struct {
 
 func newShardKeys(prefix string, shard int) shardKeys {
 	tag := "{" + prefix + ":" + strconv.Itoa(shard) + "}"
-	k := shardKeys{tag: tag, alive: tag + ":alive", log: tag + ":log", online: tag + ":online", conns: tag + ":conns",
-		members: tag + ":c"}
-	for _, name := range shardKeyNames {
+	k := shardKeys{tag: tag, alive: tag + ":alive", online: tag + ":online", conns: tag + ":conns", members: tag + ":c"}
+	for _, name := range shardKeyNames[:len(shardKeyNames)-2] {
 		k.keys = append(k.keys, tag+":"+name)
 	}
 	return k
 }
+
+// withOutbox is k with the outbox's keys in its scripts' KEYS, which turns
+// the outbox on (see produce in the scripts).
+func (k shardKeys) withOutbox() shardKeys {
+	ob, oe := k.outboxKeys()
+	k.keys = append(slices.Clip(k.keys), ob, oe)
+	return k
+}
+
+func (k shardKeys) outboxKeys() (ob, oe string) { return k.tag + ":ob", k.tag + ":oe" }
 
 // memberBounds bound, for ZRANGE BYLEX and ZLEXCOUNT on k.members, the
 // records of channel's members after after ("": all); a record less

@@ -37,10 +37,7 @@ end
 if not holdsRecords(node) then
   -- Edges it made and has not delivered yet: its lease runs on, and a
   -- claim takes them over if it dies before it delivers them.
-  if not keeps(node) then
-    redis.call('ZREM', K('alive'), node)
-    forgetConsumer(node)
-  end
+  if not keeps(node) then redis.call('ZREM', K('alive'), node) end
   redis.call('SREM', K('dead'), node)
   redis.call('ZADD', K('reaped'), now, node)
   more = 0

@@ -10,7 +10,8 @@
 -- (proxies and Redis-compatible stores route and lock by KEYS): a shard has
 -- a fixed set of keys, the list below (Go reads its shardKeyNames from it),
 -- passed in that order to every script of the shard, so KEYS[1] is T:alive,
--- which routes the call. Records of a node or a channel are members of the shard's
+-- which routes the call; the last two, the outbox, are there only with
+-- Config.Outbox. Records of a node or a channel are members of the shard's
 -- keys, not keys of their own, so a claim finds a dead node's records
 -- without naming keys it cannot know beforehand; node names, channels and
 -- uids have no space, so "node ..." and "channel ..." records range by
@@ -31,9 +32,9 @@
 --  T:dk      ZSET  "node v", score 0: T:done's fields in order, per node
 --  T:log     STREAM the shard's log of edges: one entry per edge produced, appended by the
 --                  call that makes it (see appendLog in prelude_write.lua); T:clock's
---                  field epoch names the stream's life (a Redis that lost it gets another).
---                  With Config.Outbox, its consumer group 'hooks' holds, per node, the
---                  edges the node made or took over and has not delivered (keepPending)
+--                  field epoch names the stream's life (a Redis that lost it gets another)
+--  T:ob      ZSET  "node id", score 0: edges the node made and has not delivered yet (the outbox)
+--  T:oe      HASH  id -> such an edge, [kind, uid, channel, ms]
 --  T:u       HASH  "node uid" -> connections the node holds, for users of this shard
 --  T:ua      HASH  "node uid" -> how many of those are away (absent: none)
 --  T:ui      ZSET  "node uid", score 0: T:u's records by node
@@ -67,5 +68,5 @@
 -- Scripts are effect-replicated, as always since Redis 7, which sharded
 -- Pub/Sub needs anyway.
 local KEY = {}
-for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'log'}) do KEY[name] = KEYS[i] end
+for i, name in ipairs({'alive', 'dead', 'clock', 'ver', 'reaped', 'seq', 'seen', 'nodes', 'conns', 'away', 'online', 'mn', 'mna', 'u', 'ua', 'ui', 'm', 'ma', 'c', 'ca', 'ri', 'rm', 'rn', 'rh', 'hid', 'mr', 'life', 'proof', 'done', 'dk', 'log', 'ob', 'oe'}) do KEY[name] = KEYS[i] end
 local function K(s) return KEY[s] or error('undeclared key ' .. s) end

@@ -192,7 +192,6 @@ local function reap(node, budget, membersOnly)
     vers[node] = 0
     redis.call('ZADD', K('reaped'), now, node)
     redis.call('HDEL', K('proof'), node)
-    forgetConsumer(node)
     reapedNow[#reapedNow + 1] = node .. ' ' .. num(redis.call('HGET', K('life'), node))
   end
   wentAt = nil

@@ -59,8 +59,14 @@ local function publish(channel, msg)
   return msg.s
 end
 
--- owner is the node whose call makes the edges (ARGV[2] in set, claim and
--- leave), which the outbox keeps them for (see keepPending).
+-- The outbox, when the script is given its keys (Config.Outbox): every
+-- edge made is also kept in the shard, under the node whose call made it
+-- (owner, ARGV[2]), until that node says it was delivered
+-- (Engine.Delivered): T:ob "node id", T:oe id -> the edge. A claim hands a
+-- dead node's kept edges to the claimer (takeOver), so an edge outlives
+-- the node that made it, under the same id: a receiver can tell a second
+-- delivery from a new edge.
+local outbox = KEY['ob'] ~= nil
 local owner = ARGV[2]
 local function emit(kind, uid, channel, at, id)
   produced[#produced + 1] = kind
@@ -95,12 +101,11 @@ end
 -- edge's time (ms), r = the new record (an update's).
 --
 -- The log's argument, the last of ARGV in the engine's calls, is
--- "log <max> <keep> <outbox> <floor>": the stream keeps about max entries
--- (XADD MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call
--- that appends); outbox is 1 with Config.Outbox (see keepPending); floor is
--- the highest entry ID the calling node has heard of in any shard
--- ("<ms>-<n>"; '' for a renewal, which takes no part). A call without it (a
--- test's, or one run by hand) trims nothing and keeps no outbox.
+-- "log <max> <keep> <floor>": the stream keeps about max entries (XADD
+-- MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call that
+-- appends); floor is the highest entry ID the calling node has heard of in
+-- any shard ("<ms>-<n>"; '' for a renewal, which takes no part). A call
+-- without it (a test's, or one run by hand) trims nothing.
 --
 -- Order across shards: entries are compared as (ms, n, shard), and the
 -- shards' clocks (a Cluster's masters) and a millisecond's ties cannot be
@@ -114,11 +119,11 @@ end
 -- node's round goes in waves so that its edges follow one another so
 -- (see runWaves in writer.go).
 local argc = #ARGV
-local logMax, logKeep, logFloor, outbox = 0, 0, '', false
+local logMax, logKeep, logFloor = 0, 0, ''
 do
-  local m, k, o, f = string.match(ARGV[argc] or '', '^log (%d+) (%d+) ([01]) (.*)$')
+  local m, k, f = string.match(ARGV[argc] or '', '^log (%d+) (%d+) (.*)$')
   if m then
-    logMax, logKeep, outbox, logFloor, argc = tonumber(m), tonumber(k), o == '1', f, argc - 1
+    logMax, logKeep, logFloor, argc = tonumber(m), tonumber(k), f, argc - 1
   end
 end
 
@@ -134,26 +139,6 @@ local function above(am, an, bm, bn) return am > bm or (am == bm and an > bn) en
 -- logKept is the clock as T:clock held it.
 local logMs, logN, logKept = nil, 0, ''
 local appended = false
-
--- streamInfo reads, once per call, the stream's last ID and its number of
--- consumer groups (0, 0, 0 when there is no stream yet).
-local logInfo = nil
-local function streamInfo()
-  if logInfo == nil then
-    logInfo = {0, 0, 0}
-    if redis.call('EXISTS', K('log')) == 1 then
-      local x = redis.call('XINFO', 'STREAM', K('log'))
-      for i = 1, #x - 1, 2 do
-        if x[i] == 'last-generated-id' then
-          logInfo[1], logInfo[2] = idParts(x[i + 1])
-        elseif x[i] == 'groups' then
-          logInfo[3] = x[i + 1]
-        end
-      end
-    end
-  end
-  return logInfo[1], logInfo[2], logInfo[3]
-end
 local function logClock()
   if logMs ~= nil then return end
   logKept = redis.call('HGET', K('clock'), 'log') or ''
@@ -162,20 +147,20 @@ local function logClock()
   if above(fm, fn, logMs, logN) then logMs, logN = fm, fn end
 end
 
--- firstMs and firstN are the clock before this call's first entry.
-local firstMs, firstN = 0, 0
 local function nextLogID()
   logClock()
   if not appended then
     appended = true
     -- The stream's own last ID, in case T:clock lost the clock alone
     -- (XADD refuses an ID not above it).
-    local lm, ln, groups = streamInfo()
-    if above(lm, ln, logMs, logN) then logMs, logN = lm, ln end
-    firstMs, firstN = logMs, logN
-    if outbox and groups == 0 then
-      redis.call('XGROUP', 'CREATE', K('log'), 'hooks', '0', 'MKSTREAM')
-      logInfo[3] = 1
+    local info = redis.pcall('XINFO', 'STREAM', K('log'))
+    if type(info) == 'table' and not info.err then
+      for i = 1, #info - 1, 2 do
+        if info[i] == 'last-generated-id' then
+          local lm, ln = idParts(info[i + 1])
+          if above(lm, ln, logMs, logN) then logMs, logN = lm, ln end
+        end
+      end
     end
     -- The stream's life: a Redis that lost it has lost this too, and the
     -- first append after names another.
@@ -219,78 +204,38 @@ local function appendLog(kind, uid, channel, at, record)
   return id
 end
 
--- The outbox (Config.Outbox): every edge a call of set, claim or leave
--- makes is pending, until delivered (Engine.Delivered XACKs it), for the
--- node whose call made it (owner), a consumer of the stream's group
--- 'hooks', which holds no more than the pending entries: the log is the
--- edges' store. The call's entries are the stream's newest and follow one
--- another, so one XGROUP SETID to the clock before the first and one
--- XREADGROUP of as many make them the owner's pending entries, in order
--- (keepPending, at the call's reply). A claim hands a dead node's pending
--- entries to the claimer (takeOver), so an edge outlives the node that
--- made it, under the same ID: a receiver can tell a second delivery from
--- a new edge. An entry trimmed from the log before it was delivered
--- (older than Config.Log allows) is dropped from the pending ones then.
-local pending = 0
-
 local function produce(kind, uid, channel)
   if quiet or (restoring and not wentOffline(uid)) then return end
   local id = appendLog(kind, uid, channel, now)
-  if outbox then pending = pending + 1 end
+  if outbox then
+    redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
+    redis.call('HSET', K('oe'), id, cjson.encode({kind, uid, channel, now}))
+  end
   emit(kind, uid, channel, now, id)
 end
 
-local function keepPending()
-  if pending == 0 then return end
-  redis.call('XGROUP', 'SETID', K('log'), 'hooks', string.format('%.0f-%.0f', firstMs, firstN))
-  redis.call('XREADGROUP', 'GROUP', 'hooks', owner, 'COUNT', pending, 'STREAMS', K('log'), '>')
-  pending = 0
-end
-
-local function hasGroup()
-  if not outbox then return false end
-  local _, _, groups = streamInfo()
-  return groups > 0
-end
-
--- pendingOf returns up to n of node's pending entries' IDs, in order.
-local function pendingOf(node, n)
-  local ids = {}
-  if not hasGroup() then return ids end
-  for _, p in ipairs(redis.call('XPENDING', K('log'), 'hooks', '-', '+', n, node)) do ids[#ids + 1] = p[1] end
-  return ids
-end
-
--- keeps reports whether node has edges pending in the outbox, this call's
--- own (pending at its reply) included.
+-- keeps reports whether node has edges kept in the outbox.
 local function keeps(node)
-  if node == owner and pending > 0 then return true end
-  return #pendingOf(node, 1) > 0
+  return outbox and #redis.call('ZRANGEBYLEX', K('ob'), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, 1) > 0
 end
 
--- forgetConsumer drops node from the group once it has no pending entry,
--- so the group does not keep every node that ever made an edge.
-local function forgetConsumer(node)
-  if hasGroup() and not keeps(node) then redis.call('XGROUP', 'DELCONSUMER', K('log'), 'hooks', node) end
-end
-
--- takeOver hands up to budget of node's pending entries to owner, the
--- claimer, in order, and returns what is left of budget. Only a node whose
--- lease ran out: one that leaves delivers its own. XPENDING of the dead
--- node's own entries, then XCLAIM of those, rather than XAUTOCLAIM, which
--- takes every consumer's entries idle long enough: a live node's, held up
--- by a slow receiver, too.
+-- takeOver hands up to budget of node's kept edges to owner, the claimer,
+-- and returns what is left of budget. Only a node whose lease ran out: one
+-- that leaves delivers its own.
 local function takeOver(node, budget)
   if not outbox or budget <= 0 or redis.call('ZSCORE', K('alive'), node) then return budget end
-  local ids = pendingOf(node, budget)
-  if #ids == 0 then return budget end
-  -- Entries trimmed from the stream meanwhile are dropped, not returned.
-  for _, e in ipairs(redis.call('XCLAIM', K('log'), 'hooks', owner, 0, unpack(ids))) do
-    local f = {}
-    for i = 1, #e[2] - 1, 2 do f[e[2][i]] = e[2][i + 1] end
-    emit(f.k, f.u, f.c or '', tonumber(f.t), e[1])
+  for _, rec in ipairs(redis.call('ZRANGEBYLEX', K('ob'), '[' .. node .. ' ', '(' .. node .. '!', 'LIMIT', 0, budget)) do
+    local id = string.sub(rec, #node + 2)
+    redis.call('ZREM', K('ob'), rec)
+    local raw = redis.call('HGET', K('oe'), id)
+    if raw then
+      redis.call('ZADD', K('ob'), 0, owner .. ' ' .. id)
+      local e = cjson.decode(raw)
+      emit(e[1], e[2], e[3], e[4], id)
+    end
+    budget = budget - 1
   end
-  return budget - #ids
+  return budget
 end
 
 -- A call may run while its reply is lost (a timeout, a broken connection:
@@ -375,7 +320,6 @@ end
 -- made any, or if keep (a reply the node must hear even if it ran twice:
 -- Redis lost the node's writes).
 local function reply(head, keep)
-  keepPending()
   local e = {}
   for i = own + 1, #produced do e[#e + 1] = produced[i] end
   -- Only a call that keeps a reply forgets the old ones: nothing is kept
