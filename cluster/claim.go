@@ -69,8 +69,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 		w.writes++
 		calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, w.cfg.Timeout.Milliseconds(),
 			min(w.cfg.Batch, reapBudget), gap.Milliseconds(), pause.Milliseconds(), w.cfg.LastSeenTTL.Milliseconds(),
-			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase, w.life[s]}, tail: append([]any{dead.tell(s)}, w.reaped.args(s)...),
-			floor: w.floor.String()}
+			w.landed[s], w.writes, w.restoreWindow().Milliseconds(), phase, w.life[s]}, tail: append([]any{dead.tell(s)}, w.reaped.args(s)...)}
 	}
 	var more []int
 	var made []any
@@ -88,7 +87,6 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 			continue
 		}
 		w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
-		w.heardLog(res[8])
 		now, _ := res[3].(int64)
 		reaped, _ := res[4].(string)
 		forgot, _ := res[5].(string)
@@ -147,19 +145,18 @@ func (w *writer) leaveRound(ctx context.Context, phase string, shards []int) ([]
 	for i, s := range shards {
 		w.writes++
 		calls[i] = scriptCall{shard: s, write: w.writes, args: []any{w.keys[s].tag, w.cfg.Node, min(w.cfg.Batch, reapBudget),
-			w.cfg.LastSeenTTL.Milliseconds(), phase, w.writes}, floor: w.floor.String()}
+			w.cfg.LastSeenTTL.Milliseconds(), phase, w.writes}}
 	}
 	var more []int
 	var made []any
 	var firstErr error
 	for i, cmd := range w.runScripts(ctx, leaveScript, calls) {
-		res, err := scriptResult(cmd, leaveHead)
+		res, err := scriptResult(cmd, 1)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
-		w.heardLog(res[1])
-		made = append(made, res[leaveHead:]...)
+		made = append(made, res[1:]...)
 		if flag(res[0]) {
 			more = append(more, shards[i])
 		}
@@ -192,12 +189,8 @@ func init() {
 	}
 }
 
-// claimHead and leaveHead are how many values claimScript and leaveScript
-// return before their edges.
-const (
-	claimHead = 9
-	leaveHead = 2
-)
+// claimHead is how many values claimScript returns before its edges.
+const claimHead = 8
 
 // edgeValues is how many values a script returns per edge: kind, uid,
 // channel, ms, log entry ID.
@@ -209,17 +202,20 @@ const edgeValues = 5
 // outbox, that of a node that claims this one before it was delivered). At
 // is the Redis clock's, as every node's last-seen time is.
 //
-// They go in the log's order (inLogOrder), which keeps a user's online
-// before its away, active and joins, and its leaves before its offline
-// (see logorder.go): the order of a replay of the log.
+// A user's records and its memberships live in different shards, so one
+// round's calls made a user's edges in shard order, not in the order they
+// happened. What happened is known, though: a user is online before it
+// joins and turns away, and leaves its channels before it goes offline. So
+// the edges go in that order (online, away or active, join or leave,
+// offline), each kind in the order the scripts made them.
 func (w *writer) produced(vals []any) int {
 	edges := w.edges(vals)
-	w.inLogOrder(edges)
+	slices.SortStableFunc(edges, byKind)
 	return w.hand(edges)
 }
 
-// handClaimed hands on a claim's edges, in the log's order, as produced
-// does. With the outbox, a claim that paused or failed in some shard
+// handClaimed hands on a claim's edges, in the order produced gives one
+// round's. With the outbox, a claim that paused or failed in some shard
 // (not complete) keeps them for the next claim, as they are safe in Redis
 // meanwhile: the other shards may have handed on a dead node's kept join
 // (see takeOver in the scripts) while its user's kept online waits in the
@@ -230,7 +226,7 @@ func (w *writer) handClaimed(complete bool) {
 	}
 	edges := w.claimed
 	w.claimed = nil
-	w.inLogOrder(edges)
+	slices.SortStableFunc(edges, byKind)
 	w.m.reaped.Add(float64(w.hand(edges)))
 }
 
@@ -271,6 +267,12 @@ func (w *writer) hand(edges []presence.Edge) int {
 	}
 	return offline
 }
+
+func byKind(a, b presence.Edge) int { return edgeRank[a.Kind] - edgeRank[b.Kind] }
+
+// edgeRank orders the kinds of one round's edges; see produced.
+var edgeRank = map[presence.EdgeKind]int{presence.EdgeOnline: 0, presence.EdgeAway: 1, presence.EdgeActive: 1,
+	presence.EdgeJoin: 2, presence.EdgeLeave: 2, presence.EdgeOffline: 3}
 
 // A scriptCall is one script run on one shard's keys: its arguments are
 // args, then from and unknown (see recall in the scripts), then tail, then

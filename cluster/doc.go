@@ -60,12 +60,10 @@
 //     landed, or an older life), put back by the restore (mode "r" in
 //     writer.go) with the edges wentOffline owes (lua/prelude_write.lua).
 //   - Ordering of changes: a node's changes are written in the order it
-//     made them, coalesced per record (changes.go, writer.go); across
-//     shards the log's order keeps a user's online before its activity and
-//     joins and its leaves before its offline, by floors and waves
-//     (logorder.go), and produced edges go out in that order (claim.go:
-//     produced); a followed topic's events after its snapshot only if
-//     newer than it (reader.go: decide).
+//     made them, coalesced per record (changes.go, writer.go); one round's
+//     produced edges go out online, activity, membership, offline
+//     (claim.go: produced); a followed topic's events after its snapshot
+//     only if newer than it (reader.go: decide).
 //   - Records (info, mode, note) and their copies in channels:
 //     lua/prelude_records.lua and routerrecords.go.
 //   - Messages: a bounded queue per node, not published after its timeout

@@ -38,7 +38,11 @@ func (w *writer) restoreLost(ctx context.Context) error {
 	recs := w.heldIn(shards)
 	w.m.rewritten.Add(float64(len(recs)))
 	w.log.Warn("cluster: redis lost this node's records; restoring them", "shards", len(shards), "records", len(recs))
-	_, err := w.runWaves(ctx, recs, modeRestore, nil)
+	var calls []scriptCall
+	for s := range shards {
+		calls = append(calls, w.batches(s, recs, modeRestore)...)
+	}
+	_, err := w.runSet(ctx, calls, modeRestore)
 	if err == nil {
 		w.putBackRecords(shards)
 	}
@@ -56,17 +60,15 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	}
 	// Every shard gets a call, one without records too: it begins the
 	// node's next life there (see standing in the scripts).
-	has := map[int]bool{}
-	for _, r := range recs {
-		has[w.recordShard(r)] = true
-	}
-	var bare []int
+	var calls []scriptCall
 	for s := range shards {
-		if !has[s] {
-			bare = append(bare, s)
+		if cs := w.batches(s, recs, modeReassert); len(cs) > 0 {
+			calls = append(calls, cs...)
+		} else {
+			calls = append(calls, w.setCall(s, nil, modeReassert))
 		}
 	}
-	failed, err := w.runWaves(ctx, recs, modeReassert, bare)
+	failed, err := w.runSet(ctx, calls, modeReassert)
 	w.requeueHeld(failed)
 	return err
 }

@@ -169,8 +169,8 @@ func TestALeaveAsksForTheEdgesOfACutOffClaim(t *testing.T) {
 
 	// The reply of call 2 never reached b; its leave is call 3.
 	res, err := scriptResult(leaveScript.Run(ctx, c, k.keys, k.tag, "b", 100, time.Hour.Milliseconds(), "a", int64(3),
-		int64(2), "2"), leaveHead)
+		int64(2), "2"), 1)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(res), leaveHead+edgeValues)
-	assert.Equal(t, []any{"offline", "x"}, res[leaveHead:leaveHead+2], "the leave brings the claim's edge")
+	require.GreaterOrEqual(t, len(res), 6)
+	assert.Equal(t, []any{"offline", "x"}, res[1:3], "the leave brings the claim's edge")
 }

@@ -77,9 +77,6 @@ type writer struct {
 	lapsed   []bool
 	reaped   reaps
 	claimed  []presence.Edge // a claim's edges not handed on yet: see handClaimed
-	// floor is the highest log entry ID this node heard of: its calls'
-	// entries go above it (see logorder.go).
-	floor logID
 
 	stop context.CancelFunc
 	done chan struct{} // closed when loop returns
@@ -409,7 +406,7 @@ func (w *writer) renew(ctx context.Context) error {
 	for s := range w.keys {
 		calls[s] = w.setCall(s, nil, modeWrite)
 	}
-	if _, _, err := w.runSet(ctx, calls, modeWrite); err != nil {
+	if _, err := w.runSet(ctx, calls, modeWrite); err != nil {
 		return err
 	}
 	w.m.renew.Observe(time.Since(start).Seconds())
@@ -435,41 +432,63 @@ func (w *writer) setCall(shard int, recs []record, mode int) scriptCall {
 	for _, r := range recs {
 		tail = append(tail, w.recordArgs(r)...)
 	}
-	c := scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes, life: life,
+	return scriptCall{shard: shard, args: args, tail: tail, recs: recs, write: w.writes, life: life,
 		renewal: mode == modeWrite && len(recs) == 0}
-	if !c.renewal {
-		c.floor = w.floor.String()
-	}
-	return c
 }
 
-// write runs setScript for recs, in waves (see runWaves), and returns the
-// records of the calls that failed or were held back, and those of the
-// waves not sent after them.
+// batches splits shard's records among recs into setScript calls.
+func (w *writer) batches(shard int, recs []record, mode int) []scriptCall {
+	var rs []record
+	for _, r := range recs {
+		if w.recordShard(r) == shard {
+			rs = append(rs, r)
+		}
+	}
+	var calls []scriptCall
+	for len(rs) > 0 {
+		n := min(len(rs), w.cfg.Batch)
+		calls = append(calls, w.setCall(shard, rs[:n], mode))
+		rs = rs[n:]
+	}
+	return calls
+}
+
+// write runs setScript for recs in pipelined batches per shard, and
+// returns the records of the calls that failed or were held back.
 func (w *writer) write(ctx context.Context, recs []record, mode int) ([]record, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
-	return w.runWaves(ctx, recs, mode, nil)
+	perShard := make([][]record, len(w.keys))
+	for _, r := range recs {
+		s := w.recordShard(r)
+		perShard[s] = append(perShard[s], r)
+	}
+	var calls []scriptCall
+	for s, rs := range perShard {
+		for len(rs) > 0 {
+			n := min(len(rs), w.cfg.Batch)
+			calls = append(calls, w.setCall(s, rs[:n], mode))
+			rs = rs[n:]
+		}
+	}
+	return w.runSet(ctx, calls, mode)
 }
 
 // runSet runs setScript calls and returns the records of those that failed
-// or that a restore window held back, and whether every call was applied;
-// records that landed update what this node holds. Shards that had taken
-// this node for dead get its records again; those that lost its writes are
-// marked for restoring.
-func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (failed []record, whole bool, err error) {
+// or that a restore window held back; records that landed update what this
+// node holds. Shards that had taken this node for dead get its records
+// again; those that lost its writes are marked for restoring.
+func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (failed []record, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout())
 	defer cancel()
 	var firstErr error
 	back := map[int]bool{}
 	var made []any // the edges, handed on once every call is read: see produced
-	whole = true
 	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
 		res, err := scriptResult(cmd, setHead)
 		if err != nil {
-			whole = false
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -481,14 +500,10 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			continue
 		}
 		w.landed[c.shard] = max(w.landed[c.shard], c.write)
-		w.heardLog(res[4])
 		made = append(made, res[setHead:]...) // a call not applied may bring back lost replies' edges
 		state, _ := res[1].(int64)
 		left, _ := res[2].(int64)
 		held, _ := res[3].(int64)
-		if state != 0 && state != setRestored {
-			whole = false
-		}
 		switch state {
 		case setOwed:
 			// Fenced: this node's life there ended, and the call changed
@@ -534,29 +549,28 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 	if firstErr != nil {
 		w.reloadMap() // a shard's master may be gone: the retry should find its successor
 		w.health.fail("write", firstErr)
-		return failed, false, firstErr
+		return failed, firstErr
 	}
 	w.health.ok()
 	if len(back) > 0 {
-		return failed, whole, w.reassert(ctx, back)
+		return failed, w.reassert(ctx, back)
 	}
-	return failed, whole, nil
+	return failed, nil
 }
 
-// The states setScript reports of a call besides applied (0) and restored
-// (applied in mode restore): held back by an open restore window, refused
-// as Redis lost this node's writes, not applied as a later call of this node ran before it (its first try timed
+// The states setScript reports of a call besides applied: held back by an
+// open restore window, refused as Redis lost this node's writes, not
+// applied as a later call of this node ran before it (its first try timed
 // out and Redis ran it late), or fenced as this node's life there ended.
 const (
 	setHeldBack = 1
 	setLost     = 2
-	setRestored = 3 // applied, in mode restore
 	setStale    = 4
 	setOwed     = 5
 )
 
 // setHead is how many values setScript returns before its edges.
-const setHead = 5
+const setHead = 4
 
 func ones(n int) []int64 {
 	s := make([]int64, n)

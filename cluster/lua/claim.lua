@@ -43,9 +43,9 @@
 -- left to reap in this phase, Redis's time (ms), the nodes reaped in full
 -- by this call as "node life", those to forget (comma-separated lists),
 -- and, unless paused, the nodes dead here (comma-separated), the life
--- Redis holds of the claimer, the shard's log clock (see logTick), then
--- kind, uid, channel, ms, log entry ID per edge made}. A stale call (see
--- recall) is paused, and so is a claimer whose life ended.
+-- Redis holds of the claimer, then kind, uid, channel, ms, log entry ID
+-- per edge made}. A stale call (see recall) is paused, and so is a claimer
+-- whose life ended.
 
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
@@ -55,8 +55,7 @@ local held = 0
 local function head(back, paused, more, dead)
   dead = dead or {}
   for _, r in ipairs(reapedNow) do dead[#dead + 1] = string.match(r, '^[^ ]+') end
-  return {back, paused, more, now, table.concat(reapedNow, ','), table.concat(forgot, ','), table.concat(dead, ','), held,
-    logTick()}
+  return {back, paused, more, now, table.concat(reapedNow, ','), table.concat(forgot, ','), table.concat(dead, ','), held}
 end
 
 -- remark writes back what Redis lost of the claimer's reaps. A reap ends

@@ -16,14 +16,14 @@
 -- ARGV[8]   unknown (see recall)
 -- ARGV[9]   the log's (see appendLog in prelude_write.lua)
 --
--- Returns {1 if more is left in this phase, the shard's log clock (see
--- logTick), then kind, uid, channel, ms, log entry ID per edge made}.
+-- Returns {1 if more is left in this phase, then kind, uid, channel, ms,
+-- log entry ID per edge made}.
 
 local node = ARGV[2]
 seenTTL = tonumber(ARGV[4])
 local seen, c = recall(node, num(ARGV[6]), num(ARGV[7]), ARGV[8])
 if seen == 'replay' then return replayed(c) end
-if seen == 'stale' then return unapplied({1, logTick()}) end
+if seen == 'stale' then return unapplied({1}) end
 redis.call('HSET', K('ver'), node, math.max(verOf(node), num(ARGV[6])))
 redis.call('SADD', K('dead'), node)
 local membersOnly = ARGV[5] == 'm'
@@ -43,4 +43,4 @@ if not holdsRecords(node) then
   more = 0
 end
 trimSeen()
-return reply({more, logTick()})
+return reply({more})

@@ -23,8 +23,7 @@
 --  T:clock   HASH  last = time of the last claim, pause = no claims before,
 --                  restore = end of the restore window after Redis lost records,
 --                  lost = when that window opened, epoch = the life of T:log (TIME
---                  "<sec><usec>", set once, by the first call that appends to it or reads it),
---                  log = the log's clock (see logTick)
+--                  "<sec><usec>", set once, by the first call that appends to it or reads it)
 --  T:ver     HASH  node -> the newest write of the node this shard has seen
 --  T:reaped  ZSET  node -> when its life's records were all reaped (kept for the last-seen TTL)
 --  T:life    HASH  node -> the node's life in this shard (see standing)

@@ -96,28 +96,16 @@ end
 
 -- The log: every edge produced is appended to the shard's stream T:log by
 -- the call that makes it, under an ID the call chooses, "<ms>-<n>": ms is
--- Redis's time, or more where the shard's log clock is above it (below).
--- Entries: k = kind, u = uid, c = channel (a join's or a leave's), t = the
--- edge's time (ms), r = the new record (an update's).
---
+-- Redis's time, or more if the stream's last ID (or the floor) is above it,
+-- so IDs only grow. Entries: k = kind, u = uid, c = channel (a join's or a
+-- leave's), t = the edge's time (ms), r = the new record (an update's).
 -- The log's argument, the last of ARGV in the engine's calls, is
 -- "log <max> <keep> <floor>": the stream keeps about max entries (XADD
--- MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call that
--- appends); floor is the highest entry ID the calling node has heard of in
--- any shard ("<ms>-<n>"; '' for a renewal, which takes no part). A call
--- without it (a test's, or one run by hand) trims nothing.
---
--- Order across shards: entries are compared as (ms, n, shard), and the
--- shards' clocks (a Cluster's masters) and a millisecond's ties cannot be
--- trusted to put an edge after the one it follows in another shard. So
--- each shard keeps a log clock (T:clock log, a Lamport clock): at least
--- every entry ID the shard gave and every floor a call brought. A call
--- gives IDs above the clock and its floor, leaves its floor in the clock,
--- and returns the clock (logTick), which its node takes as its floor from
--- then on. An edge made after another, by the same node's later call or by
--- a call that followed the other's in its shard, gets a higher ID; a
--- node's round goes in waves so that its edges follow one another so
--- (see runWaves in writer.go).
+-- MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call),
+-- and this call's IDs go above floor ("<ms>-<n>", '' for none), an ID
+-- another shard gave an edge that must come before these (see waves in
+-- writer.go). A call without it (a test's, or one run by hand) trims
+-- nothing.
 local argc = #ARGV
 local logMax, logKeep, logFloor = 0, 0, ''
 do
@@ -132,36 +120,21 @@ local function idParts(id)
   return tonumber(ms or '0'), tonumber(n or '0')
 end
 
-local function above(am, an, bm, bn) return am > bm or (am == bm and an > bn) end
-
--- logMs and logN are the shard's log clock as this call knows it: its
--- last ID given, raised by its floor; nil until the call needs it.
--- logKept is the clock as T:clock held it.
-local logMs, logN, logKept = nil, 0, ''
-local appended = false
-local function logClock()
-  if logMs ~= nil then return end
-  logKept = redis.call('HGET', K('clock'), 'log') or ''
-  logMs, logN = idParts(logKept)
-  local fm, fn = idParts(logFloor)
-  if above(fm, fn, logMs, logN) then logMs, logN = fm, fn end
-end
-
+-- logMs and logN are the last ID this call gave, or the stream's last one
+-- (XINFO STREAM's last-generated-id, which trims keep) or the floor if
+-- above it, read at the call's first append (nil before).
+local logMs, logN = nil, 0
 local function nextLogID()
-  logClock()
-  if not appended then
-    appended = true
-    -- The stream's own last ID, in case T:clock lost the clock alone
-    -- (XADD refuses an ID not above it).
+  if logMs == nil then
+    logMs, logN = 0, 0
     local info = redis.pcall('XINFO', 'STREAM', K('log'))
     if type(info) == 'table' and not info.err then
       for i = 1, #info - 1, 2 do
-        if info[i] == 'last-generated-id' then
-          local lm, ln = idParts(info[i + 1])
-          if above(lm, ln, logMs, logN) then logMs, logN = lm, ln end
-        end
+        if info[i] == 'last-generated-id' then logMs, logN = idParts(info[i + 1]) end
       end
     end
+    local fm, fn = idParts(logFloor)
+    if fm > logMs or (fm == logMs and fn > logN) then logMs, logN = fm, fn end
     -- The stream's life: a Redis that lost it has lost this too, and the
     -- first append after names another.
     redis.call('HSETNX', K('clock'), 'epoch', t[1] .. string.format('%06d', tonumber(t[2])))
@@ -171,17 +144,6 @@ local function nextLogID()
   end
   if now > logMs then logMs, logN = now, 0 else logN = logN + 1 end
   return string.format('%.0f-%.0f', logMs, logN)
-end
-
--- logTick keeps the shard's log clock, raised by this call's entries and
--- floor, in T:clock, and returns it: '' for a call that takes no part (no
--- floor, no entry).
-local function logTick()
-  if logMs == nil and logFloor == '' then return '' end
-  logClock()
-  local id = string.format('%.0f-%.0f', logMs, logN)
-  if above(logMs, logN, idParts(logKept)) then redis.call('HSET', K('clock'), 'log', id) end
-  return id
 end
 
 local function xadd(id, ...)

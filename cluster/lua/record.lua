@@ -77,5 +77,4 @@ while i <= argc do
     out[#out + 1] = id
   end
 end
-logTick()
 return out

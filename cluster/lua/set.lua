@@ -24,8 +24,8 @@
 -- ARGV[last] the log's (see appendLog in prelude_write.lua)
 --
 -- Returns {1 if the node's life ended (it owes), state, ms left of the
--- restore window, the life Redis holds of the node, the shard's log clock
--- (see logTick), then kind, uid, channel, ms, log entry ID per edge made}; state is 0 applied, 1 not applied
+-- restore window, the life Redis holds of the node, then kind, uid,
+-- channel, ms, log entry ID per edge made}; state is 0 applied, 1 not applied
 -- (the restore window is open), 2 not applied (Redis lost the node's
 -- writes: it must restore first), 3 restored, 4 not applied (stale: a
 -- later call of the node ran first), 5 not applied (the node's life ended:
@@ -38,7 +38,7 @@ local ttl = tonumber(ARGV[3])
 local mode = ARGV[8]
 local seen, c = recall(node, tonumber(ARGV[6]), num(ARGV[10]), ARGV[11])
 if seen == 'replay' then return replayed(c) end
-if seen == 'stale' then return unapplied({0, 4, 0, 0, logTick()}) end
+if seen == 'stale' then return unapplied({0, 4, 0, 0}) end
 seenTTL = tonumber(ARGV[4])
 local st, held, till = standing(node, num(ARGV[9]), mode, ttl, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ttl)
 local state = 0
@@ -69,4 +69,4 @@ restoring, quiet = false, false
 trimSeen()
 local owes = 0
 if st == 'owes' then owes = 1 end
-return reply({owes, state, math.max(0, till - now), held, logTick()}, state == 2)
+return reply({owes, state, math.max(0, till - now), held}, state == 2)
