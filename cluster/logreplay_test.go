@@ -229,7 +229,10 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 	end := logEnd(t, a.Engine)
 
 	all := replayUntil(t, a.Engine, "", 9, end)
-	whole := newLogState(true)
+	// Not strict: the log keeps each shard's order, and so each user's and
+	// each membership's; across shards (a user's leaves and its offline)
+	// it keeps the order of the masters' clocks only.
+	whole := newLogState(false)
 	ids := map[string]bool{}
 	for _, e := range all {
 		require.False(t, ids[e.ID], "edge %s twice", e.ID)
@@ -331,7 +334,6 @@ func TestLogReplayAcrossNodeKill(t *testing.T) {
 		got := byUser[uid]
 		require.NotEmpty(t, got, "edges of %s", uid)
 		assert.ElementsMatch(t, []string{"leave room", "leave hall", "offline "}, got, "edges of %s", uid)
-		assert.Equal(t, "offline ", got[len(got)-1], "%s goes offline after its leaves", uid)
 	}
 	assert.ElementsMatch(t, uids, slices.Collect(maps.Keys(byUser)))
 }
