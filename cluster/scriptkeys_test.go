@@ -10,15 +10,19 @@ import (
 )
 
 // Every key a script touches is one of its KEYS: each call names its key
-// through K (the shard's keys, declared in order) or KEYS[1]; a key built
-// from ARGV would still run on Redis, and break on a proxy or a store that
-// routes or locks by KEYS.
+// through K (the shard's keys, declared in order), a local set from K, or
+// KEYS[1]; a key built from ARGV would still run on Redis, and break on a
+// proxy or a store that routes or locks by KEYS.
 func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
 	call := regexp.MustCompile(`redis\.p?call\('([A-Z]+)'(?:, (K\([^)]*\)|[^,)]+))?(?:, (K\([^)]*\)|[^,)]+))?`)
+	fromK := regexp.MustCompile(`(?m)^local (\w+) = K\(`)
 	for _, s := range allLuaScripts() {
 		// A script of a shard names its keys through K; one that runs alone
 		// (publish.lua, settle.lua, time.lua) has KEYS[1] only.
 		declared := `^K\(.+\)$`
+		for _, m := range fromK.FindAllStringSubmatch(s.src, -1) {
+			declared += `|^` + m[1] + `$`
+		}
 		if len(s.parts) == 1 {
 			declared = `^KEYS\[1\]$`
 		}

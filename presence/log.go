@@ -14,9 +14,9 @@ import (
 // read. Both engines of this module are EdgeLogs.
 //
 // A cursor is an opaque string naming a place in the log: the edges before
-// it have been read. Edges are read in the order a webhook sends them: each
-// user's and each channel's edges in the order they were made, a user's
-// online before its joins and its leaves before its offline.
+// it have been read. Each user's and each channel's edges are read in the
+// order they were made; an engine that keeps its log in parts (a Redis
+// Stream per shard) orders edges of different parts by its clock only.
 type EdgeLog interface {
 	// Edges returns up to limit edges after the cursor after ("": from the
 	// oldest kept), in order, each with its ID, and the cursor to read on
