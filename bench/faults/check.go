@@ -33,6 +33,7 @@ type history struct {
 	ivs        []interval
 	posts      []post
 	faults     []*fault
+	replay     *replayRecord // nil: no replayer ran
 
 	edges   map[string][]event // by key, in order of at
 	tabs    map[string][]interval
@@ -40,6 +41,7 @@ type history struct {
 	counted struct {
 		posts, refused, redelivered, repeatedIDs, events int
 		offInReach                                       int // off edges within a fault's reach, connected since before it
+		replay                                           replayCounts
 	}
 }
 
@@ -73,6 +75,7 @@ func (h *history) check() []anomaly {
 	h.checkMissing()
 	h.checkRecovered()
 	h.checkFinal()
+	h.checkReplay()
 	slices.SortStableFunc(h.found, func(a, b anomaly) int { return a.at.Compare(b.at) })
 	return h.found
 }

@@ -33,6 +33,11 @@ func (h *history) report(seed uint64, mode string) string {
 	fmt.Fprintf(&b, "seed %d, mode %s, %.0f s: %d connections, %d edges (%d POSTs, %d answered 503, %d batches redelivered, %d event ids repeated, %d offs within a fault's reach while connected since before it); faults: %s\n",
 		seed, mode, h.end.Sub(h.start).Seconds(), len(h.ivs), h.counted.events, h.counted.posts, h.counted.refused,
 		h.counted.redelivered, h.counted.repeatedIDs, h.counted.offInReach, strings.Join(fk, ", "))
+	if h.replay != nil {
+		r := h.counted.replay
+		fmt.Fprintf(&b, "replay: %d catch-ups (%d judged, %d keys in all; %d with no mark out of the faults' reach; longest %.1f s), %d events replayed, %d answered 410, %d snapshots; %d webhook events in the spans read, %d logged edges there no webhook carried\n",
+			r.catchUps, r.judged, r.keys, r.unjudged, r.longest.Seconds(), r.events, r.gone, r.snapshots, r.inWebhook, r.notInWebhook)
+	}
 	if len(h.found) == 0 {
 		b.WriteString("no anomaly\n")
 		return b.String()
@@ -92,6 +97,27 @@ func (h *history) timeline(b *strings.Builder, a anomaly) {
 			}
 		}
 	}
+	if r := h.replay; r != nil {
+		for _, cu := range r.catchUps {
+			if near(cu.down[0]) || near(cu.down[1]) || near(cu.end) {
+				ls = append(ls, line{cu.down[0], fmt.Sprintf("replayer down %s-%s, up to date %s", h.rel(cu.down[0]), h.rel(cu.down[1]), h.rel(cu.end))})
+			}
+		}
+		for i, s := range r.segments {
+			if s.snapshot && near(s.start) {
+				ls = append(ls, line{s.start, fmt.Sprintf("replayer snapshot %s (segment %d)", h.rel(s.start), i)})
+			}
+		}
+		// Every replayed edge of the key's user: the log's order rules tie a
+		// user's edges to its memberships'.
+		uid, _, _ := strings.Cut(a.key, "@")
+		for _, e := range r.events {
+			k := keyOf(e.event)
+			if t := time.UnixMilli(e.At); a.key != "" && e.UID == uid && near(t) {
+				ls = append(ls, line{t, fmt.Sprintf("replayed %s %s %s (%s, segment %d)", h.rel(t), k, e.Type, e.ID, e.segment)})
+			}
+		}
+	}
 	slices.SortStableFunc(ls, func(x, y line) int { return x.at.Compare(y.at) })
 	for _, l := range ls {
 		fmt.Fprintf(b, "    %s\n", l.text)
@@ -100,8 +126,9 @@ func (h *history) timeline(b *strings.Builder, a anomaly) {
 
 // save writes the raw history into dir, one JSON object a line, to read an
 // anomaly further than its timeline: webhook.jsonl has every POST as the
-// receiver got it, clients.jsonl every live interval; times are seconds
-// from the start, an event's at too.
+// receiver got it, clients.jsonl every live interval, replay.jsonl every
+// event the replayer read, in the log's order, replay-snapshots.jsonl each
+// snapshot it took; times are seconds from the start, an event's at too.
 func (h *history) save(dir string) error {
 	sec := func(t time.Time) float64 { return t.Sub(h.start).Seconds() }
 	write := func(name string, each func(enc *json.Encoder) error) error {
@@ -135,6 +162,36 @@ func (h *history) save(dir string) error {
 		}
 		return nil
 	})
+	if r := h.replay; r != nil {
+		err = errors.Join(err, write("replay-snapshots.jsonl", func(enc *json.Encoder) error {
+			for i, s := range r.segments {
+				if !s.snapshot {
+					continue
+				}
+				if err := enc.Encode(struct {
+					Segment int
+					At      float64
+					Users   []string
+					Members map[string][]string
+				}{i, sec(s.start), s.users, s.members}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		err = errors.Join(err, write("replay.jsonl", func(enc *json.Encoder) error {
+			for _, e := range r.events {
+				if err := enc.Encode(struct {
+					ID, Type, Channel, UID string
+					At                     float64
+					Segment                int
+				}{e.ID, e.Type, e.Channel, e.UID, sec(time.UnixMilli(e.At)), e.segment}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
 	return errors.Join(err, write("clients.jsonl", func(enc *json.Encoder) error {
 		for _, iv := range h.ivs {
 			if err := enc.Encode(struct {

@@ -17,19 +17,21 @@ import (
 
 // config is one run.
 type config struct {
-	seed     uint64
-	mode     string // single, cluster or sentinel
-	kinds    []kind
-	plan     []step           // a fixed schedule; nil: faults drawn from kinds
-	span     time.Duration    // the schedule's length
-	gap      [2]time.Duration // between a fault's heal and the next one
-	clients  int
-	lifetime [2]time.Duration // of a churning connection
-	bin      string           // presenced
-	redis    string           // redis-server
-	redisCLI string
-	dir      string // logs
-	logf     func(format string, args ...any)
+	seed      uint64
+	mode      string // single, cluster or sentinel
+	kinds     []kind
+	plan      []step           // a fixed schedule; nil: faults drawn from kinds
+	span      time.Duration    // the schedule's length
+	gap       [2]time.Duration // between a fault's heal and the next one
+	clients   int
+	lifetime  [2]time.Duration // of a churning connection
+	bin       string           // presenced
+	redis     string           // redis-server
+	redisCLI  string
+	dir       string // logs
+	replay    bool   // run the replaying backend (replay.go)
+	eventsMax int    // -events-max of the nodes; 0: the server's default
+	logf      func(format string, args ...any)
 }
 
 // channels are the channels clients join.
@@ -75,6 +77,20 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	defer stopChurn()
 	var churners, stayers sync.WaitGroup
 	start := time.Now()
+	var rp *replayer
+	replayCtx, stopReplay := context.WithCancel(runCtx)
+	defer stopReplay()
+	var replaying sync.WaitGroup
+	if cfg.replay {
+		// Before the clients: its first read, from the start of the log, sees every edge.
+		rp = newReplayer(w.addrs, w.apiKey, downStretches(cfg.seed, start, warmup, cfg.span), cfg.seed, cfg.logf)
+		var ds []string
+		for _, d := range rp.downs {
+			ds = append(ds, fmt.Sprintf("%.0f-%.0f s", d[0].Sub(start).Seconds(), d[1].Sub(start).Seconds()))
+		}
+		cfg.logf("replay: down %s", strings.Join(ds, ", "))
+		replaying.Go(func() { rp.run(replayCtx) })
+	}
 	for _, t := range tabs {
 		t.nodes, t.truth = w.addrs, tr
 		wg := &stayers
@@ -97,6 +113,16 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	churners.Wait()
 	end, found := w.settle(ctx, faults, tr, rc)
 	h := &history{start: start, end: end, ivs: tr.snapshot(end), posts: rc.log(), faults: faults, found: found}
+	if rp != nil {
+		stopReplay()
+		replaying.Wait()
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := rp.finish(fctx, end); err != nil {
+			cfg.logf("replay: no final catch-up: %v", err)
+		}
+		cancel()
+		h.replay = &rp.rec
+	}
 	stopAll()
 	stayers.Wait()
 	found = h.check()
@@ -116,12 +142,16 @@ func startWorld(ctx context.Context, cfg config) (*world, *receiver, error) {
 		key[i] = byte(kr.Uint32())
 	}
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	for i := range key {
+		key[i] = byte(kr.Uint32())
+	}
+	apiKey := base64.RawURLEncoding.EncodeToString(key)
 	rc, err := newReceiver(secret, 0.05, cfg.seed)
 	if err != nil {
 		return nil, nil, err
 	}
 	w := &world{mode: cfg.mode, bin: cfg.bin, redisServer: cfg.redis, redisCLI: cfg.redisCLI, dir: cfg.dir,
-		hook: rc.url, secret: secret, logf: cfg.logf}
+		hook: rc.url, secret: secret, apiKey: apiKey, eventsMax: cfg.eventsMax, logf: cfg.logf}
 	if err := w.start(ctx, nodes); err != nil {
 		w.stop()
 		rc.close()

@@ -34,6 +34,8 @@ type world struct {
 	dir         string // logs and config files
 	hook        string // webhook URL
 	secret      string
+	apiKey      string // -api-key of the nodes: the API and the log of edges need it
+	eventsMax   int    // -events-max of the nodes; 0: the server's default
 	logf        func(format string, args ...any)
 
 	mu     sync.Mutex
@@ -103,7 +105,10 @@ func nodeName(i int) string { return string(rune('A' + i)) }
 // startNode starts node i on its address, appending to its log.
 func (w *world) startNode(i int) error {
 	args := []string{"-addr", w.addrs[i], "-tick", tick.String(), "-slots", fmt.Sprint(slots),
-		"-redis", w.url[i], "-node", nodeName(i), "-webhook", w.hook, "-webhook-secret", w.secret}
+		"-redis", w.url[i], "-node", nodeName(i), "-webhook", w.hook, "-webhook-secret", w.secret, "-api-key", w.apiKey}
+	if w.eventsMax > 0 {
+		args = append(args, "-events-max", fmt.Sprint(w.eventsMax))
+	}
 	p, err := child.Start("node "+nodeName(i), w.bin, args, w.logPath("node-"+nodeName(i)))
 	if err != nil {
 		return err
@@ -176,12 +181,14 @@ func (w *world) stop() {
 	}
 }
 
-// apiGet reads path from node i's HTTP server; a status but 200 is an error.
+// apiGet reads path from node i's HTTP server with the API key; a status
+// but 200 is an error.
 func (w *world) apiGet(ctx context.Context, i int, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.addrs[i]+path, nil)
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set("Authorization", "apikey "+w.apiKey)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("node %s %s: %w", nodeName(i), path, err)
