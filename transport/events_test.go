@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,8 +51,13 @@ func (s *testServer) events(t *testing.T, after string, limit string) (int, even
 func TestEventsReplayFromASnapshotsCursor(t *testing.T) {
 	cfg := testConfig()
 	cfg.APIKey = "k"
+	var mu sync.Mutex
 	var hooked []presence.Edge
-	cfg.OnEdges = func(edges []presence.Edge) { hooked = append(hooked, edges...) }
+	cfg.OnEdges = func(edges []presence.Edge) {
+		mu.Lock()
+		hooked = append(hooked, edges...)
+		mu.Unlock()
+	}
 	s := startServer(t, cfg)
 	bob, _ := s.dialIn(t, "bob", "lobby")
 	s.step(1)
@@ -86,11 +92,28 @@ func TestEventsReplayFromASnapshotsCursor(t *testing.T) {
 	assert.Equal(t, []string{"online alice  ", "join alice lobby ", "update alice  invisible", "leave bob lobby ", "offline bob  "}, got,
 		"the edges after the snapshot, in the order made, the invisible user's too")
 
-	// Each as the webhook carried it: the same ids.
+	// Each as the webhook carried it: the same ids. OnEdges hears them
+	// on a goroutine of its own, after the tick.
+	byID := map[string]bool{}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range hooked {
+			byID[e.ID] = true
+		}
+		for _, e := range page.Events {
+			if !byID[e.ID] {
+				return false
+			}
+		}
+		return true
+	}, waitLong, 10*time.Millisecond, "OnEdges hears the replayed edges")
+	mu.Lock()
 	var ids []string
 	for _, e := range hooked[len(hooked)-len(page.Events):] {
 		ids = append(ids, e.ID)
 	}
+	mu.Unlock()
 	var replayed []string
 	for _, e := range page.Events {
 		replayed = append(replayed, e.ID)
