@@ -281,7 +281,6 @@ type scriptCall struct {
 	shard int
 	args  []any
 	tail  []any
-	floor string   // the log entry ID the call's entries go above: see logArg
 	recs  []record // setScript's records, to requeue or hold
 	write int64    // the call's number, rising per shard: see standing and recall in the scripts
 	life  int64    // the life a setScript call carries: see standing in the scripts
@@ -325,7 +324,7 @@ func (w *writer) runScripts(ctx context.Context, s *luaScript, calls []scriptCal
 		} else if c.renewal {
 			f = -1 // nothing to keep of it (see recall)
 		}
-		args := append(append(append(slices.Clip(c.args), f, list), c.tail...), w.logArg(c.floor))
+		args := append(append(append(slices.Clip(c.args), f, list), c.tail...), w.logArg())
 		runs = append(runs, scriptRun{s, w.keys[c.shard].keys, args})
 		sentIdx = append(sentIdx, i)
 	}

@@ -177,10 +177,9 @@ func (b *base) topicName(t presence.Topic) string {
 }
 
 // logArg is the last argument of the calls of the scripts that make edges:
-// the log's retention, and floor, an entry ID the call's entries go above
-// ("" for none); see appendLog in lua/prelude_write.lua.
-func (b *base) logArg(floor string) string {
-	return "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10) + " " + floor
+// the log's retention; see appendLog in lua/prelude_write.lua.
+func (b *base) logArg() string {
+	return "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10)
 }
 
 // opTimeout bounds one batch of Redis calls: generous, so a loaded machine

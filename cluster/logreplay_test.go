@@ -17,16 +17,16 @@ import (
 
 // logState is the presence a replay of edges rebuilds: who is online and
 // each channel's members. apply refuses an edge that says what the state
-// already is; strict, it also refuses a join of a user not online and an
-// offline of a user still a member, which the log's order rules out.
+// already is: each user's and each membership's edges alternate. Across
+// shards (a user's leaves and its offline) the log keeps the order of the
+// masters' clocks only, so it does not judge that.
 type logState struct {
 	online  map[string]bool
 	members map[string]map[string]bool
-	strict  bool
 }
 
-func newLogState(strict bool) *logState {
-	return &logState{online: map[string]bool{}, members: map[string]map[string]bool{}, strict: strict}
+func newLogState() *logState {
+	return &logState{online: map[string]bool{}, members: map[string]map[string]bool{}}
 }
 
 func (s *logState) member(channel string) map[string]bool {
@@ -43,22 +43,12 @@ func (s *logState) apply(e presence.Edge) error {
 		if s.online[e.UID] == on {
 			return fmt.Errorf("%s: it already is", edgeText(e))
 		}
-		if !on && s.strict {
-			for ch, m := range s.members {
-				if m[e.UID] {
-					return fmt.Errorf("%s: still a member of %s", edgeText(e), ch)
-				}
-			}
-		}
 		s.online[e.UID] = on
 	case presence.EdgeJoin, presence.EdgeLeave:
 		in := e.Kind == presence.EdgeJoin
 		m := s.member(e.Channel)
 		if m[e.UID] == in {
 			return fmt.Errorf("%s: it already is", edgeText(e))
-		}
-		if in && s.strict && !s.online[e.UID] {
-			return fmt.Errorf("%s: not online", edgeText(e))
 		}
 		m[e.UID] = in
 	}
@@ -205,7 +195,7 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 			time.Sleep(time.Duration(rng.IntN(15)) * time.Millisecond) // let the writers write between steps
 		}
 	}
-	truth := newLogState(false)
+	truth := newLogState()
 	for i := range nodes {
 		for uid, on := range held[i] {
 			truth.online[uid] = truth.online[uid] || on
@@ -229,10 +219,7 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 	end := logEnd(t, a.Engine)
 
 	all := replayUntil(t, a.Engine, "", 9, end)
-	// Not strict: the log keeps each shard's order, and so each user's and
-	// each membership's; across shards (a user's leaves and its offline)
-	// it keeps the order of the masters' clocks only.
-	whole := newLogState(false)
+	whole := newLogState()
 	ids := map[string]bool{}
 	for _, e := range all {
 		require.False(t, ids[e.ID], "edge %s twice", e.ID)
@@ -252,7 +239,7 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 	}
 
 	for k, s := range snaps {
-		users := newLogState(false)
+		users := newLogState()
 		for _, uid := range s.users {
 			users.online[uid] = true
 		}
@@ -263,7 +250,7 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 		}
 		assert.Equal(t, truth.users(), users.users(), "snapshot %d of users, replayed", k)
 		for _, ch := range channels {
-			members := newLogState(false)
+			members := newLogState()
 			for _, uid := range s.members[ch] {
 				members.member(ch)[uid] = true
 			}

@@ -164,7 +164,7 @@ func testLogTopology(t *testing.T, what string, fault func(rc *redisCluster, slo
 	close(stop)
 	wg.Wait()
 
-	truth := newLogState(false)
+	truth := newLogState()
 	ch.mu.Lock()
 	for uid, on := range ch.on {
 		truth.online[uid] = on
@@ -187,7 +187,7 @@ func testLogTopology(t *testing.T, what string, fault func(rc *redisCluster, slo
 	for i := range whole {
 		require.Equal(t, whole[i].ID, read[i].ID, "edge %d read across the %s", i, what)
 	}
-	state := newLogState(false) // each shard's order; see TestLogSnapshotThenReplay
+	state := newLogState()
 
 	for _, e := range read {
 		require.NoError(t, state.apply(e))

@@ -235,7 +235,7 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 			for _, op := range list[:n] {
 				args = append(args, op.args()...)
 			}
-			args = append(args, w.logArg(""))
+			args = append(args, w.logArg())
 			calls = append(calls, scriptRun{recordScript, k.keys, args})
 			batches = append(batches, list[:n])
 			list = list[n:]

@@ -6,7 +6,7 @@
 -- names its Pub/Sub channels; ARGV[2]: in the scripts that make edges (set,
 -- claim, leave), the calling node, which owns them in the outbox. The last
 -- ARGV, in the engine's calls of the scripts that make edges (set, claim,
--- leave, record), is the log's, "log <max> <keep> <floor>" (see appendLog);
+-- leave, record), is the log's, "log <max> <keep>" (see appendLog);
 -- argc is how many come before it, the ARGV each script's header names.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -96,22 +96,19 @@ end
 
 -- The log: every edge produced is appended to the shard's stream T:log by
 -- the call that makes it, under an ID the call chooses, "<ms>-<n>": ms is
--- Redis's time, or more if the stream's last ID (or the floor) is above it,
--- so IDs only grow. Entries: k = kind, u = uid, c = channel (a join's or a
+-- Redis's time, or more if the stream's last ID is above it, so IDs only
+-- grow. Entries: k = kind, u = uid, c = channel (a join's or a
 -- leave's), t = the edge's time (ms), r = the new record (an update's).
 -- The log's argument, the last of ARGV in the engine's calls, is
--- "log <max> <keep> <floor>": the stream keeps about max entries (XADD
--- MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call),
--- and this call's IDs go above floor ("<ms>-<n>", '' for none), an ID
--- another shard gave an edge that must come before these (see waves in
--- writer.go). A call without it (a test's, or one run by hand) trims
--- nothing.
+-- "log <max> <keep>": the stream keeps about max entries (XADD MAXLEN ~)
+-- and none older than keep ms (XTRIM MINID ~, once per call). A call
+-- without it (a test's, or one run by hand) trims nothing.
 local argc = #ARGV
-local logMax, logKeep, logFloor = 0, 0, ''
+local logMax, logKeep = 0, 0
 do
-  local m, k, f = string.match(ARGV[argc] or '', '^log (%d+) (%d+) (.*)$')
+  local m, k = string.match(ARGV[argc] or '', '^log (%d+) (%d+)$')
   if m then
-    logMax, logKeep, logFloor, argc = tonumber(m), tonumber(k), f, argc - 1
+    logMax, logKeep, argc = tonumber(m), tonumber(k), argc - 1
   end
 end
 
@@ -121,8 +118,8 @@ local function idParts(id)
 end
 
 -- logMs and logN are the last ID this call gave, or the stream's last one
--- (XINFO STREAM's last-generated-id, which trims keep) or the floor if
--- above it, read at the call's first append (nil before).
+-- (XINFO STREAM's last-generated-id, which trims keep), read at the call's
+-- first append (nil before).
 local logMs, logN = nil, 0
 local function nextLogID()
   if logMs == nil then
@@ -133,8 +130,6 @@ local function nextLogID()
         if info[i] == 'last-generated-id' then logMs, logN = idParts(info[i + 1]) end
       end
     end
-    local fm, fn = idParts(logFloor)
-    if fm > logMs or (fm == logMs and fn > logN) then logMs, logN = fm, fn end
     -- The stream's life: a Redis that lost it has lost this too, and the
     -- first append after names another.
     redis.call('HSETNX', K('clock'), 'epoch', t[1] .. string.format('%06d', tonumber(t[2])))
