@@ -13,6 +13,10 @@ package cluster
 // they happen to one user (see produced). Records that flip nothing go where
 // their key already is; they make no edge, so their order does not matter.
 //
+// Within a round, the records of different shards are written at once, so
+// an edge in one shard cannot wait there for another's: waves splits a
+// round where one user's records of both kinds meet (see waves).
+//
 // A record change (a user's info, mode or note; see recordOp) is written
 // apart from these, after the changes made before it and before those
 // made after it that flip: cut marks where one came, and take splits the
@@ -139,4 +143,38 @@ func (c *changes) putBack(segs []segment) {
 			c.cut(seg.counted)
 		}
 	}
+}
+
+// waves splits one round's records in two, to write one after the other:
+// where a round holds a user record and memberships of the same user, a
+// user's records that can make its online (it holds connections) go before
+// its memberships, which can make joins, and its memberships, which can
+// make leaves, before a user record that can make its offline (no
+// connection left). The second wave's calls then carry the log clock of the
+// first's replies (see withClock in the scripts), so in the log, as to the
+// Relay, a user's online comes before its joins and its leaves before its
+// offline, whatever shards they are in. Most rounds have no such user, and
+// one wave.
+func waves(recs []record) (first, second []record) {
+	users := map[string]int{} // uid -> its user record's n
+	members := map[string]bool{}
+	for _, r := range recs {
+		if r.channel == "" {
+			users[r.uid] = r.n
+		} else {
+			members[r.uid] = true
+		}
+	}
+	for _, r := range recs {
+		n, both := users[r.uid]
+		both = both && members[r.uid]
+		// Second: a user record without connections, or a membership of a
+		// user whose record has some.
+		if both && (r.channel == "") == (n == 0) {
+			second = append(second, r)
+		} else {
+			first = append(first, r)
+		}
+	}
+	return first, second
 }

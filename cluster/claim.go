@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,11 @@ func (w *writer) claim(ctx context.Context) error {
 	dead := make(deadNodes, len(w.keys))
 	paused := false
 	for _, phase := range reapPhases {
+		if phase == "a" {
+			// Users only of the nodes whose memberships phase m reaped
+			// in every shard (see claim.lua).
+			phase += " " + strings.Join(dead.all(), ",")
+		}
 		for shards := w.allShards(); len(shards) > 0 && ctx.Err() == nil; {
 			var p bool
 			var err error
@@ -86,7 +92,7 @@ func (w *writer) claimRound(ctx context.Context, phase string, shards []int, gap
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
-		w.landed[shards[i]] = max(w.landed[shards[i]], calls[i].write)
+		w.land(shards[i], calls[i].write)
 		now, _ := res[3].(int64)
 		reaped, _ := res[4].(string)
 		forgot, _ := res[5].(string)
@@ -276,7 +282,7 @@ var edgeRank = map[presence.EdgeKind]int{presence.EdgeOnline: 0, presence.EdgeAw
 
 // A scriptCall is one script run on one shard's keys: its arguments are
 // args, then from and unknown (see recall in the scripts), then tail, then
-// the log's (see logArg).
+// the log's (see runEdgeScripts).
 type scriptCall struct {
 	shard int
 	args  []any
@@ -289,7 +295,7 @@ type scriptCall struct {
 	renewal bool
 }
 
-// runScripts runs s once per call, on the shard's keys, through runScripts.
+// runScripts runs s once per call, on the shard's keys, through runEdgeScripts.
 // The first call in each shard asks for the edges of the calls whose
 // replies were lost there; a call whose reply is lost now is added to
 // them, unless it is a renewal. A shard whose list is full gets only that
@@ -324,12 +330,12 @@ func (w *writer) runScripts(ctx context.Context, s *luaScript, calls []scriptCal
 		} else if c.renewal {
 			f = -1 // nothing to keep of it (see recall)
 		}
-		args := append(append(append(slices.Clip(c.args), f, list), c.tail...), w.logArg())
+		args := append(append(slices.Clip(c.args), f, list), c.tail...)
 		runs = append(runs, scriptRun{s, w.keys[c.shard].keys, args})
 		sentIdx = append(sentIdx, i)
 	}
 	sent := time.Now()
-	for j, cmd := range runScripts(ctx, w.rdb, runs) {
+	for j, cmd := range w.runEdgeScripts(ctx, runs) {
 		cmds[sentIdx[j]] = cmd
 	}
 	for _, i := range sentIdx {

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,6 +133,7 @@ type base struct {
 	// Node and the logs.
 	cfg    Config
 	logMax int // the entries a shard's log keeps: its share of Config.Log.Max
+	clock  logClock
 	name   string
 	rdb    redis.UniversalClient
 	log    *slog.Logger
@@ -176,10 +178,26 @@ func (b *base) topicName(t presence.Topic) string {
 	return k.userTopic(t.UID)
 }
 
-// logArg is the last argument of the calls of the scripts that make edges:
-// the log's retention; see appendLog in lua/prelude_write.lua.
-func (b *base) logArg() string {
-	return "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10)
+// runEdgeScripts runs calls of the scripts that make edges, as
+// runScripts does, each with the log's argument last (its retention and
+// this node's clock; see appendLog in lua/prelude_write.lua), and takes
+// the shard's clock off the end of each reply, raising this node's.
+func (b *base) runEdgeScripts(ctx context.Context, calls []scriptRun) []*redis.Cmd {
+	arg := "log " + strconv.Itoa(b.logMax) + " " + strconv.FormatInt(b.cfg.Log.Keep.Milliseconds(), 10) + " " + b.clock.String()
+	for i := range calls {
+		calls[i].args = append(slices.Clip(calls[i].args), arg)
+	}
+	cmds := runScripts(ctx, b.rdb, calls)
+	for _, cmd := range cmds {
+		vals, err := cmd.Slice()
+		if err != nil || len(vals) == 0 {
+			continue
+		}
+		id, _ := vals[len(vals)-1].(string)
+		b.clock.heard(id)
+		cmd.SetVal(vals[:len(vals)-1])
+	}
+	return cmds
 }
 
 // opTimeout bounds one batch of Redis calls: generous, so a loaded machine

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -58,18 +59,28 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	if len(recs) > 0 {
 		w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
 	}
+	// The users' records begin the new life; the memberships follow as
+	// changes, once the users' online edges are made (see waves). Redis
+	// holds none of them meanwhile: a restore must not put them back
+	// quietly, as their leaves were made.
+	users := slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return r.channel != "" })
+	members := slices.DeleteFunc(recs, func(r record) bool { return r.channel == "" })
+	for _, r := range members {
+		delete(w.heldMembers, membership{r.channel, r.uid})
+	}
 	// Every shard gets a call, one without records too: it begins the
 	// node's next life there (see standing in the scripts).
 	var calls []scriptCall
 	for s := range shards {
-		if cs := w.batches(s, recs, modeReassert); len(cs) > 0 {
+		if cs := w.batches(s, users, modeReassert); len(cs) > 0 {
 			calls = append(calls, cs...)
 		} else {
 			calls = append(calls, w.setCall(s, nil, modeReassert))
 		}
 	}
 	failed, err := w.runSet(ctx, calls, modeReassert)
-	w.requeueHeld(failed)
+	w.requeueHeld(append(failed, members...))
+	w.poke()
 	return err
 }
 

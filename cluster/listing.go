@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -16,7 +17,7 @@ import (
 func (e *Engine) UsersAt(ctx context.Context, limit int) (int, []string, string, error) {
 	calls := make([]scriptRun, len(e.keys))
 	for i, k := range e.keys {
-		calls[i] = scriptRun{listingScript, k.keys, []any{"online", "-", "+", "-", max(limit, 0)}}
+		calls[i] = scriptRun{listingScript, k.keys, []any{"online", "-", "+", "-", max(limit, 0), e.cfg.Node, e.w.landedIn(i)}}
 	}
 	lists, cursor, err := e.listAt(ctx, "users", calls, -1)
 	if err != nil {
@@ -47,7 +48,7 @@ func (e *Engine) MembersAt(ctx context.Context, channel, after string, limit int
 	calls := make([]scriptRun, len(e.keys))
 	for i, k := range e.keys {
 		if i == shard {
-			calls[i] = scriptRun{listingScript, k.keys, []any{"c", all, stop, start, max(limit, 0)}}
+			calls[i] = scriptRun{listingScript, k.keys, []any{"c", all, stop, start, max(limit, 0), e.cfg.Node, e.w.landedIn(i)}}
 		} else {
 			calls[i] = scriptRun{logScript, k.keys, []any{"", 0, "", logSettle.Milliseconds()}}
 		}
@@ -65,9 +66,16 @@ func (e *Engine) MembersAt(ctx context.Context, channel, after string, limit int
 
 // A shardListing is what listing.lua read of one shard.
 type shardListing struct {
-	count int
-	page  []string
+	count     int
+	page      []string
+	unsettled bool // nodes are still putting back what Redis lost
 }
+
+// ErrRestoring is what UsersAt and MembersAt return (wrapped) while Redis
+// has lost records that the nodes have not put back yet: a listing then
+// would miss users and members whose edges the log had before the loss.
+// Ask again in a few seconds.
+var ErrRestoring = errors.New("cluster: redis lost records that the nodes are still putting back")
 
 // listAt runs calls, one per shard: listing.lua on the shard listed (-1:
 // on every one), log.lua for the position alone on the others. It returns
@@ -87,6 +95,9 @@ func (e *Engine) listAt(ctx context.Context, op string, calls []scriptRun, liste
 		var err error
 		if listed < 0 || i == listed {
 			err = e.parseListing(cmd, &lists[i], &epochs[i], &cur.pos[i])
+			if err == nil && lists[i].unsettled {
+				err = ErrRestoring
+			}
 		} else {
 			var vals []any
 			var l shardLog
@@ -108,10 +119,11 @@ func (e *Engine) listAt(ctx context.Context, op string, calls []scriptRun, liste
 // parseListing reads listing.lua's reply: the listing, the shard's epoch
 // and its log's position, at the last entry generated.
 func (e *Engine) parseListing(cmd *redis.Cmd, l *shardListing, epoch *string, pos *logPos) error {
-	vals, err := scriptResult(cmd, 5)
+	vals, err := scriptResult(cmd, 6)
 	if err != nil {
 		return err
 	}
+	l.unsettled = flag(vals[5])
 	*epoch, _ = vals[0].(string)
 	last, _ := vals[1].(string)
 	p, err := parseEntryID(last)

@@ -17,16 +17,25 @@ import (
 
 // logState is the presence a replay of edges rebuilds: who is online and
 // each channel's members. apply refuses an edge that says what the state
-// already is: each user's and each membership's edges alternate. Across
-// shards (a user's leaves and its offline) the log keeps the order of the
-// masters' clocks only, so it does not judge that.
+// already is: each user's and each membership's edges alternate. A whole
+// state (one replayed from the log's start, not from a snapshot of users
+// or of one channel) also refuses what the order across shards rules out:
+// a join of a user not online, an offline of a user still a member.
 type logState struct {
 	online  map[string]bool
 	members map[string]map[string]bool
+	whole   bool
+	in      map[string]int // uid -> the channels it is a member of, if whole
 }
 
 func newLogState() *logState {
 	return &logState{online: map[string]bool{}, members: map[string]map[string]bool{}}
+}
+
+func newWholeLogState() *logState {
+	s := newLogState()
+	s.whole, s.in = true, map[string]int{}
+	return s
 }
 
 func (s *logState) member(channel string) map[string]bool {
@@ -43,6 +52,9 @@ func (s *logState) apply(e presence.Edge) error {
 		if s.online[e.UID] == on {
 			return fmt.Errorf("%s: it already is", edgeText(e))
 		}
+		if s.whole && !on && s.in[e.UID] > 0 {
+			return fmt.Errorf("%s: still a member of %d channels", edgeText(e), s.in[e.UID])
+		}
 		s.online[e.UID] = on
 	case presence.EdgeJoin, presence.EdgeLeave:
 		in := e.Kind == presence.EdgeJoin
@@ -50,7 +62,15 @@ func (s *logState) apply(e presence.Edge) error {
 		if m[e.UID] == in {
 			return fmt.Errorf("%s: it already is", edgeText(e))
 		}
+		if s.whole && in && !s.online[e.UID] {
+			return fmt.Errorf("%s: not online", edgeText(e))
+		}
 		m[e.UID] = in
+		if s.whole && in {
+			s.in[e.UID]++
+		} else if s.whole {
+			s.in[e.UID]--
+		}
 	}
 	return nil
 }
@@ -219,7 +239,7 @@ func TestLogSnapshotThenReplay(t *testing.T) {
 	end := logEnd(t, a.Engine)
 
 	all := replayUntil(t, a.Engine, "", 9, end)
-	whole := newLogState()
+	whole := newWholeLogState()
 	ids := map[string]bool{}
 	for _, e := range all {
 		require.False(t, ids[e.ID], "edge %s twice", e.ID)
@@ -321,6 +341,7 @@ func TestLogReplayAcrossNodeKill(t *testing.T) {
 		got := byUser[uid]
 		require.NotEmpty(t, got, "edges of %s", uid)
 		assert.ElementsMatch(t, []string{"leave room", "leave hall", "offline "}, got, "edges of %s", uid)
+		assert.Equal(t, "offline ", got[len(got)-1], "%s's leaves before its offline, in the log's order", uid)
 	}
 	assert.ElementsMatch(t, uids, slices.Collect(maps.Keys(byUser)))
 }

@@ -41,7 +41,7 @@ func TestModelEdgesAlternate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("-model.history: %v", err)
 		}
-		if _, err := runModel(t, nodes, steps); err != nil {
+		if _, _, err := runModel(t, nodes, steps); err != nil {
 			t.Errorf("%v\nhistory: %s", err, historyText(nodes, steps))
 		}
 		return
@@ -52,9 +52,9 @@ func TestModelEdgesAlternate(t *testing.T) {
 		nodes := 2 + rng.IntN(2)
 		steps := generate(rng, nodes, *modelSteps, *modelMotifs)
 		began := time.Now()
-		at, err := runModel(t, nodes, steps)
+		at, replayed, err := runModel(t, nodes, steps)
 		if err == nil {
-			t.Logf("seed %d: %d nodes, %d steps: every edge alternates (%v)", seed, nodes, len(steps), time.Since(began).Round(100*time.Millisecond))
+			t.Logf("seed %d: %d nodes, %d steps: every edge alternates, the log too, %s (%v)", seed, nodes, len(steps), replayed, time.Since(began).Round(100*time.Millisecond))
 			continue
 		}
 		steps = steps[:min(at+1, len(steps))]
@@ -84,7 +84,7 @@ func shrinkHistory(t *testing.T, nodes int, steps []step, failure error, budget 
 		for i := 0; i < len(steps) && time.Now().Before(deadline); i += chunk {
 			cand := slices.Concat(steps[:i], steps[min(i+chunk, len(steps)):])
 			runs++
-			at, err := runModel(t, nodes, cand)
+			at, _, err := runModel(t, nodes, cand)
 			if err == nil {
 				continue
 			}
@@ -113,14 +113,18 @@ type modelRun struct {
 	fault           []stepKind // per node: the link's fault, or -1
 	conns           []map[string]int
 	users           []string
+	lost            bool        // Redis restarted empty, or failed over
+	snaps           []modelSnap // taken whenever the cluster settled
+	replayed        string      // what checkLog read
 }
 
 const noFault stepKind = -1
 
 // runModel runs steps, then heals every link and checks the settled
 // cluster twice, some claim rounds apart. It returns the step after which
-// a check failed (len(steps) for the last checks) and the failure.
-func runModel(t *testing.T, nodes int, steps []step) (int, error) {
+// a check failed (len(steps) for the last checks) and the failure, or
+// what the check of the log replayed.
+func runModel(t *testing.T, nodes int, steps []step) (int, string, error) {
 	m := &modelRun{t: t, master: startRedis(t), replica: startRedis(t), attached: true, users: userIDs("u", modelUsers)}
 	defer m.close()
 	replicate(t, m.replica, m.master)
@@ -137,19 +141,26 @@ func runModel(t *testing.T, nodes int, steps []step) (int, error) {
 			continue // a broken link: only once it is whole can the cluster settle
 		}
 		if err := m.settle(); err != nil {
-			return i, fmt.Errorf("after step %d, %s: %w", i+1, s, err)
+			return i, "", fmt.Errorf("after step %d, %s: %w", i+1, s, err)
 		}
+		m.snapshot()
 	}
 	m.do(step{kind: stepHeal})
 	if err := m.settle(); err != nil {
-		return len(steps), fmt.Errorf("once every link was whole: %w", err)
+		return len(steps), "", fmt.Errorf("once every link was whole: %w", err)
+	}
+	if err := m.snapshotOnce(); err != nil {
+		return len(steps), "", err
 	}
 	// A few claim and renewal rounds later, nothing more.
 	time.Sleep(3 * testTimeout)
 	if err := m.settle(); err != nil {
-		return len(steps), fmt.Errorf("some claim rounds after every link was whole: %w", err)
+		return len(steps), "", fmt.Errorf("some claim rounds after every link was whole: %w", err)
 	}
-	return len(steps), nil
+	if err := m.checkLog(); err != nil {
+		return len(steps), "", fmt.Errorf("the log of edges: %w", err)
+	}
+	return len(steps), m.replayed, nil
 }
 
 func (m *modelRun) close() {
@@ -168,16 +179,25 @@ func (m *modelRun) close() {
 func (m *modelRun) do(s step) {
 	switch s.kind {
 	case stepConnect, stepClose:
-		uid := m.users[s.user]
+		// A connection's user record and memberships change as a Node
+		// changes them: the user first when it opens, last when it closes.
+		uid, n := m.users[s.user], m.nodes[s.node]
 		if s.kind == stepClose {
 			if m.conns[s.node][uid] == 0 {
 				return // a shrunk history may close what it never opened
 			}
 			m.conns[s.node][uid]--
-		} else {
-			m.conns[s.node][uid]++
+			for _, ch := range modelChannels(s.user) {
+				n.SetMember(ch, uid, m.conns[s.node][uid], false)
+			}
+			n.SetUser(uid, m.conns[s.node][uid], 0)
+			return
 		}
-		m.nodes[s.node].SetUser(uid, m.conns[s.node][uid], 0)
+		m.conns[s.node][uid]++
+		n.SetUser(uid, m.conns[s.node][uid], 0)
+		for _, ch := range modelChannels(s.user) {
+			n.SetMember(ch, uid, m.conns[s.node][uid], false)
+		}
 	case stepWait:
 		time.Sleep(s.wait)
 	case stepCut, stepStall, stepSwallow, stepMute:
@@ -201,10 +221,12 @@ func (m *modelRun) do(s step) {
 			m.restore(i)
 		}
 	case stepRestart:
+		m.lost = true
 		m.master.restart()
 	case stepDetach:
 		m.detach()
 	case stepFailover:
+		m.lost = true
 		m.detach()
 		for _, p := range m.proxies {
 			p.retarget(m.replica.addr())

@@ -235,13 +235,12 @@ func (w *writer) writeRecords(ctx context.Context, ops []recordOp) error {
 			for _, op := range list[:n] {
 				args = append(args, op.args()...)
 			}
-			args = append(args, w.logArg())
 			calls = append(calls, scriptRun{recordScript, k.keys, args})
 			batches = append(batches, list[:n])
 			list = list[n:]
 		}
 	}
-	cmds := runScripts(ctx, w.rdb, calls)
+	cmds := w.runEdgeScripts(ctx, calls)
 	var edges []presence.Edge
 	var failed error
 	for i, cmd := range cmds {

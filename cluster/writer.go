@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/presenced/presenced/internal/lockorder"
@@ -59,6 +60,9 @@ type writer struct {
 	// edge is written, as a restore window is open.
 	landed []int64
 	writes int64
+	// landedNow is landed for the listings (see landedIn), which run
+	// outside the loop.
+	landedNow []atomic.Int64
 	// life is, per shard, the life this node's records there belong to (see
 	// standing in the scripts): the last one begun there and confirmed by a
 	// reply. ended is the newest life Redis said had ended there: the next
@@ -97,6 +101,7 @@ func newWriter(b *base) *writer {
 		heldUsers:    make(map[string]userCount),
 		heldMembers:  make(map[membership]bool),
 		landed:       make([]int64, len(b.keys)),
+		landedNow:    make([]atomic.Int64, len(b.keys)),
 		life:         ones(len(b.keys)),
 		ended:        make([]int64, len(b.keys)),
 		unknown:      make([]lostCalls, len(b.keys)),
@@ -359,7 +364,7 @@ func (w *writer) flush(ctx context.Context) error {
 	// invisible).
 	for i, seg := range segs {
 		for j, recs := range seg.rounds {
-			failed, err := w.write(ctx, recs, modeWrite)
+			failed, err := w.writeRound(ctx, recs)
 			if err != nil || len(failed) > 0 {
 				// Failed, or held back by a restore window: what follows
 				// waits behind it.
@@ -453,6 +458,17 @@ func (w *writer) batches(shard int, recs []record, mode int) []scriptCall {
 	return calls
 }
 
+// writeRound writes one round of changes in its waves, the second once the
+// first landed whole, and returns the records not written.
+func (w *writer) writeRound(ctx context.Context, recs []record) ([]record, error) {
+	first, second := waves(recs)
+	failed, err := w.write(ctx, first, modeWrite)
+	if err != nil || len(failed) > 0 {
+		return append(failed, second...), err
+	}
+	return w.write(ctx, second, modeWrite)
+}
+
 // write runs setScript for recs in pipelined batches per shard, and
 // returns the records of the calls that failed or were held back.
 func (w *writer) write(ctx context.Context, recs []record, mode int) ([]record, error) {
@@ -499,7 +515,7 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 			}
 			continue
 		}
-		w.landed[c.shard] = max(w.landed[c.shard], c.write)
+		w.land(c.shard, c.write)
 		made = append(made, res[setHead:]...) // a call not applied may bring back lost replies' edges
 		state, _ := res[1].(int64)
 		left, _ := res[2].(int64)
@@ -571,6 +587,16 @@ const (
 
 // setHead is how many values setScript returns before its edges.
 const setHead = 4
+
+// land notes that write, a call to shard, landed.
+func (w *writer) land(shard int, write int64) {
+	w.landed[shard] = max(w.landed[shard], write)
+	w.landedNow[shard].Store(w.landed[shard])
+}
+
+// landedIn is the number of the newest write to shard that landed, for a
+// listing to tell whether Redis still holds it (see listing.lua).
+func (w *writer) landedIn(shard int) int64 { return w.landedNow[shard].Load() }
 
 func ones(n int) []int64 {
 	s := make([]int64, n)

@@ -20,12 +20,9 @@ var ciKinds = modeKinds["single"]
 // draw every kind of ciKinds (TestCISeedsDrawEveryKind).
 var ciSeeds = []uint64{1, 9, 37}
 
-// ciConfig is the short schedule of seed. The replaying backend is off:
-// with Redis the log orders a user's edges across shards by the Redis clock
-// only, and a snapshot taken while nodes rewrite what a flushed Redis lost
-// is short of them, both of which it reports.
+// ciConfig is the short schedule of seed, with the replaying backend.
 func ciConfig(seed uint64) config {
-	return config{seed: seed, mode: "single", kinds: ciKinds, span: time.Minute, clients: 60,
+	return config{seed: seed, mode: "single", kinds: ciKinds, span: time.Minute, clients: 60, replay: true,
 		gap: [2]time.Duration{recovery, recovery + 2*time.Second}, lifetime: [2]time.Duration{time.Second, 8 * time.Second}}
 }
 

@@ -44,7 +44,7 @@ func main() {
 	flag.StringVar(&plan, "schedule", "", "a fixed schedule instead of drawn faults: kind[@node][:duration][*count],... such as redis-stop:6s*3 (-minutes and -kinds do not apply)")
 	flag.IntVar(&killN, "kill-after-connects", 0, "instead of a schedule: this many users connect to node A, A is SIGKILLed 0-50 ms (drawn) after the last welcome, and each user's online and offline must reach the webhook once (single mode; -schedule, -kinds and -minutes do not apply)")
 	flag.DurationVar(&gap, "gap", 10*time.Second, "least time between a fault's heal and the next; the most is three times it")
-	flag.BoolVar(&cfg.replay, "replay", false, "run the second backend, which keeps its state from the log of edges alone (GET /api/events, a snapshot on 410), down for drawn stretches of 30 s to 3 min, and check it (off by default: it reports the log's cross-shard order and a snapshot taken while nodes rewrite a flushed Redis)")
+	flag.BoolVar(&cfg.replay, "replay", true, "run the second backend, which keeps its state from the log of edges alone (GET /api/events, a snapshot on 410), down for drawn stretches of 30 s to 3 min, and check it")
 	flag.IntVar(&cfg.eventsMax, "events-max", 6000, "-events-max of the nodes (most edges the log keeps): at 300 clients about 80 s of edges, so that the replayer's long downs outlive the log and take a snapshot, its short ones replay; 0: the server's default")
 	flag.StringVar(&cfg.bin, "bin", "", "presenced binary; empty: build ./cmd/presenced")
 	flag.StringVar(&cfg.redis, "redis-server", "redis-server", "redis-server binary")

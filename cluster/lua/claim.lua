@@ -15,6 +15,10 @@
 -- claim goes in two phases over every shard: "m" reaps memberships alone
 -- until no dead node has one left, then "a" reaps the rest; a user's
 -- leaves are then made before its offline, as when it really leaves.
+-- Phase "a" reaps users only of the nodes the claimer found dead in phase
+-- m (ripe): a node whose lease runs out during phase a may still have
+-- memberships in a shard that has not found it dead yet, so its users wait
+-- for the next claim.
 --
 -- A claimer remembers the nodes it reaped in full (see remark).
 --
@@ -29,7 +33,9 @@
 -- ARGV[8]   the claimer's landed writes
 -- ARGV[9]   this write's number
 -- ARGV[10]  restore window ms
--- ARGV[11]  phase: "m" or "a"
+-- ARGV[11]  phase: "m", or "a" then, after a space, the ripe nodes
+--           (comma-separated); "a" alone, or none, takes every dead node
+--           for ripe (a call by hand)
 -- ARGV[12]  the claimer's life
 -- ARGV[13]  from (see recall)
 -- ARGV[14]  unknown (see recall)
@@ -44,7 +50,7 @@
 -- by this call as "node life", those to forget (comma-separated lists),
 -- and, unless paused, the nodes dead here (comma-separated), the life
 -- Redis holds of the claimer, then kind, uid, channel, ms, log entry ID
--- per edge made}. A stale call (see recall) is paused, and so is a claimer
+-- per edge made, the shard's clock (see withClock)}. A stale call (see recall) is paused, and so is a claimer
 -- whose life ended.
 
 local by = ARGV[2]
@@ -126,16 +132,22 @@ for node in string.gmatch(argc >= 15 and ARGV[15] or '', '[^,]+') do
   if expiry then die(node, expiry) end
 end
 local budget = tonumber(ARGV[4])
-local membersOnly = ARGV[11] == 'm'
+local phase, ripeList = string.match(ARGV[11] or 'a', '^(%a)( ?.*)$')
+local ripe = nil -- nil: every node
+if ripeList ~= '' then
+  ripe = {}
+  for node in string.gmatch(ripeList, '[^, ]+') do ripe[node] = true end
+end
+local function membersOnly(node) return phase ~= 'a' or (ripe ~= nil and not ripe[node]) end
 for _, node in ipairs(redis.call('SMEMBERS', K('dead'))) do
-  budget = reap(node, budget, membersOnly)
+  budget = reap(node, budget, membersOnly(node))
   if budget <= 0 then break end
 end
 trimSeen()
 local more = 0
 local dead = redis.call('SMEMBERS', K('dead'))
 for _, node in ipairs(dead) do
-  if not membersOnly or #recordsOf('m', node, 1) > 0 then
+  if not membersOnly(node) or #recordsOf('m', node, 1) > 0 then
     more = 1
     break
   end

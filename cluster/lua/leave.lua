@@ -17,7 +17,7 @@
 -- ARGV[9]   the log's (see appendLog in prelude_write.lua)
 --
 -- Returns {1 if more is left in this phase, then kind, uid, channel, ms,
--- log entry ID per edge made}.
+-- log entry ID per edge made, the shard's clock (see withClock)}.
 
 local node = ARGV[2]
 seenTTL = tonumber(ARGV[4])

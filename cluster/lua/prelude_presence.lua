@@ -281,6 +281,13 @@ local function standing(node, life, mode, ttl, landed, v, window, late)
     till = now + window
     redis.call('HSET', K('clock'), 'restore', till, 'lost', now)
   end
+  -- What the node puts back comes back quietly, so the log cannot vouch
+  -- for a cursor from before: a replica that took over may have the log
+  -- up to the cursor and miss what came after it. A new epoch sends every
+  -- reader to a snapshot.
+  local epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+  if epoch == redis.call('HGET', K('clock'), 'epoch') then epoch = epoch .. 'b' end
+  redis.call('HSET', K('clock'), 'epoch', epoch)
   dropQuietly(node)
   return 'lost', held, till
 end

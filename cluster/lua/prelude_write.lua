@@ -6,8 +6,9 @@
 -- names its Pub/Sub channels; ARGV[2]: in the scripts that make edges (set,
 -- claim, leave), the calling node, which owns them in the outbox. The last
 -- ARGV, in the engine's calls of the scripts that make edges (set, claim,
--- leave, record), is the log's, "log <max> <keep>" (see appendLog);
--- argc is how many come before it, the ARGV each script's header names.
+-- leave, record), is the log's, "log <max> <keep> <clock>" (see
+-- appendLog); argc is how many come before it, the ARGV each script's
+-- header names.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag = ARGV[1]
@@ -95,39 +96,68 @@ local function wentOffline(uid)
 end
 
 -- The log: every edge produced is appended to the shard's stream T:log by
--- the call that makes it, under an ID the call chooses, "<ms>-<n>": ms is
--- Redis's time, or more if the stream's last ID is above it, so IDs only
--- grow. Entries: k = kind, u = uid, c = channel (a join's or a
--- leave's), t = the edge's time (ms), r = the new record (an update's).
+-- the call that makes it, under an ID the call chooses, "<ms>-<n>".
+-- Entries: k = kind, u = uid, c = channel (a join's or a leave's), t = the
+-- edge's time (ms), r = the new record (an update's).
+--
+-- The IDs are a Lamport clock, so that a reader who merges the shards'
+-- logs by ID (ms, then n, then shard) reads every edge after the edges it
+-- depends on, in whatever shard they are: a user's leaves before its
+-- offline, its online before its joins. Each shard keeps a clock (T:clock
+-- lc, an ID), never below its log's last ID; each node keeps one too, the
+-- highest ID it has heard. A call carries its node's clock, raises the
+-- shard's to it, gives each edge an ID above both (Redis's time, if that
+-- is higher still) and answers the shard's clock last, which raises the
+-- node's. So an edge made after a call that made or read another (in the
+-- same shard, or by the same node) has the higher ID. The node writes a
+-- change that depends on another only once the other's call answered
+-- (see waves in changes.go), and a claim reaps memberships before users.
+--
 -- The log's argument, the last of ARGV in the engine's calls, is
--- "log <max> <keep>": the stream keeps about max entries (XADD MAXLEN ~)
--- and none older than keep ms (XTRIM MINID ~, once per call). A call
--- without it (a test's, or one run by hand) trims nothing.
+-- "log <max> <keep> <clock>": the stream keeps about max entries (XADD
+-- MAXLEN ~) and none older than keep ms (XTRIM MINID ~, once per call).
+-- A call without it (a test's, or one run by hand) trims nothing, and its
+-- reply ends with its edges.
 local argc = #ARGV
-local logMax, logKeep = 0, 0
-do
-  local m, k = string.match(ARGV[argc] or '', '^log (%d+) (%d+)$')
-  if m then
-    logMax, logKeep, argc = tonumber(m), tonumber(k), argc - 1
-  end
-end
-
+local logMax, logKeep, clocked = 0, 0, false
+local clockMs, clockN = 0, 0 -- the highest ID this call knows of
 local function idParts(id)
   local ms, n = string.match(id or '', '^(%d+)-(%d+)$')
   return tonumber(ms or '0'), tonumber(n or '0')
 end
+local function raise(ms, n)
+  if ms > clockMs or (ms == clockMs and n > clockN) then clockMs, clockN = ms, n end
+end
+do
+  local m, k, c = string.match(ARGV[argc] or '', '^log (%d+) (%d+) (%d+-%d+)$')
+  if m then
+    logMax, logKeep, argc, clocked = tonumber(m), tonumber(k), argc - 1, true
+    raise(idParts(c))
+  end
+end
 
--- logMs and logN are the last ID this call gave, or the stream's last one
--- (XINFO STREAM's last-generated-id, which trims keep), read at the call's
--- first append (nil before).
-local logMs, logN = nil, 0
+-- keptClock is the shard's clock as T:clock holds it, read once per call
+-- (nil before, '' if none).
+local keptClock = nil
+local function shardClock()
+  if keptClock == nil then
+    keptClock = redis.call('HGET', K('clock'), 'lc') or ''
+    raise(idParts(keptClock))
+  end
+end
+
+-- appended tells whether this call appended yet: its first append reads
+-- the stream's last ID (XINFO STREAM's last-generated-id, which trims
+-- keep), sets the epoch and trims.
+local appended = false
 local function nextLogID()
-  if logMs == nil then
-    logMs, logN = 0, 0
+  shardClock()
+  if not appended then
+    appended = true
     local info = redis.pcall('XINFO', 'STREAM', K('log'))
     if type(info) == 'table' and not info.err then
       for i = 1, #info - 1, 2 do
-        if info[i] == 'last-generated-id' then logMs, logN = idParts(info[i + 1]) end
+        if info[i] == 'last-generated-id' then raise(idParts(info[i + 1])) end
       end
     end
     -- The stream's life: a Redis that lost it has lost this too, and the
@@ -137,8 +167,22 @@ local function nextLogID()
       redis.call('XTRIM', K('log'), 'MINID', '~', string.format('%.0f', math.max(0, now - logKeep)))
     end
   end
-  if now > logMs then logMs, logN = now, 0 else logN = logN + 1 end
-  return string.format('%.0f-%.0f', logMs, logN)
+  if now > clockMs then clockMs, clockN = now, 0 else clockN = clockN + 1 end
+  return string.format('%.0f-%.0f', clockMs, clockN)
+end
+
+-- withClock ends a reply with the shard's clock, raised to this call's,
+-- when the call carried the node's.
+local function withClock(out)
+  if not clocked then return out end
+  shardClock()
+  local c = string.format('%.0f-%.0f', clockMs, clockN)
+  if c ~= keptClock then
+    redis.call('HSET', K('clock'), 'lc', c)
+    keptClock = c
+  end
+  out[#out + 1] = c
+  return out
 end
 
 local function xadd(id, ...)
@@ -291,7 +335,7 @@ local function reply(head, keep)
   local out = {}
   for _, x in ipairs(head) do out[#out + 1] = x end
   for _, x in ipairs(produced) do out[#out + 1] = x end
-  return out
+  return withClock(out)
 end
 
 -- replayed answers a call that ran already: the reply it made then, after
@@ -301,7 +345,7 @@ local function replayed(c)
   for _, x in ipairs(c.h) do out[#out + 1] = x end
   for _, x in ipairs(produced) do out[#out + 1] = x end
   for _, x in ipairs(c.e) do out[#out + 1] = x end
-  return out
+  return withClock(out)
 end
 
 -- unapplied answers a stale call: head, and the edges of lost replies.
@@ -309,5 +353,5 @@ local function unapplied(head)
   local out = {}
   for _, x in ipairs(head) do out[#out + 1] = x end
   for _, x in ipairs(produced) do out[#out + 1] = x end
-  return out
+  return withClock(out)
 end

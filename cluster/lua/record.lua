@@ -21,7 +21,8 @@
 -- update edge, appended to the log. Returns, per change that changed the
 -- record: its place among the changes (1, 2, ...), the record's JSON, when
 -- it turned invisible (ms, 0), its version, the time of the change (ms),
--- and its log entry ID ('' for an info or a put back: no edge).
+-- and its log entry ID ('' for an info or a put back: no edge); then
+-- the shard's clock, if the call carried the node's (see withClock).
 
 seenTTL = tonumber(ARGV[2])
 local clock = math.max(now, tonumber(ARGV[3]))
@@ -77,4 +78,4 @@ while i <= argc do
     out[#out + 1] = id
   end
 end
-return out
+return withClock(out)

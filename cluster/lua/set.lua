@@ -25,7 +25,8 @@
 --
 -- Returns {1 if the node's life ended (it owes), state, ms left of the
 -- restore window, the life Redis holds of the node, then kind, uid,
--- channel, ms, log entry ID per edge made}; state is 0 applied, 1 not applied
+-- channel, ms, log entry ID per edge made, the shard's clock (see
+-- withClock)}; state is 0 applied, 1 not applied
 -- (the restore window is open), 2 not applied (Redis lost the node's
 -- writes: it must restore first), 3 restored, 4 not applied (stale: a
 -- later call of the node ran first), 5 not applied (the node's life ended:
