@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -122,4 +123,46 @@ func segmentsOf(segs []segment) []string {
 		out = append(out, roundsOf(seg.rounds)...)
 	}
 	return out
+}
+
+// A round's waves: where one user has records of both kinds in it, the
+// record that can make its online goes before its memberships, and its
+// memberships before the record that can make its offline; the others all
+// go in the first wave.
+func TestWaves(t *testing.T) {
+	cases := []struct {
+		name          string
+		round         []record
+		first, second string
+	}{
+		{"no user of both kinds", []record{u("a", 1, 0), m("c", "b", 1, 0), m("c", "a2", 0, 0)}, "u a 1 0, m c a2 0 0, m c b 1 0", ""},
+		{"online, then joins", []record{m("c", "a", 1, 0), u("a", 1, 0), m("d", "a", 1, 0)}, "u a 1 0", "m c a 1 0, m d a 1 0"},
+		{"leaves, then offline", []record{u("a", 0, 0), m("c", "a", 0, 0), m("d", "a", 0, 0)}, "m c a 0 0, m d a 0 0", "u a 0 0"},
+		{"a second tab counts as online", []record{u("a", 2, 1), m("c", "a", 1, 1)}, "u a 2 1", "m c a 1 1"},
+		{"two users, each its own way", []record{u("a", 0, 0), m("c", "a", 0, 0), u("b", 1, 0), m("c", "b", 1, 0), u("x", 1, 0)},
+			"u b 1 0, u x 1 0, m c a 0 0", "u a 0 0, m c b 1 0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			first, second := waves(tc.round)
+			assert.Equal(t, tc.first, waveText(first), "first wave")
+			assert.Equal(t, tc.second, waveText(second), "second wave")
+			assert.Len(t, append(first, second...), len(tc.round), "every record once")
+		})
+	}
+}
+
+// waveText renders records, user records first, each kind sorted.
+func waveText(rs []record) string {
+	var users, members []string
+	for _, r := range rs {
+		if r.channel == "" {
+			users = append(users, fmt.Sprintf("u %s %d %d", r.uid, r.n, r.away))
+		} else {
+			members = append(members, fmt.Sprintf("m %s %s %d %d", r.channel, r.uid, r.n, r.away))
+		}
+	}
+	slices.Sort(users)
+	slices.Sort(members)
+	return strings.Join(append(users, members...), ", ")
 }

@@ -59,10 +59,10 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	if len(recs) > 0 {
 		w.log.Warn("cluster: writing this node's records again", "shards", len(shards), "records", len(recs))
 	}
-	// The users' records begin the new life; the memberships follow as
-	// changes, once the users' online edges are made (see waves). Redis
-	// holds none of them meanwhile: a restore must not put them back
-	// quietly, as their leaves were made.
+	// The users' records begin the new life, then the memberships follow
+	// in it, once the users' online edges are made (see waves). Redis
+	// holds none of the memberships meanwhile: a restore must not put them
+	// back quietly, as their leaves were made.
 	users := slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return r.channel != "" })
 	members := slices.DeleteFunc(recs, func(r record) bool { return r.channel == "" })
 	for _, r := range members {
@@ -79,8 +79,26 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 		}
 	}
 	failed, err := w.runSet(ctx, calls, modeReassert)
-	w.requeueHeld(append(failed, members...))
-	w.poke()
+	if err != nil {
+		w.requeueHeld(append(failed, members...))
+		return err
+	}
+	// The memberships of a user whose record did not land go as changes
+	// after it (see requeueHeld). A shard whose new life did not begin
+	// fences the others (its life ended again): they fail, and go again
+	// with the next reassert.
+	notLanded := map[string]bool{}
+	for _, r := range failed {
+		notLanded[r.uid] = true
+	}
+	later := slices.DeleteFunc(slices.Clone(members), func(r record) bool { return !notLanded[r.uid] })
+	members = slices.DeleteFunc(members, func(r record) bool { return notLanded[r.uid] })
+	var mcalls []scriptCall
+	for s := range shards {
+		mcalls = append(mcalls, w.batches(s, members, modeWrite)...)
+	}
+	more, err := w.runSet(ctx, mcalls, modeWrite)
+	w.requeueHeld(slices.Concat(failed, later, more))
 	return err
 }
 
