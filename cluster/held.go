@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 )
@@ -39,9 +40,20 @@ func (w *writer) restoreLost(ctx context.Context) error {
 	recs := w.heldIn(shards)
 	w.m.rewritten.Add(float64(len(recs)))
 	w.log.Warn("cluster: redis lost this node's records; restoring them", "shards", len(shards), "records", len(recs))
+	// Users first, then memberships, as a reassert does: a user that went
+	// offline since the loss gets its online again before its joins.
+	users, members := splitKinds(recs)
 	var calls []scriptCall
 	for s := range shards {
-		calls = append(calls, w.batches(s, recs, modeRestore)...)
+		calls = append(calls, w.batches(s, users, modeRestore)...)
+	}
+	if _, err := w.runSet(ctx, calls, modeRestore); err != nil {
+		maps.Copy(w.restore, shards) // the memberships wait for their users: all again
+		return err
+	}
+	calls = nil
+	for s := range shards {
+		calls = append(calls, w.batches(s, members, modeRestore)...)
 	}
 	_, err := w.runSet(ctx, calls, modeRestore)
 	if err == nil {
@@ -50,10 +62,41 @@ func (w *writer) restoreLost(ctx context.Context) error {
 	return err
 }
 
+// splitKinds splits recs into user records and memberships.
+func splitKinds(recs []record) (users, members []record) {
+	for _, r := range recs {
+		if r.channel == "" {
+			users = append(users, r)
+		} else {
+			members = append(members, r)
+		}
+	}
+	return users, members
+}
+
 // reassert writes everything this node holds in shards again, making its
 // edges: Redis reaped it while this node was cut off or stalled, and made
 // the offline and leave edges then.
 func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
+	// A claim ends this node's life in every shard, and a call that hears so
+	// from one shard may have reached only some: a renewal asks the others,
+	// so that one reassert covers all that ended. Else a membership written
+	// again in one shard could come before its user's online, owed in a
+	// shard not heard from yet.
+	var probes []scriptCall
+	for s := range w.keys {
+		if !shards[s] {
+			probes = append(probes, w.setCall(s, nil, modeWrite))
+		}
+	}
+	if len(probes) > 0 {
+		_, more, err := w.runSetCalls(ctx, probes, modeWrite)
+		if err != nil {
+			return err // the next renewal hears it again
+		}
+		shards = maps.Clone(shards)
+		maps.Copy(shards, more)
+	}
 	recs := w.heldIn(shards)
 	w.m.rewritten.Add(float64(len(recs)))
 	if len(recs) > 0 {
@@ -63,8 +106,7 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	// in it, once the users' online edges are made (see waves). Redis
 	// holds none of the memberships meanwhile: a restore must not put them
 	// back quietly, as their leaves were made.
-	users := slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return r.channel != "" })
-	members := slices.DeleteFunc(recs, func(r record) bool { return r.channel == "" })
+	users, members := splitKinds(recs)
 	for _, r := range members {
 		delete(w.heldMembers, membership{r.channel, r.uid})
 	}

@@ -495,11 +495,21 @@ func (w *writer) write(ctx context.Context, recs []record, mode int) ([]record, 
 // or that a restore window held back; records that landed update what this
 // node holds. Shards that had taken this node for dead get its records
 // again; those that lost its writes are marked for restoring.
-func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (failed []record, err error) {
+func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) ([]record, error) {
+	failed, back, err := w.runSetCalls(ctx, calls, mode)
+	if err == nil && len(back) > 0 {
+		err = w.reassert(ctx, back)
+	}
+	return failed, err
+}
+
+// runSetCalls is runSet but for the reassert: it returns the shards that
+// had taken this node for dead.
+func (w *writer) runSetCalls(ctx context.Context, calls []scriptCall, mode int) (failed []record, back map[int]bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout())
 	defer cancel()
 	var firstErr error
-	back := map[int]bool{}
+	back = map[int]bool{}
 	var made []any // the edges, handed on once every call is read: see produced
 	for i, cmd := range w.runScripts(ctx, setScript, calls) {
 		c := calls[i]
@@ -565,13 +575,10 @@ func (w *writer) runSet(ctx context.Context, calls []scriptCall, mode int) (fail
 	if firstErr != nil {
 		w.reloadMap() // a shard's master may be gone: the retry should find its successor
 		w.health.fail("write", firstErr)
-		return failed, firstErr
+		return failed, nil, firstErr
 	}
 	w.health.ok()
-	if len(back) > 0 {
-		return failed, w.reassert(ctx, back)
-	}
-	return failed, nil
+	return failed, back, nil
 }
 
 // The states setScript reports of a call besides applied: held back by an
