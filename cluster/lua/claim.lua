@@ -50,8 +50,8 @@
 -- by this call as "node life", those to forget (comma-separated lists),
 -- and, unless paused, the nodes dead here (comma-separated), the life
 -- Redis holds of the claimer, then kind, uid, channel, ms, log entry ID
--- per edge made, the shard's clock (see withClock)}. A stale call (see recall) is paused, and so is a claimer
--- whose life ended.
+-- per edge made, the shard's clock (see withClock)}. A stale call (see
+-- recall) is paused, and so is a claimer whose life ended.
 
 local by = ARGV[2]
 local ttl = tonumber(ARGV[3])
