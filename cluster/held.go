@@ -43,19 +43,11 @@ func (w *writer) restoreLost(ctx context.Context) error {
 	// Users first, then memberships, as a reassert does: a user that went
 	// offline since the loss gets its online again before its joins.
 	users, members := splitKinds(recs)
-	var calls []scriptCall
-	for s := range shards {
-		calls = append(calls, w.batches(s, users, modeRestore)...)
-	}
-	if _, err := w.runSet(ctx, calls, modeRestore); err != nil {
+	if _, err := w.write(ctx, users, modeRestore); err != nil {
 		maps.Copy(w.restore, shards) // the memberships wait for their users: all again
 		return err
 	}
-	calls = nil
-	for s := range shards {
-		calls = append(calls, w.batches(s, members, modeRestore)...)
-	}
-	_, err := w.runSet(ctx, calls, modeRestore)
+	_, err := w.write(ctx, members, modeRestore)
 	if err == nil {
 		w.putBackRecords(shards)
 	}
@@ -135,11 +127,7 @@ func (w *writer) reassert(ctx context.Context, shards map[int]bool) error {
 	}
 	later := slices.DeleteFunc(slices.Clone(members), func(r record) bool { return !notLanded[r.uid] })
 	members = slices.DeleteFunc(members, func(r record) bool { return notLanded[r.uid] })
-	var mcalls []scriptCall
-	for s := range shards {
-		mcalls = append(mcalls, w.batches(s, members, modeWrite)...)
-	}
-	more, err := w.runSet(ctx, mcalls, modeWrite)
+	more, err := w.write(ctx, members, modeWrite)
 	w.requeueHeld(slices.Concat(failed, later, more))
 	return err
 }
