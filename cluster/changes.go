@@ -55,21 +55,41 @@ func (r record) flips(o record) bool {
 }
 
 // add records r, the newest change of its key.
-func (c *changes) add(r record) {
-	k := r.key()
-	for j := len(c.rounds) - 1; j >= 0; j-- {
-		old, ok := c.rounds[j][k]
-		if !ok {
+func (c *changes) add(r record) { c.addRound([]record{r}) }
+
+// addRound records rs, changes made together (a round taken and put back,
+// or records requeued), each the newest change of its key. Those that
+// flip go in one round, the earliest that keeps each after its key's
+// earlier flip: split over rounds, one user's online could be written
+// after its joins, or its leaves after its offline (see waves).
+func (c *changes) addRound(rs []record) {
+	to := c.last
+	var placed []record
+	for _, r := range rs {
+		j := c.newest(r.key())
+		switch {
+		case j < 0:
+		case !c.rounds[j][r.key()].flips(r):
+			c.rounds[j][r.key()] = r
 			continue
+		default:
+			to = max(to, j+1)
 		}
-		if !old.flips(r) {
-			c.rounds[j][k] = r
-			return
-		}
-		c.put(max(j+1, c.last), r)
-		return
+		placed = append(placed, r)
 	}
-	c.put(c.last, r)
+	for _, r := range placed {
+		c.put(to, r)
+	}
+}
+
+// newest returns the newest round holding k, or -1.
+func (c *changes) newest(k recordKey) int {
+	for j := len(c.rounds) - 1; j >= 0; j-- {
+		if _, ok := c.rounds[j][k]; ok {
+			return j
+		}
+	}
+	return -1
 }
 
 func (c *changes) put(i int, r record) {
@@ -82,14 +102,7 @@ func (c *changes) put(i int, r record) {
 }
 
 // has reports whether a change of k is pending.
-func (c *changes) has(k recordKey) bool {
-	for _, rd := range c.rounds {
-		if _, ok := rd[k]; ok {
-			return true
-		}
-	}
-	return false
-}
+func (c *changes) has(k recordKey) bool { return c.newest(k) >= 0 }
 
 // cut marks that a record change came, while the writer had counted
 // counted changes: a flip made from now on goes in a round after the
@@ -135,9 +148,7 @@ func (c *changes) putBack(segs []segment) {
 	last := len(newer) - 1
 	for i, seg := range append(segs, newer...) {
 		for _, rs := range seg.rounds {
-			for _, r := range rs {
-				c.add(r)
-			}
+			c.addRound(rs)
 		}
 		if i != len(segs)+last { // the newest rounds are not cut yet
 			c.cut(seg.counted)

@@ -89,6 +89,57 @@ func TestChangesPutBackBeforeNewer(t *testing.T) {
 	assert.Equal(t, []string{"[/b=2.0]", "|"}, segmentsOf(c.take(4)))
 }
 
+// Put back, a round stays whole, so that waves still orders one user's
+// records of both kinds: a newer flip of another key must not split the
+// user's online from its joins, nor its leaves from its offline. A round
+// is a map, read in a random order: many runs.
+func TestChangesPutBackKeepsARoundWhole(t *testing.T) {
+	for range 50 {
+		var c changes
+		c.add(u("b", 1, 0))
+		c.add(u("z", 1, 0))
+		c.add(m("lobby", "z", 1, 0))
+		taken := c.take(1)
+		c.add(u("a", 1, 0))
+		c.add(m("lobby", "a", 1, 0))
+		c.add(u("b", 0, 0))
+		c.add(m("lobby", "z", 0, 0))
+		c.add(u("z", 0, 0))
+		c.putBack(taken)
+		require.Equal(t, []string{"[/b=1.0 /z=1.0 lobby/z=1.0]", "|", "[/a=1.0 /b=0.0 /z=0.0 lobby/a=1.0 lobby/z=0.0]"},
+			segmentsOf(c.take(2)))
+	}
+}
+
+// A round added at once (put back, or requeued) goes in one round but for
+// the records that flip nothing, whatever its order.
+func TestChangesAddRound(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		held, adds []record
+		want       []string
+	}{
+		{"an online and its joins stay together past a newer flip", []record{u("b", 1, 0)},
+			[]record{m("lobby", "a", 1, 0), u("b", 0, 0), u("a", 1, 0)},
+			[]string{"[/b=1.0]", "[/a=1.0 /b=0.0 lobby/a=1.0]"}},
+		{"leaves and their offline stay together past a newer flip", []record{u("b", 1, 0)},
+			[]record{u("a", 0, 0), u("b", 0, 0), m("lobby", "a", 0, 0)},
+			[]string{"[/b=1.0]", "[/a=0.0 /b=0.0 lobby/a=0.0]"}},
+		{"a record that flips nothing stays where its key is", []record{u("a", 1, 0), u("b", 1, 0)},
+			[]record{u("a", 2, 0), u("b", 0, 0)},
+			[]string{"[/a=2.0 /b=1.0]", "[/b=0.0]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c changes
+			for _, r := range tc.held {
+				c.add(r)
+			}
+			c.addRound(tc.adds)
+			assert.Equal(t, tc.want, roundsOf(c.take(1)[0].rounds))
+		})
+	}
+}
+
 // A record change cuts the rounds: what flips after it goes in a later
 // segment, whatever round its key had; what flips nothing stays where its
 // key is. Put back, the cuts stay where they were.

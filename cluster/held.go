@@ -180,11 +180,17 @@ func (w *writer) requeueHeld(recs []record) {
 	if w.closed {
 		return
 	}
+	var now []record
+	seen := map[recordKey]bool{}
 	for _, r := range recs {
-		if !w.pending.has(r.key()) {
-			w.pending.add(w.localRecord(r.key()))
+		if k := r.key(); !seen[k] && !w.pending.has(k) {
+			seen[k] = true
+			now = append(now, w.localRecord(k))
 		}
 	}
+	// One round: a user's records of both kinds are written in the order
+	// its edges need (see waves).
+	w.pending.addRound(now)
 }
 
 // localRecord is what this node holds now of k. Called with w.mu held.
