@@ -55,7 +55,11 @@ func (r record) flips(o record) bool {
 }
 
 // add records r, the newest change of its key.
-func (c *changes) add(r record) { c.addRound([]record{r}) }
+func (c *changes) add(r record) {
+	if to, ok := c.coalesce(r); ok {
+		c.put(to, r)
+	}
+}
 
 // addRound records rs, changes made together (a round taken and put back,
 // or records requeued), each the newest change of its key. Those that
@@ -66,20 +70,26 @@ func (c *changes) addRound(rs []record) {
 	to := c.last
 	var placed []record
 	for _, r := range rs {
-		j := c.newest(r.key())
-		switch {
-		case j < 0:
-		case !c.rounds[j][r.key()].flips(r):
-			c.rounds[j][r.key()] = r
-			continue
-		default:
-			to = max(to, j+1)
+		if j, ok := c.coalesce(r); ok {
+			to = max(to, j)
+			placed = append(placed, r)
 		}
-		placed = append(placed, r)
 	}
 	for _, r := range placed {
 		c.put(to, r)
 	}
+}
+
+// coalesce writes r over its key's pending change if r flips nothing from
+// it; else it reports the earliest round r may go in: after its key's
+// newest, and not before the newest record that flipped.
+func (c *changes) coalesce(r record) (to int, ok bool) {
+	j := c.newest(r.key())
+	if j >= 0 && !c.rounds[j][r.key()].flips(r) {
+		c.rounds[j][r.key()] = r
+		return 0, false
+	}
+	return max(j+1, c.last), true
 }
 
 // newest returns the newest round holding k, or -1.
